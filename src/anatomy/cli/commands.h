@@ -1,0 +1,28 @@
+// commands.h: the subcommands of the `anatomy` program. Each registers its
+// flags on a CLI11 subcommand and returns the function that runs it.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include <CLI/CLI.hpp>
+
+#include "anatomy/kernels/backend.h"
+
+namespace anatomy::cli {
+
+using Command = std::function<int()>;
+
+Command add_train_command(CLI::App& app);
+Command add_forward_command(CLI::App& app);
+
+// The backend for --device (cpu, cuda or auto). `announce` prints why a
+// device was chosen when it was not the one asked for.
+struct DeviceChoice {
+  std::unique_ptr<Backend> backend;
+  bool gpu_present = false;   // an NVIDIA GPU is visible to this process
+  std::string note;           // printed before the run when not empty
+};
+DeviceChoice choose_device(const std::string& flag);
+
+}  // namespace anatomy::cli

@@ -1,0 +1,46 @@
+// main.cpp: the `anatomy` command. Every error reaches the user as one line,
+// "error: ...", with a non-zero exit code.
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "anatomy/cli/commands.h"
+#include "anatomy/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"anatomy: train and run BERT, and see where every byte and millisecond goes"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "anatomy 0.1.0");
+  std::vector<std::pair<CLI::App*, anatomy::cli::Command>> commands;
+  {
+    auto* train = app.add_subcommand("train", "Train BertForSequenceClassification (the seed experiment by default)");
+    commands.emplace_back(train, anatomy::cli::add_train_command(*train));
+    auto* forward = app.add_subcommand("forward", "Run one forward (and backward) pass on a batch from a file");
+    commands.emplace_back(forward, anatomy::cli::add_forward_command(*forward));
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
+  }
+  try {
+    for (auto& [sub, run] : commands)
+      if (sub->parsed()) return run();
+  } catch (const anatomy::Error& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fflush(stdout);
+    fmt::print(stderr, "error: out of host memory\n");
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,65 @@
+// random.h: counter-based random numbers (Philox-4x32-10, Salmon et al. 2011).
+// A random value is a pure function of (seed, stream, index), so the CPU and
+// GPU backends produce the same dropout masks and initial weights, a backward
+// pass can replay a forward pass's mask instead of storing it, and results do
+// not depend on thread scheduling.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define ANATOMY_HD __host__ __device__ __forceinline__
+#else
+#define ANATOMY_HD inline
+#endif
+
+namespace anatomy {
+
+struct Philox4 {
+  uint32_t v[4];
+};
+
+ANATOMY_HD Philox4 philox4x32(uint64_t key64, uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3) {
+  uint32_t k0 = static_cast<uint32_t>(key64), k1 = static_cast<uint32_t>(key64 >> 32);
+  for (int round = 0; round < 10; ++round) {
+    uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0;
+    uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2;
+    uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+    uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return Philox4{{c0, c1, c2, c3}};
+}
+
+// Uniform in [0, 1) with 24 random bits.
+ANATOMY_HD float uniform_from_bits(uint32_t bits) { return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f); }
+
+// The uniform number for element `index` of random stream `stream` under `seed`.
+ANATOMY_HD float random_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
+  Philox4 r = philox4x32(seed, static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32),
+                         static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32));
+  return uniform_from_bits(r.v[0]);
+}
+
+// Standard normal for element `index` of `stream` (Box-Muller on two uniforms).
+ANATOMY_HD double random_normal(uint64_t seed, uint64_t stream, uint64_t index) {
+  Philox4 r = philox4x32(seed, static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32),
+                         static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32));
+  // 53-bit uniforms in (0, 1] and [0, 1).
+  double u1 = (static_cast<double>((static_cast<uint64_t>(r.v[0]) << 21) ^ r.v[1]) + 1.0) * 0x1p-53;
+  double u2 = static_cast<double>((static_cast<uint64_t>(r.v[2]) << 21) ^ r.v[3]) * 0x1p-53;
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+// Dropout: element `index` of `stream` is kept when its uniform is >= p.
+ANATOMY_HD bool dropout_keep(uint64_t seed, uint64_t stream, uint64_t index, float p) {
+  return random_uniform(seed, stream, index) >= p;
+}
+
+}  // namespace anatomy

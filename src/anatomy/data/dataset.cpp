@@ -1,0 +1,160 @@
+// dataset.cpp: dummy data, tensor files, validation and batching.
+#include "anatomy/data/dataset.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "anatomy/core/error.h"
+#include "anatomy/core/random.h"
+#include "anatomy/core/tensor.h"
+#include "anatomy/io/safetensors.h"
+
+namespace anatomy {
+
+namespace {
+constexpr uint64_t kDummyStream = uint64_t{3} << 60;
+constexpr uint64_t kShuffleStream = uint64_t{5} << 60;
+
+// Uniform integer in [0, n) from the counter-based RNG (rejection-free, 64-bit
+// product; the bias for n < 2^32 is below 2^-32).
+uint64_t uniform_below(uint64_t seed, uint64_t stream, uint64_t index, uint64_t n) {
+  Philox4 r = philox4x32(seed, static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32),
+                         static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32));
+  const uint64_t bits = (static_cast<uint64_t>(r.v[0]) << 32) | r.v[1];
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(bits) * n) >> 64);
+}
+}  // namespace
+
+Dataset make_dummy_dataset(int64_t size, int64_t seq_len, uint64_t seed) {
+  Dataset d;
+  d.source = "dummy dataset";
+  d.size = size;
+  d.seq_len = seq_len;
+  d.input_ids.resize(size * seq_len);
+  for (int64_t i = 0; i < size * seq_len; ++i)
+    d.input_ids[i] = 100 + static_cast<int64_t>(uniform_below(seed, kDummyStream, i, 30000 - 100));
+  d.label_dtype = DType::I64;
+  d.label_width = 1;
+  d.labels_i64.assign(size, 0);  // np.random.randint(0, 1) is always 0
+  return d;
+}
+
+Dataset load_tensor_dataset(const std::string& path) {
+  const io::SafetensorsFile file = io::SafetensorsFile::open(path);
+  Dataset d;
+  d.source = path;
+  if (!file.has("input_ids")) fail("{}: no tensor 'input_ids' (expected int64 [examples, seq_len])", path);
+  const auto& ids = file.info("input_ids");
+  if (ids.shape.size() != 2) fail("{}: tensor 'input_ids' must be 2-D [examples, seq_len], got {} dims", path, ids.shape.size());
+  d.size = ids.shape[0];
+  d.seq_len = ids.shape[1];
+  d.input_ids = file.read_i64("input_ids");
+  auto read_tokens = [&](const char* name, std::vector<int64_t>* out) {
+    if (!file.has(name)) return;
+    const auto& info = file.info(name);
+    if (info.shape != std::vector<int64_t>{d.size, d.seq_len})
+      fail("{}: tensor '{}' has shape {}, expected {} like input_ids", path, name, shape_str(info.shape),
+           shape_str({d.size, d.seq_len}));
+    *out = file.read_i64(name);
+  };
+  read_tokens("token_type_ids", &d.token_type_ids);
+  read_tokens("attention_mask", &d.attention_mask);
+  if (file.has("labels")) {
+    const auto& info = file.info("labels");
+    const bool integer = info.dtype == io::StDType::I64 || info.dtype == io::StDType::I32;
+    const bool floating = info.dtype == io::StDType::F32 || info.dtype == io::StDType::F64 ||
+                          info.dtype == io::StDType::F16 || info.dtype == io::StDType::BF16;
+    if (!integer && !floating)
+      fail("{}: tensor 'labels' has dtype {}; use int64 (classification) or float32 (regression, multi-label)", path,
+           io::st_dtype_name(info.dtype));
+    if (info.shape.empty() || info.shape[0] != d.size || info.shape.size() > 2 || (integer && info.shape.size() != 1))
+      fail("{}: tensor 'labels' has shape {}, expected [{}]{}", path, shape_str(info.shape), d.size,
+           integer ? "" : " or [examples, num_labels]");
+    d.label_width = info.shape.size() == 2 ? info.shape[1] : 1;
+    if (integer) {
+      d.label_dtype = DType::I64;
+      d.labels_i64 = file.read_i64("labels");
+    } else {
+      d.label_dtype = DType::F32;
+      d.labels_f32 = file.read_f32("labels");
+    }
+  }
+  return d;
+}
+
+void validate_dataset(const Dataset& d, const BertConfig& c) {
+  if (d.size <= 0 || d.seq_len <= 0) fail("{}: the dataset is empty ({} examples of {} tokens)", d.source, d.size, d.seq_len);
+  if (d.seq_len > c.max_position_embeddings)
+    fail("{}: sequences of {} tokens are longer than the model's max_position_embeddings {}", d.source, d.seq_len,
+         c.max_position_embeddings);
+  auto check_range = [&](const std::vector<int64_t>& v, const char* name, int64_t hi) {
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] < 0 || v[i] >= hi)
+        fail("{}: {} of example {} (position {}) is {}, outside [0, {})", d.source, name, i / d.seq_len,
+             i % d.seq_len, v[i], hi);
+  };
+  check_range(d.input_ids, "input_ids", c.vocab_size);
+  check_range(d.token_type_ids, "token_type_ids", c.type_vocab_size);
+  check_range(d.attention_mask, "attention_mask", 2);
+  if (!d.has_labels()) return;
+  const ProblemType type = c.problem_type != ProblemType::Unset ? c.problem_type
+                           : c.num_labels == 1                  ? ProblemType::Regression
+                           : d.label_dtype == DType::I64        ? ProblemType::SingleLabel
+                                                                : ProblemType::MultiLabel;
+  switch (type) {
+    case ProblemType::SingleLabel:
+      if (d.label_dtype != DType::I64 || d.label_width != 1)
+        fail("{}: single-label classification needs int64 labels [{}]", d.source, d.size);
+      for (int64_t i = 0; i < d.size; ++i)
+        if (d.labels_i64[i] != -100 && (d.labels_i64[i] < 0 || d.labels_i64[i] >= c.num_labels))
+          fail("{}: label of example {} is {}, outside [0, {}) (num_labels {})", d.source, i, d.labels_i64[i],
+               c.num_labels, c.num_labels);
+      break;
+    case ProblemType::Regression:
+    case ProblemType::MultiLabel: {
+      const char* what = type == ProblemType::Regression ? "regression" : "multi-label classification";
+      if (d.label_dtype != DType::F32)
+        fail("{}: {} needs float labels, got int64 labels", d.source, what);
+      if (d.label_width != c.num_labels)
+        fail("{}: {} needs {} label value(s) per example, got {}", d.source, what, c.num_labels, d.label_width);
+      for (size_t i = 0; i < d.labels_f32.size(); ++i)
+        if (!std::isfinite(d.labels_f32[i])) fail("{}: label of example {} is not finite", d.source, i / d.label_width);
+      break;
+    }
+    case ProblemType::Unset: break;
+  }
+}
+
+HostBatch gather_batch(const Dataset& d, const std::vector<int64_t>& order, int64_t begin, int64_t end) {
+  HostBatch b;
+  b.batch = end - begin;
+  b.seq_len = d.seq_len;
+  const int64_t L = d.seq_len;
+  auto gather_rows = [&](const auto& src, auto* dst, int64_t width) {
+    if (src.empty()) return;
+    dst->resize(b.batch * width);
+    for (int64_t i = begin; i < end; ++i)
+      std::copy_n(src.begin() + order[i] * width, width, dst->begin() + (i - begin) * width);
+  };
+  gather_rows(d.input_ids, &b.input_ids, L);
+  gather_rows(d.token_type_ids, &b.token_type_ids, L);
+  gather_rows(d.attention_mask, &b.attention_mask, L);
+  gather_rows(d.labels_i64, &b.labels_i64, d.label_width);
+  gather_rows(d.labels_f32, &b.labels_f32, d.label_width);
+  return b;
+}
+
+std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  if (!shuffle) return order;
+  // Fisher-Yates with the counter-based RNG: the same seed gives the same order everywhere.
+  for (int64_t i = n - 1; i > 0; --i) {
+    const auto j = static_cast<int64_t>(uniform_below(seed, kShuffleStream + epoch, i, i + 1));
+    std::swap(order[i], order[j]);
+  }
+  return order;
+}
+
+}  // namespace anatomy

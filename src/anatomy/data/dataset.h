@@ -1,0 +1,56 @@
+// dataset.h: pre-tokenized examples held in host memory: the seed's dummy data
+// and tensor files (safetensors with input_ids and optional attention_mask,
+// token_type_ids and labels), validated against the model before training.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "anatomy/core/dtype.h"
+#include "anatomy/model/config.h"
+
+namespace anatomy {
+
+struct Dataset {
+  std::string source;                  // names the data in errors
+  int64_t size = 0;                    // N examples
+  int64_t seq_len = 0;                 // L tokens each
+  std::vector<int64_t> input_ids;      // [N, L]
+  std::vector<int64_t> token_type_ids; // [N, L] or empty (all zero)
+  std::vector<int64_t> attention_mask; // [N, L] or empty (all ones)
+  // Labels: int64 [N] (classification), or float32 [N] / [N, C] (regression, multi-label); or none.
+  DType label_dtype = DType::I64;
+  int64_t label_width = 0;             // values per example: 0 = no labels, 1, or C
+  std::vector<int64_t> labels_i64;
+  std::vector<float> labels_f32;
+
+  bool has_labels() const { return label_width > 0; }
+};
+
+// The seed's data: ids uniform in [100, 30000), labels randint(0, 1) (all 0),
+// a pure function of `seed`.
+Dataset make_dummy_dataset(int64_t size, int64_t seq_len, uint64_t seed);
+
+// A safetensors file with input_ids [N, L] and optionally attention_mask,
+// token_type_ids ([N, L], integer) and labels (int64 [N]; float32 [N] or [N, C]).
+Dataset load_tensor_dataset(const std::string& path);
+
+// Checks the data against the model: non-empty, sequence length within
+// max_position_embeddings, ids within the vocabulary, token types within
+// type_vocab_size, mask values 0/1, labels in range for the problem type.
+// Errors name the source, the tensor and the first offending example.
+void validate_dataset(const Dataset& data, const BertConfig& config);
+
+// Rows [begin, end) of `order` gathered into a batch (host memory).
+struct HostBatch {
+  int64_t batch = 0, seq_len = 0;
+  std::vector<int64_t> input_ids, token_type_ids, attention_mask, labels_i64;
+  std::vector<float> labels_f32;
+};
+HostBatch gather_batch(const Dataset& data, const std::vector<int64_t>& order, int64_t begin, int64_t end);
+
+// A seeded permutation of [0, n) for epoch `epoch` (or the identity when !shuffle).
+std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch);
+
+}  // namespace anatomy

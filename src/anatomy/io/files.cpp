@@ -1,0 +1,104 @@
+// files.cpp: whole-file reads and atomic (temp + rename) writes.
+#include "anatomy/io/files.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "anatomy/core/error.h"
+
+namespace anatomy::io {
+
+namespace {
+
+// Reads all of `path` into a container of bytes (std::string or std::vector<uint8_t>).
+template <typename Buffer>
+Buffer read_all(const std::string& path) {
+  std::error_code ec;
+  // fopen succeeds on a directory on Linux; say what is wrong instead of a read error.
+  if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory, expected a file", path);
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail("{}: cannot open: {}", path, std::strerror(errno));
+  Buffer out;
+  char chunk[1 << 16];
+  // Reserve from the size when it is known; read until EOF anyway, so a file that
+  // changes size while being read is still read consistently.
+  if (std::fseek(f, 0, SEEK_END) == 0) {
+    long size = std::ftell(f);
+    if (size > 0) out.reserve(static_cast<size_t>(size));
+    std::rewind(f);
+  }
+  while (true) {
+    size_t n = std::fread(chunk, 1, sizeof chunk, f);
+    out.insert(out.end(), chunk, chunk + n);
+    if (n < sizeof chunk) break;
+  }
+  bool failed = std::ferror(f) != 0;
+  int saved_errno = errno;
+  std::fclose(f);
+  if (failed) fail("{}: read error: {}", path, std::strerror(saved_errno));
+  return out;
+}
+
+}  // namespace
+
+std::vector<uint8_t> read_file_bytes(const std::string& path) { return read_all<std::vector<uint8_t>>(path); }
+
+std::string read_text_file(const std::string& path) { return read_all<std::string>(path); }
+
+AtomicFile::AtomicFile(std::string path)
+    : path_(std::move(path)), temp_path_(path_ + ".tmp." + std::to_string(::getpid())) {
+  file_ = std::fopen(temp_path_.c_str(), "wb");
+  if (!file_) fail("{}: cannot create temp file {}: {}", path_, temp_path_, std::strerror(errno));
+}
+
+AtomicFile::~AtomicFile() {
+  if (!committed_) discard();
+}
+
+void AtomicFile::discard() noexcept {
+  if (file_) std::fclose(file_);
+  file_ = nullptr;
+  std::remove(temp_path_.c_str());
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  if (!file_) fail("{}: write after commit or failure", path_);
+  if (bytes == 0) return;
+  if (std::fwrite(data, 1, bytes, file_) != bytes) {
+    int saved_errno = errno;
+    discard();
+    fail("{}: write error on {}: {}", path_, temp_path_, std::strerror(saved_errno));
+  }
+}
+
+void AtomicFile::commit() {
+  if (!file_) fail("{}: commit after commit or failure", path_);
+  // Flush and sync before the rename, so that after a crash `path` holds either
+  // the old file or the complete new one.
+  int error = 0;
+  if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) error = errno;
+  if (std::fclose(file_) != 0 && error == 0) error = errno;
+  file_ = nullptr;
+  if (error != 0) {
+    discard();
+    fail("{}: write error on {}: {}", path_, temp_path_, std::strerror(error));
+  }
+  if (std::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    int saved_errno = errno;
+    discard();
+    fail("{}: cannot rename {} onto it: {}", path_, temp_path_, std::strerror(saved_errno));
+  }
+  committed_ = true;
+}
+
+void write_text_file_atomic(const std::string& path, std::string_view text) {
+  AtomicFile file(path);
+  file.write(text);
+  file.commit();
+}
+
+}  // namespace anatomy::io

@@ -1,0 +1,50 @@
+// files.h: small file helpers shared by the readers and writers: reading a
+// whole file with an error that names it, and writing a file atomically
+// (temp file + rename) so that a failure never leaves a half-written file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace anatomy::io {
+
+// The whole file as bytes. Error "<path>: ..." when it is missing or unreadable.
+std::vector<uint8_t> read_file_bytes(const std::string& path);
+// The whole file as text (same errors).
+std::string read_text_file(const std::string& path);
+
+// Writes to "<path>.tmp.<pid>" and renames it onto `path` on commit(). Destroyed
+// without commit() (an exception, an early return), it removes the temp file, so
+// `path` keeps its old content or stays absent.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);  // Error naming the temp file if it cannot be created
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t bytes);
+  void write(std::string_view text) { write(text.data(), text.size()); }
+  // Flushes, syncs and renames onto path(); the object is then spent.
+  void commit();
+
+  const std::string& path() const { return path_; }
+  const std::string& temp_path() const { return temp_path_; }
+
+ private:
+  void discard() noexcept;
+
+  std::string path_;
+  std::string temp_path_;
+  std::FILE* file_ = nullptr;
+  bool committed_ = false;
+};
+
+// Writes `text` to `path` through an AtomicFile.
+void write_text_file_atomic(const std::string& path, std::string_view text);
+
+}  // namespace anatomy::io

@@ -1,0 +1,120 @@
+// backend.h: the one interface of operations that the model is written against.
+// A backend owns the memory ledger of its device and implements each op; the
+// CPU backend (cpu/) is the readable reference, the CUDA backend the fast one.
+// Ops know nothing of BERT: they are products, normalisations, element-wise
+// maps, attention over a key padding mask, losses and optimizer updates.
+//
+// Conventions: tensors are contiguous, row-major, float32 unless stated.
+// Backward ops *accumulate* (+=) into parameter gradients, so that gradient
+// accumulation over micro-batches needs nothing special, and *write* (=) input
+// gradients.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "anatomy/core/ledger.h"
+#include "anatomy/core/tensor.h"
+
+namespace anatomy {
+
+enum class ActivationKind { GeluErf, GeluTanh, Relu, Tanh };
+
+// Identifies one dropout site's random stream: masks are a pure function of
+// (seed, stream, element index), so backward replays forward's mask.
+struct DropoutSpec {
+  float p = 0.0f;
+  uint64_t seed = 0;
+  uint64_t stream = 0;
+};
+
+struct AdamWHyper {
+  double lr = 5e-5;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  int64_t step = 1;  // 1-based, after incrementing, as torch.optim.AdamW
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual Ledger& ledger() = 0;
+
+  // --- memory ---
+  virtual void zero(const Tensor& t) = 0;
+  virtual void copy_from_host(const Tensor& dst, const void* src) = 0;
+  virtual void copy_to_host(const Tensor& src, void* dst) = 0;
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+
+  // --- products ---
+  // y[M,N] = x[M,K] · w[N,K]^T (+ b[N]).
+  virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) = 0;
+  // dx = dy · w (when dx is given); dw += dy^T · x; db += Σ_rows dy (when db is given).
+  virtual void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx,
+                               const Tensor& dw, const Tensor* db) = 0;
+
+  // --- embeddings ---
+  // out[t] (+)= table[ids[t]] for every row t; ids are int64; `accumulate` adds instead of writing.
+  virtual void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) = 0;
+  // dtable[ids[t]] += dout[t], skipping rows whose id equals padding_idx (pass -1 for none).
+  virtual void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx) = 0;
+
+  // --- normalisation ---
+  // y = (x - mean) * rstd * gamma + beta over the last dimension; saves mean and rstd [rows].
+  virtual void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
+                                 const Tensor& y, const Tensor& mean, const Tensor& rstd) = 0;
+  // dx = ∂/∂x (written); dgamma, dbeta += .
+  virtual void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                  const Tensor& gamma, const Tensor& dx, const Tensor& dgamma,
+                                  const Tensor& dbeta) = 0;
+
+  // --- element-wise ---
+  virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;  // out = a + b
+  virtual void add_inplace(const Tensor& dst, const Tensor& src) = 0;         // dst += src
+  virtual void activation_forward(ActivationKind kind, const Tensor& x, const Tensor& y) = 0;
+  // dx = dy * f'(x) where `saved` is x (for GELU, ReLU) or y = f(x) (for tanh).
+  virtual void activation_backward(ActivationKind kind, const Tensor& saved, const Tensor& dy, const Tensor& dx) = 0;
+  // y = x * keep / (1 - p); in place allowed. Backward is the same call on dy.
+  virtual void dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) = 0;
+  // out[b, :] = x[b, row, :] for every batch entry b (x is [B, L, H], out [B, H]).
+  virtual void select_row(const Tensor& x, int64_t row, const Tensor& out) = 0;
+  // dx[b, row, :] += dout[b, :].
+  virtual void select_row_backward(const Tensor& dout, int64_t row, const Tensor& dx) = 0;
+
+  // --- attention ---
+  // Multi-head scaled dot-product attention. q, k, v, ctx: [B, L, heads*d] with
+  // heads interleaved as Hugging Face's view(B, L, heads, d). key_mask: int64
+  // [B, L] (1 attend, 0 padding) or undefined. probs: [B, heads, L, L] saved for
+  // backward (before dropout). Dropout applies to the probabilities.
+  virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                 int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& probs,
+                                 const Tensor& ctx) = 0;
+  virtual void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
+                                  const Tensor& dq, const Tensor& dk, const Tensor& dv) = 0;
+
+  // --- losses: return the mean loss and write dlogits = ∂loss/∂logits ---
+  // Cross-entropy over classes; labels int64 [B]; label -100 is ignored, as torch does.
+  virtual double cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) = 0;
+  // Mean squared error; logits and targets of equal element count.
+  virtual double mse(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) = 0;
+  // Binary cross-entropy with logits, mean over all elements.
+  virtual double bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) = 0;
+
+  // --- optimizer ---
+  virtual double sum_of_squares(const Tensor& t) = 0;
+  virtual void scale(const Tensor& t, double factor) = 0;
+  // torch.optim.AdamW on one parameter tensor: decoupled weight decay, bias-corrected moments.
+  virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                          const AdamWHyper& hyper) = 0;
+
+  // Waits for queued work (no-op on the CPU).
+  virtual void synchronize() {}
+};
+
+std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
+
+}  // namespace anatomy

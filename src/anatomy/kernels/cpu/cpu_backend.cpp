@@ -1,0 +1,447 @@
+// cpu_backend.cpp: the reference backend. Plain loops in float32 with float64
+// accumulation for every reduction, OpenBLAS for the matrix products. It is the
+// oracle the CUDA kernels are tested against, so clarity beats speed here.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "anatomy/core/random.h"
+#include "anatomy/kernels/backend.h"
+
+namespace anatomy {
+
+namespace {
+
+void expect_f32(const Tensor& t, const char* op) {
+  ANATOMY_CHECK(t.defined() && t.dtype() == DType::F32, "{}: '{}' must be a defined float32 tensor", op, t.name());
+}
+
+void expect_same_numel(const Tensor& a, const Tensor& b, const char* op) {
+  ANATOMY_CHECK(a.numel() == b.numel(), "{}: {} has {} elements but {} has {}", op, a.name(), a.numel(), b.name(),
+                b.numel());
+}
+
+// Rows of a tensor seen as a matrix [numel / last, last].
+int64_t rows_of(const Tensor& t) { return t.numel() / t.dim(-1); }
+
+constexpr double kSqrt1_2 = 0.70710678118654752440;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) : ledger_(Device::cpu(), make_cpu_allocator()) {
+    if (threads > 0) openblas_set_num_threads(threads);
+  }
+
+  Device device() const override { return Device::cpu(); }
+  Ledger& ledger() override { return ledger_; }
+
+  void zero(const Tensor& t) override { std::memset(t.raw(), 0, t.nbytes()); }
+  void copy_from_host(const Tensor& dst, const void* src) override { std::memcpy(dst.raw(), src, dst.nbytes()); }
+  void copy_to_host(const Tensor& src, void* dst) override { std::memcpy(dst, src.raw(), src.nbytes()); }
+  void copy(const Tensor& dst, const Tensor& src) override {
+    ANATOMY_CHECK(dst.nbytes() == src.nbytes(), "copy: {} and {} differ in size", dst.name(), src.name());
+    std::memmove(dst.raw(), src.raw(), src.nbytes());
+  }
+
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) override {
+    expect_f32(x, "linear_forward");
+    const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
+    ANATOMY_CHECK(w.dim(1) == K && y.numel() == M * N, "linear_forward: shapes of {} {} {}", x.name(), w.name(),
+                  y.name());
+    float* out = y.data<float>();
+    if (b) {
+      const float* bias = b->data<float>();
+      for (int64_t m = 0; m < M; ++m) std::memcpy(out + m * N, bias, N * sizeof(float));
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x.data<float>(), K, w.data<float>(), K,
+                b ? 1.0f : 0.0f, out, N);
+  }
+
+  void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor& dw,
+                       const Tensor* db) override {
+    const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
+    ANATOMY_CHECK(dy.numel() == M * N && dw.numel() == N * K, "linear_backward: shapes of {} {}", dy.name(),
+                  dw.name());
+    if (dx) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, dy.data<float>(), N, w.data<float>(), K,
+                  0.0f, dx->data<float>(), K);
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dy.data<float>(), N, x.data<float>(), K, 1.0f,
+                dw.data<float>(), K);
+    if (db) {
+      const float* g = dy.data<float>();
+      float* out = db->data<float>();
+      std::vector<double> sums(N, 0.0);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) sums[n] += g[m * N + n];
+      for (int64_t n = 0; n < N; ++n) out[n] += static_cast<float>(sums[n]);
+    }
+  }
+
+  void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) override {
+    const int64_t H = table.dim(1), V = table.dim(0), T = ids.numel();
+    ANATOMY_CHECK(out.numel() == T * H, "embedding_forward: {} does not fit {} rows of {}", out.name(), T, H);
+    const int64_t* id = ids.data<int64_t>();
+    const float* tab = table.data<float>();
+    float* o = out.data<float>();
+    for (int64_t t = 0; t < T; ++t) {
+      ANATOMY_CHECK(id[t] >= 0 && id[t] < V, "embedding_forward: id {} outside {} of {} rows", id[t], table.name(), V);
+      const float* row = tab + id[t] * H;
+      float* dst = o + t * H;
+      if (accumulate)
+        for (int64_t h = 0; h < H; ++h) dst[h] += row[h];
+      else
+        std::memcpy(dst, row, H * sizeof(float));
+    }
+  }
+
+  void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx) override {
+    const int64_t H = dtable.dim(1), T = ids.numel();
+    const int64_t* id = ids.data<int64_t>();
+    const float* g = dout.data<float>();
+    float* d = dtable.data<float>();
+    for (int64_t t = 0; t < T; ++t) {
+      if (id[t] == padding_idx) continue;
+      for (int64_t h = 0; h < H; ++h) d[id[t] * H + h] += g[t * H + h];
+    }
+  }
+
+  void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
+                         const Tensor& mean, const Tensor& rstd) override {
+    const int64_t H = x.dim(-1), R = rows_of(x);
+    const float *in = x.data<float>(), *g = gamma.data<float>(), *b = beta.data<float>();
+    float *out = y.data<float>(), *mu = mean.data<float>(), *rs = rstd.data<float>();
+    for (int64_t r = 0; r < R; ++r) {
+      const float* row = in + r * H;
+      double sum = 0.0;
+      for (int64_t h = 0; h < H; ++h) sum += row[h];
+      const double m = sum / H;
+      double var = 0.0;
+      for (int64_t h = 0; h < H; ++h) var += (row[h] - m) * (row[h] - m);
+      var /= H;
+      const double s = 1.0 / std::sqrt(var + eps);
+      mu[r] = static_cast<float>(m);
+      rs[r] = static_cast<float>(s);
+      for (int64_t h = 0; h < H; ++h) out[r * H + h] = static_cast<float>((row[h] - m) * s * g[h] + b[h]);
+    }
+  }
+
+  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                          const Tensor& gamma, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) override {
+    const int64_t H = x.dim(-1), R = rows_of(x);
+    const float *in = x.data<float>(), *g = gamma.data<float>(), *grad = dy.data<float>();
+    const float *mu = mean.data<float>(), *rs = rstd.data<float>();
+    float *out = dx.data<float>(), *dg = dgamma.data<float>(), *dbt = dbeta.data<float>();
+    std::vector<double> dgamma_acc(H, 0.0), dbeta_acc(H, 0.0);
+    for (int64_t r = 0; r < R; ++r) {
+      const float* row = in + r * H;
+      const float* gr = grad + r * H;
+      const double m = mu[r], s = rs[r];
+      double sum_dyg = 0.0, sum_dyg_xhat = 0.0;
+      for (int64_t h = 0; h < H; ++h) {
+        const double xhat = (row[h] - m) * s;
+        const double dyg = static_cast<double>(gr[h]) * g[h];
+        sum_dyg += dyg;
+        sum_dyg_xhat += dyg * xhat;
+        dgamma_acc[h] += gr[h] * xhat;
+        dbeta_acc[h] += gr[h];
+      }
+      const double mean_dyg = sum_dyg / H, mean_dyg_xhat = sum_dyg_xhat / H;
+      for (int64_t h = 0; h < H; ++h) {
+        const double xhat = (row[h] - m) * s;
+        const double dyg = static_cast<double>(gr[h]) * g[h];
+        out[r * H + h] = static_cast<float>(s * (dyg - mean_dyg - xhat * mean_dyg_xhat));
+      }
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      dg[h] += static_cast<float>(dgamma_acc[h]);
+      dbt[h] += static_cast<float>(dbeta_acc[h]);
+    }
+  }
+
+  void add(const Tensor& a, const Tensor& b, const Tensor& out) override {
+    expect_same_numel(a, b, "add");
+    expect_same_numel(a, out, "add");
+    const float *x = a.data<float>(), *y = b.data<float>();
+    float* o = out.data<float>();
+    for (int64_t i = 0, n = a.numel(); i < n; ++i) o[i] = x[i] + y[i];
+  }
+
+  void add_inplace(const Tensor& dst, const Tensor& src) override {
+    expect_same_numel(dst, src, "add_inplace");
+    float* d = dst.data<float>();
+    const float* s = src.data<float>();
+    for (int64_t i = 0, n = dst.numel(); i < n; ++i) d[i] += s[i];
+  }
+
+  void activation_forward(ActivationKind kind, const Tensor& x, const Tensor& y) override {
+    expect_same_numel(x, y, "activation_forward");
+    const float* in = x.data<float>();
+    float* out = y.data<float>();
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) {
+      const double v = in[i];
+      double r = 0.0;
+      switch (kind) {
+        case ActivationKind::GeluErf: r = 0.5 * v * (1.0 + std::erf(v * kSqrt1_2)); break;
+        case ActivationKind::GeluTanh: r = 0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v))); break;
+        case ActivationKind::Relu: r = v > 0.0 ? v : 0.0; break;
+        case ActivationKind::Tanh: r = std::tanh(v); break;
+      }
+      out[i] = static_cast<float>(r);
+    }
+  }
+
+  void activation_backward(ActivationKind kind, const Tensor& saved, const Tensor& dy, const Tensor& dx) override {
+    expect_same_numel(saved, dy, "activation_backward");
+    expect_same_numel(saved, dx, "activation_backward");
+    const float *s = saved.data<float>(), *g = dy.data<float>();
+    float* out = dx.data<float>();
+    for (int64_t i = 0, n = saved.numel(); i < n; ++i) {
+      const double v = s[i];
+      double d = 0.0;
+      switch (kind) {
+        case ActivationKind::GeluErf:
+          d = 0.5 * (1.0 + std::erf(v * kSqrt1_2)) + v * kInvSqrt2Pi * std::exp(-0.5 * v * v);
+          break;
+        case ActivationKind::GeluTanh: {
+          const double t = std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v));
+          d = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * v * v);
+          break;
+        }
+        case ActivationKind::Relu: d = v > 0.0 ? 1.0 : 0.0; break;
+        case ActivationKind::Tanh: d = 1.0 - v * v; break;  // saved is tanh(x)
+      }
+      out[i] = static_cast<float>(g[i] * d);
+    }
+  }
+
+  void dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) override {
+    expect_same_numel(x, y, "dropout");
+    const float* in = x.data<float>();
+    float* out = y.data<float>();
+    const int64_t n = x.numel();
+    if (spec.p <= 0.0f) {
+      if (in != out) std::memcpy(out, in, n * sizeof(float));
+      return;
+    }
+    const float scale = 1.0f / (1.0f - spec.p);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = dropout_keep(spec.seed, spec.stream, static_cast<uint64_t>(i), spec.p) ? in[i] * scale : 0.0f;
+  }
+
+  void select_row(const Tensor& x, int64_t row, const Tensor& out) override {
+    const int64_t B = x.dim(0), L = x.dim(1), H = x.dim(2);
+    ANATOMY_CHECK(row < L && out.numel() == B * H, "select_row: shapes of {} {}", x.name(), out.name());
+    for (int64_t b = 0; b < B; ++b)
+      std::memcpy(out.data<float>() + b * H, x.data<float>() + (b * L + row) * H, H * sizeof(float));
+  }
+
+  void select_row_backward(const Tensor& dout, int64_t row, const Tensor& dx) override {
+    const int64_t B = dx.dim(0), L = dx.dim(1), H = dx.dim(2);
+    for (int64_t b = 0; b < B; ++b) {
+      float* d = dx.data<float>() + (b * L + row) * H;
+      const float* g = dout.data<float>() + b * H;
+      for (int64_t h = 0; h < H; ++h) d[h] += g[h];
+    }
+  }
+
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
+                         double scale, const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) override {
+    const int64_t B = q.dim(0), L = q.dim(1), H = q.dim(2), D = H / heads;
+    ANATOMY_CHECK(probs.numel() == B * heads * L * L, "attention_forward: {} has the wrong size", probs.name());
+    const int64_t* mask = key_mask.defined() ? key_mask.data<int64_t>() : nullptr;
+    std::vector<float> dropped(L * L);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* qh = q.data<float>() + b * L * H + h * D;
+        const float* kh = k.data<float>() + b * L * H + h * D;
+        const float* vh = v.data<float>() + b * L * H + h * D;
+        float* p = probs.data<float>() + (b * heads + h) * L * L;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, D, static_cast<float>(scale), qh, H, kh, H, 0.0f,
+                    p, L);
+        for (int64_t i = 0; i < L; ++i) softmax_row(p + i * L, mask ? mask + b * L : nullptr, L);
+        const float* weights = p;
+        if (dropout.p > 0.0f) {
+          apply_dropout(p, dropped.data(), L * L, dropout, static_cast<uint64_t>((b * heads + h) * L * L));
+          weights = dropped.data();
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, D, L, 1.0f, weights, L, vh, H, 0.0f,
+                    ctx.data<float>() + b * L * H + h * D, H);
+      }
+    }
+  }
+
+  void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                          int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,
+                          const Tensor& dv) override {
+    const int64_t B = q.dim(0), L = q.dim(1), H = q.dim(2), D = H / heads;
+    std::vector<float> dropped(L * L), dp(L * L);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t off = b * L * H + h * D;
+        const float* p = probs.data<float>() + (b * heads + h) * L * L;
+        const uint64_t base = static_cast<uint64_t>((b * heads + h) * L * L);
+        const float* weights = p;
+        if (dropout.p > 0.0f) {
+          apply_dropout(p, dropped.data(), L * L, dropout, base);
+          weights = dropped.data();
+        }
+        // dV = P_dropped^T · dctx
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, D, L, 1.0f, weights, L, dctx.data<float>() + off, H,
+                    0.0f, dv.data<float>() + off, H);
+        // dP_dropped = dctx · V^T, then through the dropout mask.
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, D, 1.0f, dctx.data<float>() + off, H,
+                    v.data<float>() + off, H, 0.0f, dp.data(), L);
+        if (dropout.p > 0.0f) apply_dropout(dp.data(), dp.data(), L * L, dropout, base);
+        // Softmax backward: dS = P ⊙ (dP − Σ_j P dP), then the scale.
+        for (int64_t i = 0; i < L; ++i) {
+          const float* pr = p + i * L;
+          float* g = dp.data() + i * L;
+          double dot = 0.0;
+          for (int64_t j = 0; j < L; ++j) dot += static_cast<double>(pr[j]) * g[j];
+          for (int64_t j = 0; j < L; ++j) g[j] = static_cast<float>(pr[j] * (g[j] - dot) * scale);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, D, L, 1.0f, dp.data(), L, k.data<float>() + off, H,
+                    0.0f, dq.data<float>() + off, H);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, D, L, 1.0f, dp.data(), L, q.data<float>() + off, H,
+                    0.0f, dk.data<float>() + off, H);
+      }
+    }
+  }
+
+  double cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) override {
+    const int64_t B = logits.dim(0), C = logits.dim(1);
+    const float* x = logits.data<float>();
+    const int64_t* y = labels.data<int64_t>();
+    float* d = dlogits.data<float>();
+    int64_t counted = 0;
+    for (int64_t b = 0; b < B; ++b) counted += y[b] != -100;
+    double total = 0.0;
+    for (int64_t b = 0; b < B; ++b) {
+      const float* row = x + b * C;
+      if (y[b] == -100) {
+        std::fill(d + b * C, d + (b + 1) * C, 0.0f);
+        continue;
+      }
+      ANATOMY_CHECK(y[b] >= 0 && y[b] < C, "cross_entropy: label {} outside [0, {})", y[b], C);
+      double mx = row[0];
+      for (int64_t c = 1; c < C; ++c) mx = std::max(mx, static_cast<double>(row[c]));
+      double sum = 0.0;
+      for (int64_t c = 0; c < C; ++c) sum += std::exp(row[c] - mx);
+      const double lse = mx + std::log(sum);
+      total += lse - row[y[b]];
+      for (int64_t c = 0; c < C; ++c) {
+        const double softmax = std::exp(row[c] - lse);
+        d[b * C + c] = static_cast<float>((softmax - (c == y[b] ? 1.0 : 0.0)) / counted);
+      }
+    }
+    return counted ? total / counted : NAN;
+  }
+
+  double mse(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) override {
+    expect_same_numel(logits, targets, "mse");
+    const int64_t n = logits.numel();
+    const float *x = logits.data<float>(), *t = targets.data<float>();
+    float* d = dlogits.data<float>();
+    double total = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double diff = static_cast<double>(x[i]) - t[i];
+      total += diff * diff;
+      d[i] = static_cast<float>(2.0 * diff / n);
+    }
+    return total / n;
+  }
+
+  double bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) override {
+    expect_same_numel(logits, targets, "bce_with_logits");
+    const int64_t n = logits.numel();
+    const float *x = logits.data<float>(), *t = targets.data<float>();
+    float* d = dlogits.data<float>();
+    double total = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x[i], target = t[i];
+      total += std::max(v, 0.0) - v * target + std::log1p(std::exp(-std::abs(v)));
+      const double sigmoid = 1.0 / (1.0 + std::exp(-v));
+      d[i] = static_cast<float>((sigmoid - target) / n);
+    }
+    return total / n;
+  }
+
+  double sum_of_squares(const Tensor& t) override {
+    const float* x = t.data<float>();
+    double total = 0.0;
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) total += static_cast<double>(x[i]) * x[i];
+    return total;
+  }
+
+  void scale(const Tensor& t, double factor) override {
+    float* x = t.data<float>();
+    const float f = static_cast<float>(factor);
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) x[i] *= f;
+  }
+
+  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                  const AdamWHyper& hp) override {
+    expect_same_numel(param, grad, "adamw_step");
+    float *p = param.data<float>(), *m = exp_avg.data<float>(), *v = exp_avg_sq.data<float>();
+    const float* g = grad.data<float>();
+    const double bias1 = 1.0 - std::pow(hp.beta1, static_cast<double>(hp.step));
+    const double bias2 = 1.0 - std::pow(hp.beta2, static_cast<double>(hp.step));
+    const double step_size = hp.lr / bias1;
+    const double bias2_sqrt = std::sqrt(bias2);
+    const double decay = 1.0 - hp.lr * hp.weight_decay;
+    for (int64_t i = 0, n = param.numel(); i < n; ++i) {
+      const double gi = g[i];
+      const double mi = hp.beta1 * m[i] + (1.0 - hp.beta1) * gi;
+      const double vi = hp.beta2 * v[i] + (1.0 - hp.beta2) * gi * gi;
+      m[i] = static_cast<float>(mi);
+      v[i] = static_cast<float>(vi);
+      const double denom = std::sqrt(vi) / bias2_sqrt + hp.eps;
+      p[i] = static_cast<float>(p[i] * decay - step_size * mi / denom);
+    }
+  }
+
+ private:
+  // Softmax of one row of scores in place; keys with mask 0 get probability 0.
+  // A row whose keys are all masked attends uniformly, as an additive mask of
+  // the most negative float does in Hugging Face's eager attention.
+  static void softmax_row(float* row, const int64_t* mask, int64_t L) {
+    bool any = false;
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < L; ++j) {
+      if (mask && mask[j] == 0) continue;
+      any = true;
+      mx = std::max(mx, static_cast<double>(row[j]));
+    }
+    if (!any) {
+      std::fill(row, row + L, 1.0f / static_cast<float>(L));
+      return;
+    }
+    double sum = 0.0;
+    for (int64_t j = 0; j < L; ++j) {
+      if (mask && mask[j] == 0) continue;
+      sum += std::exp(row[j] - mx);
+    }
+    for (int64_t j = 0; j < L; ++j)
+      row[j] = (mask && mask[j] == 0) ? 0.0f : static_cast<float>(std::exp(row[j] - mx) / sum);
+  }
+
+  static void apply_dropout(const float* in, float* out, int64_t n, const DropoutSpec& spec, uint64_t base) {
+    const float scale = 1.0f / (1.0f - spec.p);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = dropout_keep(spec.seed, spec.stream, base + static_cast<uint64_t>(i), spec.p) ? in[i] * scale : 0.0f;
+  }
+
+  Ledger ledger_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
+
+}  // namespace anatomy

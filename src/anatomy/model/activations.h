@@ -1,0 +1,42 @@
+// activations.h: what each layer saves for its backward pass, declared in one
+// place. The model allocates exactly these tensors (category "activations")
+// during a training forward pass, the memory plan reads the same list, and
+// gradient checkpointing is a policy over it. Dropout masks are not saved:
+// they are replayed from the counter-based RNG (core/random.h).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "anatomy/core/tensor.h"
+#include "anatomy/kernels/backend.h"
+#include "anatomy/model/config.h"
+
+namespace anatomy {
+
+struct SavedSpec {
+  std::string name;
+  Shape shape;
+  const char* why;  // the backward op that reads it
+};
+
+enum class LayerKind { Embeddings, EncoderLayer, Head };
+
+// The tensors a layer of `kind` saves for a batch of B sequences of length L.
+std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& config, int64_t B, int64_t L);
+
+// A layer's saved tensors, allocated from its declaration.
+class SavedTensors {
+ public:
+  SavedTensors() = default;
+  // `category` is Activations when training, Temporary when no backward will follow.
+  SavedTensors(Backend& backend, const std::vector<SavedSpec>& specs, Category category, const std::string& prefix);
+  const Tensor& operator[](const std::string& name) const;
+  int64_t bytes() const;
+
+ private:
+  std::map<std::string, Tensor> tensors_;
+};
+
+}  // namespace anatomy

@@ -1,0 +1,308 @@
+// bert.cpp: forward and backward of BertForSequenceClassification.
+//
+// Forward, per Hugging Face's modeling_bert:
+//   embeddings: LayerNorm(word[ids] + position[pos] + token_type[tt]) -> dropout
+//   layer:      q,k,v = linear(x); ctx = attention(q,k,v, key mask, dropout on probs)
+//               h1  = LayerNorm(dropout(linear(ctx)) + x)
+//               out = LayerNorm(dropout(linear(act(linear(h1)))) + h1)
+//   head:       pooled = tanh(linear(out[:, 0])); logits = linear(dropout(pooled))
+// Backward walks the same steps in reverse, reading what saved_for_backward()
+// declares, and replays every dropout mask from (seed, step, site).
+#include "anatomy/model/bert.h"
+
+#include <cmath>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace anatomy {
+
+struct BertForSequenceClassification::Step {
+  SavedTensors embeddings;
+  std::vector<SavedTensors> layers;
+  SavedTensors head;
+  Tensor dlogits;
+};
+
+namespace {
+
+ActivationKind activation_kind(Activation a) {
+  switch (a) {
+    case Activation::Gelu: return ActivationKind::GeluErf;
+    case Activation::GeluNew: return ActivationKind::GeluTanh;
+    case Activation::Relu: return ActivationKind::Relu;
+  }
+  return ActivationKind::GeluErf;
+}
+
+// Dropout sites: each has its own random stream per training step.
+constexpr int64_t kSitesPerLayer = 3;
+int64_t site_embeddings() { return 0; }
+int64_t site_attention_probs(int64_t layer) { return 1 + kSitesPerLayer * layer; }
+int64_t site_attention_output(int64_t layer) { return 2 + kSitesPerLayer * layer; }
+int64_t site_layer_output(int64_t layer) { return 3 + kSitesPerLayer * layer; }
+int64_t site_classifier(int64_t layers) { return 1 + kSitesPerLayer * layers; }
+
+}  // namespace
+
+ProblemType resolve_problem_type(const BertConfig& config, DType labels_dtype) {
+  if (config.problem_type != ProblemType::Unset) return config.problem_type;
+  if (config.num_labels == 1) return ProblemType::Regression;
+  if (labels_dtype == DType::I64) return ProblemType::SingleLabel;
+  return ProblemType::MultiLabel;
+}
+
+BertForSequenceClassification::BertForSequenceClassification(Backend& backend, BertConfig config)
+    : backend_(backend),
+      config_(std::move(config)),
+      weights_(backend, bert_parameter_specs(config_), Category::Weights, ""),
+      w_(BertTensors::bind(weights_, config_)),
+      activation_(activation_kind(config_.hidden_act)) {}
+
+BertForSequenceClassification::~BertForSequenceClassification() = default;
+
+ParameterSet& BertForSequenceClassification::gradients() {
+  if (!gradients_) {
+    gradients_ = std::make_unique<ParameterSet>(backend_, weights_.specs(), Category::Gradients, "grad.");
+    g_ = BertTensors::bind(*gradients_, config_);
+  }
+  return *gradients_;
+}
+
+void BertForSequenceClassification::zero_gradients() { backend_.zero(gradients().flat()); }
+
+DropoutSpec BertForSequenceClassification::dropout_at(double p, int64_t site) const {
+  DropoutSpec spec;
+  spec.p = options_.training ? static_cast<float>(p) : 0.0f;
+  spec.seed = options_.seed;
+  spec.stream = (options_.step << 16) | static_cast<uint64_t>(site);
+  return spec;
+}
+
+Tensor BertForSequenceClassification::temporary(Shape shape, const std::string& name) {
+  return Tensor::empty(backend_.ledger(), std::move(shape), DType::F32, Category::Temporary, name);
+}
+
+void BertForSequenceClassification::prepare_inputs(const BertInputs& in) {
+  ANATOMY_CHECK(in.input_ids.defined() && in.input_ids.rank() == 2 && in.input_ids.dtype() == DType::I64,
+                "input_ids must be int64 [batch, seq]");
+  const int64_t B = in.input_ids.dim(0), L = in.input_ids.dim(1);
+  Ledger& ledger = backend_.ledger();
+  ids_ = in.input_ids;
+  if (B != B_ || L != L_ || !positions_.defined()) {
+    std::vector<int64_t> host(B * L);
+    for (int64_t i = 0; i < B * L; ++i) host[i] = i % L;
+    positions_ = Tensor::empty(ledger, {B, L}, DType::I64, Category::Data, "position_ids");
+    backend_.copy_from_host(positions_, host.data());
+    B_ = B;
+    L_ = L;
+  }
+  if (in.token_type_ids.defined()) {
+    token_types_ = in.token_type_ids;
+  } else {
+    token_types_ = Tensor::empty(ledger, {B, L}, DType::I64, Category::Data, "token_type_ids");
+    backend_.zero(token_types_);
+  }
+  mask_ = in.attention_mask;
+}
+
+ForwardOutput BertForSequenceClassification::forward(const BertInputs& inputs, const ForwardOptions& options) {
+  options_ = options;
+  prepare_inputs(inputs);
+  const Category kept = options.save_for_backward ? Category::Activations : Category::Temporary;
+  Ledger& ledger = backend_.ledger();
+  auto step = std::make_unique<Step>();
+
+  ledger.set_phase("forward embeddings");
+  step->embeddings = SavedTensors(backend_, saved_for_backward(LayerKind::Embeddings, config_, B_, L_), kept,
+                                  "embeddings.");
+  embeddings_forward(step->embeddings);
+  const Tensor* hidden = &step->embeddings["out"];
+  SavedTensors previous;  // inference keeps only the layer before
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    ledger.set_phase(fmt::format("forward layer {}", l));
+    SavedTensors layer(backend_, saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_), kept,
+                       fmt::format("layer.{}.", l));
+    encoder_forward(l, *hidden, layer);
+    if (options.save_for_backward) {
+      step->layers.push_back(std::move(layer));
+      hidden = &step->layers.back()["out"];
+    } else {
+      previous = std::move(layer);
+      hidden = &previous["out"];
+    }
+  }
+  ledger.set_phase("forward head");
+  step->head = SavedTensors(backend_, saved_for_backward(LayerKind::Head, config_, B_, 1), kept, "head.");
+  head_forward(*hidden, step->head);
+
+  ForwardOutput out;
+  out.logits = step->head["logits"];
+  if (inputs.labels.defined()) {
+    out.problem_type = resolve_problem_type(config_, inputs.labels.dtype());
+    step->dlogits = Tensor::empty(ledger, out.logits.shape(), DType::F32, Category::Temporary, "dlogits");
+    ledger.set_phase("loss");
+    out.loss = loss_forward(out.logits, inputs.labels, out.problem_type, step->dlogits);
+  }
+  if (options.save_for_backward) step_ = std::move(step);
+  else step_.reset();
+  return out;
+}
+
+void BertForSequenceClassification::embeddings_forward(const SavedTensors& s) {
+  const Tensor& sum = s["ln_in"];
+  backend_.embedding_forward(ids_, w_.word, sum, false);
+  backend_.embedding_forward(positions_, w_.position, sum, true);
+  backend_.embedding_forward(token_types_, w_.token_type, sum, true);
+  backend_.layernorm_forward(sum, w_.emb_ln_w, w_.emb_ln_b, config_.layer_norm_eps, s["out"], s["ln_mean"],
+                             s["ln_rstd"]);
+  backend_.dropout(s["out"], s["out"], dropout_at(config_.hidden_dropout_prob, site_embeddings()));
+}
+
+void BertForSequenceClassification::encoder_forward(int64_t l, const Tensor& x, const SavedTensors& s) {
+  const EncoderLayerTensors& w = w_.layers[l];
+  const int64_t H = config_.hidden_size;
+  backend_.linear_forward(x, w.query_w, &w.query_b, s["q"]);
+  backend_.linear_forward(x, w.key_w, &w.key_b, s["k"]);
+  backend_.linear_forward(x, w.value_w, &w.value_b, s["v"]);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
+  backend_.attention_forward(s["q"], s["k"], s["v"], mask_, config_.num_attention_heads, scale,
+                             dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l)), s["probs"],
+                             s["ctx"]);
+  Tensor projected = temporary({B_, L_, H}, "projected");
+  backend_.linear_forward(s["ctx"], w.attn_out_w, &w.attn_out_b, projected);
+  backend_.dropout(projected, projected, dropout_at(config_.hidden_dropout_prob, site_attention_output(l)));
+  backend_.add(projected, x, s["attn_ln_in"]);
+  backend_.layernorm_forward(s["attn_ln_in"], w.attn_ln_w, w.attn_ln_b, config_.layer_norm_eps, s["h1"],
+                             s["attn_ln_mean"], s["attn_ln_rstd"]);
+  backend_.linear_forward(s["h1"], w.inter_w, &w.inter_b, s["inter_pre"]);
+  backend_.activation_forward(activation_, s["inter_pre"], s["inter_act"]);
+  backend_.linear_forward(s["inter_act"], w.out_w, &w.out_b, projected);
+  backend_.dropout(projected, projected, dropout_at(config_.hidden_dropout_prob, site_layer_output(l)));
+  backend_.add(projected, s["h1"], s["out_ln_in"]);
+  backend_.layernorm_forward(s["out_ln_in"], w.out_ln_w, w.out_ln_b, config_.layer_norm_eps, s["out"],
+                             s["out_ln_mean"], s["out_ln_rstd"]);
+}
+
+void BertForSequenceClassification::head_forward(const Tensor& hidden, const SavedTensors& s) {
+  const int64_t H = config_.hidden_size;
+  backend_.select_row(hidden, 0, s["first_token"]);
+  Tensor pre = temporary({B_, H}, "pooler_pre");
+  backend_.linear_forward(s["first_token"], w_.pooler_w, &w_.pooler_b, pre);
+  backend_.activation_forward(ActivationKind::Tanh, pre, s["pooled"]);
+  backend_.dropout(s["pooled"], s["classifier_in"],
+                   dropout_at(config_.classifier_dropout_prob(), site_classifier(config_.num_hidden_layers)));
+  backend_.linear_forward(s["classifier_in"], w_.classifier_w, &w_.classifier_b, s["logits"]);
+}
+
+double BertForSequenceClassification::loss_forward(const Tensor& logits, const Tensor& labels, ProblemType type,
+                                                   const Tensor& dlogits) {
+  const int64_t C = config_.num_labels;
+  switch (type) {
+    case ProblemType::SingleLabel:
+      ANATOMY_CHECK(labels.dtype() == DType::I64 && labels.numel() == B_,
+                    "single-label classification needs int64 labels [{}]", B_);
+      return backend_.cross_entropy(logits, labels, dlogits);
+    case ProblemType::Regression:
+      // Hugging Face squeezes both sides when num_labels == 1, else compares [B, C] with [B, C].
+      ANATOMY_CHECK(labels.dtype() == DType::F32 && labels.numel() == B_ * C,
+                    "regression needs float32 labels with {} values", B_ * C);
+      return backend_.mse(logits, labels, dlogits);
+    case ProblemType::MultiLabel:
+      ANATOMY_CHECK(labels.dtype() == DType::F32 && labels.numel() == B_ * C,
+                    "multi-label classification needs float32 labels [{}, {}]", B_, C);
+      return backend_.bce_with_logits(logits, labels, dlogits);
+    case ProblemType::Unset: break;
+  }
+  ANATOMY_CHECK(false, "problem type unresolved");
+  return 0.0;
+}
+
+void BertForSequenceClassification::backward(double loss_scale) {
+  ANATOMY_CHECK(step_ && step_->dlogits.defined(), "backward without a training forward that computed a loss");
+  std::unique_ptr<Step> step = std::move(step_);
+  gradients();
+  Ledger& ledger = backend_.ledger();
+  const int64_t H = config_.hidden_size;
+
+  ledger.set_phase("backward head");
+  const SavedTensors& head = step->head;
+  if (loss_scale != 1.0) backend_.scale(step->dlogits, loss_scale);
+  Tensor d_pooled = temporary({B_, H}, "d_pooled");
+  backend_.linear_backward(step->dlogits, head["classifier_in"], w_.classifier_w, &d_pooled, g_.classifier_w,
+                           &g_.classifier_b);
+  backend_.dropout(d_pooled, d_pooled,
+                   dropout_at(config_.classifier_dropout_prob(), site_classifier(config_.num_hidden_layers)));
+  backend_.activation_backward(ActivationKind::Tanh, head["pooled"], d_pooled, d_pooled);
+  Tensor d_first = temporary({B_, H}, "d_first_token");
+  backend_.linear_backward(d_pooled, head["first_token"], w_.pooler_w, &d_first, g_.pooler_w, &g_.pooler_b);
+  Tensor d_hidden = temporary({B_, L_, H}, "d_hidden");
+  backend_.zero(d_hidden);
+  backend_.select_row_backward(d_first, 0, d_hidden);
+  step->head = SavedTensors();
+
+  for (int64_t l = config_.num_hidden_layers - 1; l >= 0; --l) {
+    ledger.set_phase(fmt::format("backward layer {}", l));
+    const Tensor& x = l > 0 ? step->layers[l - 1]["out"] : step->embeddings["out"];
+    d_hidden = encoder_backward(l, x, step->layers[l], d_hidden);
+    step->layers.pop_back();  // layer l's saved tensors are no longer needed
+  }
+  ledger.set_phase("backward embeddings");
+  embeddings_backward(step->embeddings, d_hidden);
+}
+
+Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& x, const SavedTensors& s,
+                                                       const Tensor& dout) {
+  const EncoderLayerTensors& w = w_.layers[l];
+  const EncoderLayerTensors& g = g_.layers[l];
+  const int64_t H = config_.hidden_size, I = config_.intermediate_size;
+
+  // out = LayerNorm(dropout(output.dense(inter_act)) + h1)
+  Tensor d_sum = temporary({B_, L_, H}, "d_ln_in");
+  backend_.layernorm_backward(dout, s["out_ln_in"], s["out_ln_mean"], s["out_ln_rstd"], w.out_ln_w, d_sum,
+                              g.out_ln_w, g.out_ln_b);
+  Tensor d_h1 = temporary({B_, L_, H}, "d_h1");
+  backend_.copy(d_h1, d_sum);  // residual branch
+  backend_.dropout(d_sum, d_sum, dropout_at(config_.hidden_dropout_prob, site_layer_output(l)));
+  Tensor d_inter = temporary({B_, L_, I}, "d_intermediate");
+  backend_.linear_backward(d_sum, s["inter_act"], w.out_w, &d_inter, g.out_w, &g.out_b);
+  backend_.activation_backward(activation_, s["inter_pre"], d_inter, d_inter);
+  Tensor d_tmp = temporary({B_, L_, H}, "d_tmp");
+  backend_.linear_backward(d_inter, s["h1"], w.inter_w, &d_tmp, g.inter_w, &g.inter_b);
+  d_inter = Tensor();
+  backend_.add_inplace(d_h1, d_tmp);
+
+  // h1 = LayerNorm(dropout(attention.output.dense(ctx)) + x)
+  backend_.layernorm_backward(d_h1, s["attn_ln_in"], s["attn_ln_mean"], s["attn_ln_rstd"], w.attn_ln_w, d_sum,
+                              g.attn_ln_w, g.attn_ln_b);
+  Tensor d_x = dout;  // dout is consumed: its buffer now collects the input gradient
+  backend_.copy(d_x, d_sum);  // residual branch
+  backend_.dropout(d_sum, d_sum, dropout_at(config_.hidden_dropout_prob, site_attention_output(l)));
+  Tensor d_ctx = d_h1;  // d_h1 is consumed too
+  backend_.linear_backward(d_sum, s["ctx"], w.attn_out_w, &d_ctx, g.attn_out_w, &g.attn_out_b);
+
+  Tensor dq = temporary({B_, L_, H}, "d_q"), dk = temporary({B_, L_, H}, "d_k");
+  Tensor dv = d_sum;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
+  backend_.attention_backward(d_ctx, s["q"], s["k"], s["v"], s["probs"], config_.num_attention_heads, scale,
+                              dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l)), dq, dk, dv);
+  backend_.linear_backward(dq, x, w.query_w, &d_tmp, g.query_w, &g.query_b);
+  backend_.add_inplace(d_x, d_tmp);
+  backend_.linear_backward(dk, x, w.key_w, &d_tmp, g.key_w, &g.key_b);
+  backend_.add_inplace(d_x, d_tmp);
+  backend_.linear_backward(dv, x, w.value_w, &d_tmp, g.value_w, &g.value_b);
+  backend_.add_inplace(d_x, d_tmp);
+  return d_x;
+}
+
+void BertForSequenceClassification::embeddings_backward(const SavedTensors& s, const Tensor& dout) {
+  backend_.dropout(dout, dout, dropout_at(config_.hidden_dropout_prob, site_embeddings()));
+  Tensor d_sum = temporary({B_, L_, config_.hidden_size}, "d_embeddings");
+  backend_.layernorm_backward(dout, s["ln_in"], s["ln_mean"], s["ln_rstd"], w_.emb_ln_w, d_sum, g_.emb_ln_w,
+                              g_.emb_ln_b);
+  backend_.embedding_backward(ids_, d_sum, g_.word, config_.pad_token_id);
+  backend_.embedding_backward(positions_, d_sum, g_.position, -1);
+  backend_.embedding_backward(token_types_, d_sum, g_.token_type, -1);
+}
+
+}  // namespace anatomy

@@ -1,0 +1,93 @@
+// bert.h: BertForSequenceClassification with Hugging Face semantics, written as
+// an explicit forward and backward per layer over the backend's ops.
+#pragma once
+
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "anatomy/kernels/backend.h"
+#include "anatomy/model/activations.h"
+#include "anatomy/model/config.h"
+#include "anatomy/model/parameters.h"
+
+namespace anatomy {
+
+// One batch on the model's device. Optional tensors may be left undefined:
+// token types default to 0, the attention mask to all ones; without labels no
+// loss is computed.
+struct BertInputs {
+  Tensor input_ids;       // int64 [B, L]
+  Tensor token_type_ids;  // int64 [B, L]
+  Tensor attention_mask;  // int64 [B, L], 1 attend / 0 padding
+  Tensor labels;          // int64 [B] (single label), float32 [B] or [B, C] (regression, multi-label)
+};
+
+struct ForwardOptions {
+  bool training = false;           // dropout on
+  bool save_for_backward = false;  // keep activations for backward()
+  uint64_t seed = 42;              // dropout masks are a function of (seed, step, site)
+  uint64_t step = 0;
+};
+
+struct ForwardOutput {
+  Tensor logits;  // [B, num_labels] on the device
+  std::optional<double> loss;
+  ProblemType problem_type = ProblemType::Unset;
+};
+
+// Hugging Face's rule: the config's problem_type if set; else regression when
+// num_labels == 1, single-label when labels are integers, multi-label otherwise.
+ProblemType resolve_problem_type(const BertConfig& config, DType labels_dtype);
+
+class BertForSequenceClassification {
+ public:
+  BertForSequenceClassification(Backend& backend, BertConfig config);
+  ~BertForSequenceClassification();
+
+  const BertConfig& config() const { return config_; }
+  Backend& backend() { return backend_; }
+  ParameterSet& weights() { return weights_; }
+  const ParameterSet& weights() const { return weights_; }
+  // Gradients are allocated on first use (inference never allocates them).
+  ParameterSet& gradients();
+  bool has_gradients() const { return gradients_ != nullptr; }
+  void zero_gradients();
+
+  ForwardOutput forward(const BertInputs& inputs, const ForwardOptions& options);
+  // Backpropagates the loss of the last forward that saved for backward, accumulating into
+  // gradients() the gradient of `loss_scale` × loss; frees the saved activations.
+  void backward(double loss_scale = 1.0);
+
+ private:
+  struct Step;  // the state one training forward leaves for its backward
+
+  DropoutSpec dropout_at(double p, int64_t site) const;
+  Tensor temporary(Shape shape, const std::string& name);
+  void prepare_inputs(const BertInputs& inputs);
+
+  void embeddings_forward(const SavedTensors& s);
+  void encoder_forward(int64_t layer, const Tensor& x, const SavedTensors& s);
+  void head_forward(const Tensor& hidden, const SavedTensors& s);
+  double loss_forward(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits);
+
+  Tensor encoder_backward(int64_t layer, const Tensor& x, const SavedTensors& s, const Tensor& dout);
+  void embeddings_backward(const SavedTensors& s, const Tensor& dout);
+
+  Backend& backend_;
+  BertConfig config_;
+  ParameterSet weights_;
+  BertTensors w_;
+  std::unique_ptr<ParameterSet> gradients_;
+  BertTensors g_;
+  ActivationKind activation_;
+
+  // Per-batch state.
+  int64_t B_ = 0, L_ = 0;
+  ForwardOptions options_;
+  Tensor ids_, token_types_, positions_, mask_;
+  std::unique_ptr<Step> step_;
+};
+
+}  // namespace anatomy

@@ -1,0 +1,137 @@
+// checkpoint.cpp: loading, initialising and saving BERT parameters.
+#include "anatomy/model/checkpoint.h"
+
+#include <filesystem>
+#include <map>
+
+#include "anatomy/core/random.h"
+#include "anatomy/io/files.h"
+#include "anatomy/io/safetensors.h"
+
+namespace anatomy {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Random streams of initialisation live in their own range, apart from dropout's.
+constexpr uint64_t kInitStreamBase = uint64_t{1} << 62;
+
+bool optional_on_load(const std::string& name) {
+  return name.rfind("classifier.", 0) == 0 || name.rfind("bert.pooler.", 0) == 0;
+}
+
+// The names a checkpoint may use for one of our parameters, in order of preference.
+std::vector<std::string> checkpoint_names(const std::string& name) {
+  std::vector<std::string> names = {name};
+  auto legacy = [](std::string n) {
+    auto replace_suffix = [&](const std::string& from, const std::string& to) {
+      if (n.size() >= from.size() && n.compare(n.size() - from.size(), from.size(), from) == 0)
+        n = n.substr(0, n.size() - from.size()) + to;
+    };
+    replace_suffix("LayerNorm.weight", "LayerNorm.gamma");
+    replace_suffix("LayerNorm.bias", "LayerNorm.beta");
+    return n;
+  };
+  if (legacy(name) != name) names.push_back(legacy(name));
+  if (name.rfind("bert.", 0) == 0) {  // a bare BertModel's checkpoint has no "bert." prefix
+    names.push_back(name.substr(5));
+    if (legacy(name) != name) names.push_back(legacy(name).substr(5));
+  }
+  return names;
+}
+
+void init_one(Backend& backend, const Tensor& t, const ParamSpec& spec, size_t index, const BertConfig& c,
+              uint64_t seed) {
+  std::vector<float> host(t.numel(), 0.0f);
+  switch (spec.init) {
+    case ParamInit::Zeros: break;
+    case ParamInit::Ones: std::fill(host.begin(), host.end(), 1.0f); break;
+    case ParamInit::Normal:
+      for (size_t i = 0; i < host.size(); ++i)
+        host[i] = static_cast<float>(c.initializer_range * random_normal(seed, kInitStreamBase + index, i));
+      if (spec.name == "bert.embeddings.word_embeddings.weight") {
+        const int64_t H = spec.shape[1];
+        std::fill(host.begin() + c.pad_token_id * H, host.begin() + (c.pad_token_id + 1) * H, 0.0f);
+      }
+      break;
+  }
+  backend.copy_from_host(t, host.data());
+}
+
+}  // namespace
+
+ModelSource resolve_model(const std::string& spec) {
+  ModelSource source;
+  std::error_code ec;
+  if (fs::is_directory(spec, ec)) {
+    const std::string config_path = (fs::path(spec) / "config.json").string();
+    if (!fs::exists(config_path)) fail("{}: no config.json in the model directory", spec);
+    source.config = load_bert_config(config_path);
+    source.directory = spec;
+    return source;
+  }
+  if (auto preset = bert_preset(spec)) {
+    source.config = *preset;
+    source.preset = spec;
+    return source;
+  }
+  std::string names;
+  for (const auto& n : bert_preset_names()) names += (names.empty() ? "" : ", ") + n;
+  fail("--model {}: neither a directory with config.json nor a preset ({})", spec, names);
+}
+
+void init_weights(BertForSequenceClassification& model, uint64_t seed) {
+  const auto& set = model.weights();
+  for (size_t i = 0; i < set.specs().size(); ++i)
+    init_one(model.backend(), set.tensors()[i], set.specs()[i], i, model.config(), seed);
+}
+
+LoadReport load_weights(BertForSequenceClassification& model, const std::string& directory, uint64_t seed) {
+  const io::SafetensorsSet files = io::SafetensorsSet::open_dir(directory);
+  const auto& set = model.weights();
+  LoadReport report;
+  std::map<std::string, bool> used;
+  for (const auto& name : files.names()) used[name] = false;
+  for (size_t i = 0; i < set.specs().size(); ++i) {
+    const ParamSpec& spec = set.specs()[i];
+    std::string found;
+    for (const auto& candidate : checkpoint_names(spec.name))
+      if (files.has(candidate)) {
+        found = candidate;
+        break;
+      }
+    if (found.empty()) {
+      if (!optional_on_load(spec.name)) fail("{}: tensor '{}' is missing from the checkpoint", directory, spec.name);
+      init_one(model.backend(), set.tensors()[i], spec, i, model.config(), seed);
+      report.initialised.push_back(spec.name);
+      continue;
+    }
+    used[found] = true;
+    const io::SafetensorsFile& file = files.file_of(found);
+    const std::vector<float> values = file.read_f32(found, spec.shape);
+    model.backend().copy_from_host(set.tensors()[i], values.data());
+  }
+  for (const auto& [name, was_used] : used)
+    if (!was_used && name.find("position_ids") == std::string::npos) report.unused.push_back(name);
+  return report;
+}
+
+void save_pretrained(const BertForSequenceClassification& model, Backend& backend, const std::string& directory) {
+  std::error_code ec;
+  fs::create_directories(directory, ec);
+  if (ec) fail("{}: cannot create the directory ({})", directory, ec.message());
+  const auto& set = model.weights();
+  std::vector<std::vector<float>> host(set.tensors().size());
+  std::vector<io::StWriteTensor> tensors;
+  for (size_t i = 0; i < set.tensors().size(); ++i) {
+    host[i].resize(set.tensors()[i].numel());
+    backend.copy_to_host(set.tensors()[i], host[i].data());
+    tensors.push_back({set.specs()[i].name, io::StDType::F32, set.specs()[i].shape, host[i].data()});
+  }
+  io::write_safetensors((fs::path(directory) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  io::write_text_file_atomic((fs::path(directory) / "config.json").string(),
+                             bert_config_to_json(model.config()).dump(2) + "\n");
+}
+
+}  // namespace anatomy

@@ -1,0 +1,43 @@
+// checkpoint.h: a model from a Hugging Face directory (config.json +
+// model.safetensors, or shards), from a preset with Hugging Face's
+// initialisation, and back to a directory that Hugging Face loads.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "anatomy/model/bert.h"
+
+namespace anatomy {
+
+struct ModelSource {
+  BertConfig config;
+  std::string directory;  // empty for a preset
+  std::string preset;     // empty for a directory
+};
+
+// `spec` is a directory holding config.json, or a preset name. Errors name what is missing.
+ModelSource resolve_model(const std::string& spec);
+
+// Normal(0, initializer_range) for linear and embedding weights, zero biases,
+// LayerNorm weights one, the padding row of the word embeddings zero; a pure
+// function of `seed`.
+void init_weights(BertForSequenceClassification& model, uint64_t seed);
+
+struct LoadReport {
+  std::vector<std::string> initialised;  // parameters missing from the checkpoint (e.g. a fresh classifier)
+  std::vector<std::string> unused;       // checkpoint tensors the model does not have
+};
+
+// Reads every parameter from `directory` (F32, F16 or BF16; old gamma/beta
+// LayerNorm names and checkpoints of a bare BertModel are accepted as Hugging
+// Face accepts them). Missing pooler/classifier tensors are initialised from
+// `seed` and reported; any other missing tensor or a wrong shape is an error.
+LoadReport load_weights(BertForSequenceClassification& model, const std::string& directory, uint64_t seed);
+
+// Writes directory/config.json and directory/model.safetensors (float32), each
+// atomically; creates the directory.
+void save_pretrained(const BertForSequenceClassification& model, Backend& backend, const std::string& directory);
+
+}  // namespace anatomy

@@ -1,0 +1,59 @@
+// config.h: the BERT configuration, read from and written to Hugging Face's
+// config.json, and the built-in presets used when no checkpoint is given.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace anatomy {
+
+enum class Activation { Gelu, GeluNew, Relu };
+enum class ProblemType { Unset, Regression, SingleLabel, MultiLabel };
+
+struct BertConfig {
+  int64_t vocab_size = 30522;
+  int64_t hidden_size = 768;
+  int64_t num_hidden_layers = 12;
+  int64_t num_attention_heads = 12;
+  int64_t intermediate_size = 3072;
+  Activation hidden_act = Activation::Gelu;
+  double hidden_dropout_prob = 0.1;
+  double attention_probs_dropout_prob = 0.1;
+  std::optional<double> classifier_dropout;  // null: use hidden_dropout_prob
+  int64_t max_position_embeddings = 512;
+  int64_t type_vocab_size = 2;
+  double initializer_range = 0.02;
+  double layer_norm_eps = 1e-12;
+  int64_t pad_token_id = 0;
+  int64_t num_labels = 2;
+  ProblemType problem_type = ProblemType::Unset;
+  std::map<int64_t, std::string> id2label;  // empty: LABEL_i
+  // Keys of config.json that the engine does not interpret, kept so a saved
+  // config round-trips what it was given.
+  nlohmann::json extra = nlohmann::json::object();
+
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  double classifier_dropout_prob() const { return classifier_dropout.value_or(hidden_dropout_prob); }
+};
+
+// Parses config.json text; `source` names the file in errors.
+BertConfig parse_bert_config(const std::string& text, const std::string& source);
+BertConfig load_bert_config(const std::string& path);
+nlohmann::json bert_config_to_json(const BertConfig& config);
+
+// Checks internal consistency (positive sizes, heads dividing hidden size, ...).
+void validate_bert_config(const BertConfig& config, const std::string& source);
+
+// Built-in architectures: bert-large-uncased, bert-base-uncased, bert-medium,
+// bert-small, bert-mini, bert-tiny (Google's compact BERTs: Turc et al. 2019).
+std::optional<BertConfig> bert_preset(const std::string& name);
+std::vector<std::string> bert_preset_names();
+
+std::string activation_name(Activation a);
+std::string problem_type_name(ProblemType p);
+
+}  // namespace anatomy

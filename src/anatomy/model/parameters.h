@@ -1,0 +1,62 @@
+// parameters.h: the parameters of BertForSequenceClassification by their
+// Hugging Face names, laid out in one flat buffer (so optimizers, clipping and
+// later ZeRO sharding work on contiguous memory), with named views.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "anatomy/core/tensor.h"
+#include "anatomy/kernels/backend.h"
+#include "anatomy/model/config.h"
+
+namespace anatomy {
+
+enum class ParamInit { Normal, Zeros, Ones };
+
+struct ParamSpec {
+  std::string name;   // Hugging Face name, e.g. bert.encoder.layer.0.attention.self.query.weight
+  Shape shape;
+  bool weight_decay;  // Trainer decays every parameter except biases and LayerNorm weights
+  ParamInit init;
+};
+
+std::vector<ParamSpec> bert_parameter_specs(const BertConfig& config);
+
+class ParameterSet {
+ public:
+  // Allocates one flat buffer (zeroed) for all `specs` in `category`; view names are prefix + spec name.
+  ParameterSet(Backend& backend, std::vector<ParamSpec> specs, Category category, const std::string& prefix);
+
+  const std::vector<ParamSpec>& specs() const { return specs_; }
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+  const Tensor& flat() const { return flat_; }
+  const Tensor& get(const std::string& name) const;
+  bool has(const std::string& name) const { return index_.count(name) != 0; }
+  int64_t parameter_count() const;
+
+ private:
+  std::vector<ParamSpec> specs_;
+  Tensor flat_;
+  std::vector<Tensor> tensors_;
+  std::map<std::string, size_t> index_;
+};
+
+// Named handles into a ParameterSet (weights or their gradients), so the model
+// code reads `w.layers[3].query_w` instead of an index.
+struct EncoderLayerTensors {
+  Tensor query_w, query_b, key_w, key_b, value_w, value_b;
+  Tensor attn_out_w, attn_out_b, attn_ln_w, attn_ln_b;
+  Tensor inter_w, inter_b, out_w, out_b, out_ln_w, out_ln_b;
+};
+
+struct BertTensors {
+  Tensor word, position, token_type, emb_ln_w, emb_ln_b;
+  std::vector<EncoderLayerTensors> layers;
+  Tensor pooler_w, pooler_b, classifier_w, classifier_b;
+
+  static BertTensors bind(const ParameterSet& set, const BertConfig& config);
+};
+
+}  // namespace anatomy

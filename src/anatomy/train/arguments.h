@@ -1,0 +1,36 @@
+// arguments.h: training arguments, named after Hugging Face TrainingArguments
+// (the CLI spells them in kebab case: --per-device-train-batch-size, ...).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "anatomy/optim/optimizer.h"
+
+namespace anatomy {
+
+struct TrainingArguments {
+  std::string model = "bert-large-uncased";  // directory with config.json, or a preset
+  std::string dataset = "dummy";             // "dummy" or empty when train_file is given
+  std::string train_file;                    // pre-tokenized safetensors
+  int64_t dummy_size = 512;                  // the seed's 512 sequences
+  int64_t dummy_seq_len = 512;               // of 512 tokens
+  int64_t per_device_train_batch_size = 4;   // the seed's batch size
+  double num_train_epochs = 1.0;             // the seed trains one epoch (Hugging Face's default is 3)
+  int64_t max_steps = -1;                    // > 0 overrides the epochs
+  double learning_rate = 5e-5;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_epsilon = 1e-8;
+  int64_t warmup_steps = 0;
+  ScheduleKind lr_scheduler_type = ScheduleKind::Linear;
+  double max_grad_norm = 1.0;
+  uint64_t seed = 42;
+  bool shuffle = true;
+  int64_t logging_steps = 500;
+  std::string output_dir;                    // empty: write nothing
+  bool progress = true;                      // progress bar when stderr is a terminal
+};
+
+}  // namespace anatomy

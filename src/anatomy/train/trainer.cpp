@@ -1,0 +1,181 @@
+// trainer.cpp: the training loop.
+#include "anatomy/train/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "anatomy/optim/optimizer.h"
+
+namespace anatomy {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A one-line progress bar on stderr, redrawn in place; only on a terminal.
+class ProgressBar {
+ public:
+  ProgressBar(int64_t total, bool enabled) : total_(total), enabled_(enabled && isatty(STDERR_FILENO)) {}
+  void update(int64_t done, double loss, double elapsed) {
+    if (!enabled_) return;
+    const int width = 30;
+    const int filled = static_cast<int>(width * done / std::max<int64_t>(total_, 1));
+    const double rate = elapsed > 0 ? done / elapsed : 0.0;
+    const double eta = rate > 0 ? (total_ - done) / rate : 0.0;
+    fmt::print(stderr, "\r[{}{}] {}/{} loss {:.4f} {:.2f} it/s eta {:.0f}s  ", std::string(filled, '#'),
+               std::string(width - filled, '.'), done, total_, loss, rate, eta);
+    std::fflush(stderr);
+  }
+  ~ProgressBar() {
+    if (enabled_) fmt::print(stderr, "\n");
+  }
+
+ private:
+  int64_t total_;
+  bool enabled_;
+};
+
+}  // namespace
+
+BertInputs upload_batch(Backend& backend, const HostBatch& b, DType label_dtype, int64_t label_width) {
+  Ledger& ledger = backend.ledger();
+  BertInputs in;
+  auto upload_tokens = [&](const std::vector<int64_t>& host, const char* name) {
+    if (host.empty()) return Tensor();
+    Tensor t = Tensor::empty(ledger, {b.batch, b.seq_len}, DType::I64, Category::Data, name);
+    backend.copy_from_host(t, host.data());
+    return t;
+  };
+  in.input_ids = upload_tokens(b.input_ids, "input_ids");
+  in.token_type_ids = upload_tokens(b.token_type_ids, "token_type_ids");
+  in.attention_mask = upload_tokens(b.attention_mask, "attention_mask");
+  if (label_width > 0) {
+    Shape shape = label_width == 1 ? Shape{b.batch} : Shape{b.batch, label_width};
+    in.labels = Tensor::empty(ledger, shape, label_dtype, Category::Data, "labels");
+    if (label_dtype == DType::I64) backend.copy_from_host(in.labels, b.labels_i64.data());
+    else backend.copy_from_host(in.labels, b.labels_f32.data());
+  }
+  return in;
+}
+
+Trainer::Trainer(Backend& backend, BertForSequenceClassification& model, const Dataset& data, TrainingArguments args)
+    : backend_(backend), model_(model), data_(data), args_(std::move(args)) {
+  if (args_.per_device_train_batch_size <= 0)
+    fail("--per-device-train-batch-size must be positive, got {}", args_.per_device_train_batch_size);
+  if (args_.logging_steps <= 0) fail("--logging-steps must be positive, got {}", args_.logging_steps);
+  if (!data_.has_labels()) fail("{}: training needs labels, and the data has none", data_.source);
+  const int64_t B = args_.per_device_train_batch_size;
+  steps_per_epoch_ = (data_.size + B - 1) / B;
+  if (args_.max_steps > 0) {
+    total_steps_ = args_.max_steps;
+  } else {
+    if (!(args_.num_train_epochs > 0)) fail("--num-train-epochs must be positive, got {}", args_.num_train_epochs);
+    total_steps_ = static_cast<int64_t>(std::ceil(args_.num_train_epochs * steps_per_epoch_));
+  }
+}
+
+TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
+  namespace fs = std::filesystem;
+  Ledger& ledger = backend_.ledger();
+  ParameterSet& grads = model_.gradients();
+  AdamW optimizer(backend_, model_.weights(),
+                  AdamWOptions{args_.adam_beta1, args_.adam_beta2, args_.adam_epsilon, args_.weight_decay});
+
+  std::ofstream log;
+  std::string log_path;
+  if (!args_.output_dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(args_.output_dir, ec);
+    if (ec) fail("--output-dir {}: cannot create ({})", args_.output_dir, ec.message());
+    log_path = (fs::path(args_.output_dir) / "log.jsonl").string();
+    log.open(log_path, std::ios::trunc);
+    if (!log) fail("{}: cannot open for writing", log_path);
+  }
+
+  TrainResult result;
+  ProgressBar bar(total_steps_, args_.progress);
+  const int64_t B = args_.per_device_train_batch_size;
+  std::vector<int64_t> order;
+  int64_t order_epoch = -1;
+  double window_loss = 0.0;
+  int64_t window_steps = 0, window_samples = 0;
+  auto window_start = Clock::now();
+  const auto start = Clock::now();
+
+  for (int64_t step = 0; step < total_steps_; ++step) {
+    const int64_t epoch = step / steps_per_epoch_;
+    const int64_t in_epoch = step % steps_per_epoch_;
+    if (epoch != order_epoch) {
+      order = epoch_order(data_.size, args_.shuffle, args_.seed, epoch);
+      order_epoch = epoch;
+    }
+    const int64_t begin = in_epoch * B, end = std::min(data_.size, begin + B);
+    ledger.set_phase("data");
+    const BertInputs inputs =
+        upload_batch(backend_, gather_batch(data_, order, begin, end), data_.label_dtype, data_.label_width);
+
+    model_.zero_gradients();
+    ForwardOptions options;
+    options.training = true;
+    options.save_for_backward = true;
+    options.seed = args_.seed;
+    options.step = static_cast<uint64_t>(step);
+    const ForwardOutput out = model_.forward(inputs, options);
+    const double loss = *out.loss;
+    model_.backward();
+    ledger.set_phase("optimizer step");
+    const double grad_norm = clip_grad_norm(backend_, grads, args_.max_grad_norm);
+    const double lr = scheduled_lr(args_.lr_scheduler_type, args_.learning_rate, step, args_.warmup_steps, total_steps_);
+    optimizer.step(model_.weights(), grads, lr);
+
+    result.losses.push_back(loss);
+    result.samples += end - begin;
+    window_loss += loss;
+    window_steps += 1;
+    window_samples += end - begin;
+    bar.update(step + 1, loss, seconds_since(start));
+
+    if ((step + 1) % args_.logging_steps == 0 || step + 1 == total_steps_) {
+      backend_.synchronize();
+      StepLog record{step + 1,
+                     static_cast<double>(step + 1) / steps_per_epoch_,
+                     loss,
+                     window_loss / window_steps,
+                     lr,
+                     grad_norm,
+                     window_samples / std::max(seconds_since(window_start), 1e-9)};
+      if (log.is_open()) {
+        nlohmann::json j = {{"step", record.step},          {"epoch", record.epoch},
+                            {"loss", record.loss},          {"mean_loss", record.mean_loss},
+                            {"learning_rate", record.learning_rate}, {"grad_norm", record.grad_norm},
+                            {"samples_per_second", record.samples_per_second}};
+        log << j.dump() << "\n" << std::flush;
+      }
+      if (on_log) on_log(record);
+      window_loss = 0.0;
+      window_steps = window_samples = 0;
+      window_start = Clock::now();
+    }
+  }
+  backend_.synchronize();
+  result.seconds = seconds_since(start);
+  result.steps = total_steps_;
+  result.samples_per_second = result.samples / std::max(result.seconds, 1e-9);
+  ledger.set_phase("done");
+  result.memory = ledger.snapshot();
+  return result;
+}
+
+}  // namespace anatomy

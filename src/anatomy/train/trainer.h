@@ -1,0 +1,57 @@
+// trainer.h: the training loop (Hugging Face Trainer's, for one device):
+// seeded shuffling, forward, backward, clipping, AdamW, schedule, logging to
+// log.jsonl, and the seed's summary figures.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "anatomy/core/ledger.h"
+#include "anatomy/data/dataset.h"
+#include "anatomy/kernels/backend.h"
+#include "anatomy/model/bert.h"
+#include "anatomy/train/arguments.h"
+
+namespace anatomy {
+
+struct StepLog {
+  int64_t step;  // 1-based, as Hugging Face counts global steps
+  double epoch;
+  double loss;   // the loss of this step, computed before its update
+  double mean_loss;  // mean over the steps since the previous record
+  double learning_rate;  // the rate this step's update used
+  double grad_norm;      // before clipping
+  double samples_per_second;
+};
+
+struct TrainResult {
+  int64_t steps = 0;
+  int64_t samples = 0;
+  double seconds = 0.0;
+  double samples_per_second = 0.0;
+  std::vector<double> losses;  // every step's loss
+  LedgerSnapshot memory;       // the ledger at the end (with its peaks)
+};
+
+class Trainer {
+ public:
+  Trainer(Backend& backend, BertForSequenceClassification& model, const Dataset& data, TrainingArguments args);
+  int64_t total_steps() const { return total_steps_; }
+  // Runs the loop; `on_log` sees each logging record (also written to
+  // output_dir/log.jsonl when an output directory is set).
+  TrainResult train(const std::function<void(const StepLog&)>& on_log = {});
+
+ private:
+  Backend& backend_;
+  BertForSequenceClassification& model_;
+  const Dataset& data_;
+  TrainingArguments args_;
+  int64_t steps_per_epoch_ = 0;
+  int64_t total_steps_ = 0;
+};
+
+// Copies a host batch to the backend's device (category "data").
+BertInputs upload_batch(Backend& backend, const HostBatch& batch, DType label_dtype, int64_t label_width);
+
+}  // namespace anatomy

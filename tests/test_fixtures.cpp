@@ -1,0 +1,165 @@
+// test_fixtures.cpp: the engine against Hugging Face's float64 references in
+// tests/fixtures (logits, loss, every gradient, and 10 AdamW steps through the
+// `anatomy train` command line, exactly as unseen fixtures will be run).
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "anatomy/data/dataset.h"
+#include "anatomy/io/safetensors.h"
+#include "anatomy/model/checkpoint.h"
+#include "anatomy/train/trainer.h"
+#include "test_util.h"
+
+namespace anatomy {
+namespace {
+
+using test::fixture;
+
+class Fixture : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string dir() const { return fixture(GetParam()); }
+  std::string reference() const { return dir() + "/reference.safetensors"; }
+};
+
+// Relative closeness as the acceptance list states it: |a - ref| <= tol * |ref| per value.
+void expect_relative(const std::vector<float>& got, const std::vector<double>& ref, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  for (size_t i = 0; i < ref.size(); ++i)
+    EXPECT_LE(std::abs(got[i] - ref[i]), tol * std::abs(ref[i])) << what << "[" << i << "] = " << got[i] << " vs " << ref[i];
+}
+
+TEST_P(Fixture, ForwardAndBackwardMatchHuggingFace) {
+  auto backend = make_cpu_backend(1);
+  const ModelSource source = resolve_model(dir());
+  BertForSequenceClassification model(*backend, source.config);
+  const LoadReport report = load_weights(model, dir(), 0);
+  EXPECT_TRUE(report.initialised.empty());
+
+  const Dataset data = load_tensor_dataset(reference());  // batch 0: input_ids, token_type_ids, attention_mask, labels
+  validate_dataset(data, source.config);
+  std::vector<int64_t> order(data.size);
+  for (int64_t i = 0; i < data.size; ++i) order[i] = i;
+  const BertInputs inputs =
+      upload_batch(*backend, gather_batch(data, order, 0, data.size), data.label_dtype, data.label_width);
+  ForwardOptions options;
+  options.save_for_backward = true;
+  const ForwardOutput out = model.forward(inputs, options);
+
+  const io::SafetensorsFile ref = io::SafetensorsFile::open(reference());
+  std::vector<float> logits(out.logits.numel());
+  backend->copy_to_host(out.logits, logits.data());
+  expect_relative(logits, ref.read_f64("logits"), 1e-5, "logits");
+  ASSERT_TRUE(out.loss.has_value());
+  expect_relative({static_cast<float>(*out.loss)}, ref.read_f64("loss"), 1e-5, "loss");
+
+  model.zero_gradients();
+  model.backward();
+  const ParameterSet& grads = model.gradients();
+  for (size_t i = 0; i < grads.specs().size(); ++i) {
+    const std::string& name = grads.specs()[i].name;
+    const std::vector<double> expected = ref.read_f64("grad." + name, grads.specs()[i].shape);
+    std::vector<float> got(grads.tensors()[i].numel());
+    backend->copy_to_host(grads.tensors()[i], got.data());
+    EXPECT_LE(test::max_abs_diff(got, expected), 1e-4 * test::max_abs(expected) + 1e-9) << name;
+  }
+}
+
+// The reference's two batches as one training file: with --no-shuffle and the
+// reference batch size, step i uses batch i % 2 as the reference did.
+int64_t write_train_file(const std::string& reference, const std::string& path) {
+  const io::SafetensorsFile ref = io::SafetensorsFile::open(reference);
+  std::vector<std::vector<int64_t>> storage;
+  std::vector<io::StWriteTensor> tensors;
+  int64_t batch = 0;
+  for (const std::string name : {"input_ids", "token_type_ids", "attention_mask", "labels"}) {
+    if (!ref.has(name)) continue;
+    std::vector<int64_t> a = ref.read_i64(name), b = ref.read_i64(name + "_1");
+    std::vector<int64_t> shape = ref.info(name).shape;
+    batch = shape[0];
+    shape[0] += ref.info(name + "_1").shape[0];
+    a.insert(a.end(), b.begin(), b.end());
+    storage.push_back(std::move(a));
+    tensors.push_back({name, io::StDType::I64, shape, nullptr});
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].data = storage[i].data();
+  io::write_safetensors(path, tensors);
+  return batch;
+}
+
+TEST_P(Fixture, TenTrainingStepsThroughTheCommandLineMatchHuggingFace) {
+  test::TempDir tmp;
+  const std::string train_file = tmp.file("train.safetensors");
+  const int64_t batch = write_train_file(reference(), train_file);
+  const std::string out = tmp.file("out");
+  const auto r = test::run_anatomy(
+      "train --model " + dir() + " --train-file " + train_file +
+      " --max-steps 10 --learning-rate 1e-3 --weight-decay 0.01 --lr-scheduler-type constant --warmup-steps 0"
+      " --max-grad-norm 1.0 --per-device-train-batch-size " + std::to_string(batch) +
+      " --no-shuffle --logging-steps 1 --output-dir " + out + " --device cpu");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  const io::SafetensorsFile ref = io::SafetensorsFile::open(reference());
+  const std::vector<double> losses = ref.read_f64("train_losses");
+  std::ifstream log(out + "/log.jsonl");
+  std::string line;
+  size_t i = 0;
+  while (std::getline(log, line)) {
+    const auto record = nlohmann::json::parse(line);
+    ASSERT_LT(i, losses.size());
+    EXPECT_EQ(record["step"].get<int64_t>(), static_cast<int64_t>(i + 1));
+    const double loss = record["loss"].get<double>();
+    EXPECT_LE(std::abs(loss - losses[i]), 1e-5 * std::abs(losses[i])) << "step " << i + 1 << ": " << loss;
+    for (const char* key : {"learning_rate", "grad_norm", "samples_per_second"}) EXPECT_TRUE(record.contains(key));
+    ++i;
+  }
+  EXPECT_EQ(i, losses.size());
+
+  const io::SafetensorsFile saved = io::SafetensorsFile::open(out + "/model.safetensors");
+  const auto config = nlohmann::json::parse(std::ifstream(out + "/config.json"));
+  EXPECT_EQ(config["hidden_size"], resolve_model(dir()).config.hidden_size);
+  int checked = 0;
+  for (const auto& name : ref.names()) {
+    if (name.rfind("after.", 0) != 0) continue;
+    const std::string param = name.substr(6);
+    const std::vector<double> expected = ref.read_f64(name);
+    const std::vector<float> got = saved.read_f32(param, ref.info(name).shape);
+    EXPECT_LE(test::max_abs_diff(got, expected), 5e-5) << param;
+    ++checked;
+  }
+  EXPECT_EQ(checked, static_cast<int>(saved.names().size()));
+}
+
+TEST_P(Fixture, ForwardCommandWritesLogitsLossAndGradients) {
+  test::TempDir tmp;
+  const std::string out = tmp.file("out.safetensors");
+  const auto r = test::run_anatomy("forward --model " + dir() + " --inputs " + reference() + " --output " + out +
+                                   " --backward --device cpu");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const io::SafetensorsFile got = io::SafetensorsFile::open(out);
+  const io::SafetensorsFile ref = io::SafetensorsFile::open(reference());
+  expect_relative(got.read_f32("logits"), ref.read_f64("logits"), 1e-5, "logits");
+  expect_relative(got.read_f32("loss"), ref.read_f64("loss"), 1e-5, "loss");
+  int grads = 0;
+  for (const auto& name : ref.names()) {
+    if (name.rfind("grad.", 0) != 0) continue;
+    const std::vector<double> expected = ref.read_f64(name);
+    EXPECT_LE(test::max_abs_diff(got.read_f32(name, ref.info(name).shape), expected),
+              1e-4 * test::max_abs(expected) + 1e-9) << name;
+    ++grads;
+  }
+  EXPECT_GT(grads, 30);
+  EXPECT_EQ(got.info("logits").dtype, io::StDType::F32);
+}
+
+INSTANTIATE_TEST_SUITE_P(HuggingFace, Fixture, ::testing::Values("bert-tiny-cls", "bert-tiny-cls-padded"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace anatomy
