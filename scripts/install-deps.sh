@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# install-deps.sh: installs the Debian packages anatomy builds with, when missing.
+# The CUDA toolkit is optional: when nvcc is present the CUDA target is built too.
+set -euo pipefail
+packages=(build-essential cmake ninja-build nlohmann-json3-dev libcli11-dev libfmt-dev
+          libopenblas-dev libgtest-dev libgmock-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+fi
