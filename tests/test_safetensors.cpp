@@ -3,6 +3,8 @@
 // Each malformed-file test writes the bad bytes to a temp directory and expects
 // an anatomy::Error that names the file and the offending tensor or dtype.
 #include <gtest/gtest.h>
+
+#include "test_util.h"
 #include <unistd.h>
 
 #include <cmath>
@@ -24,7 +26,7 @@ using namespace anatomy::io;
 
 namespace {
 
-const std::string kFixtures = ANATOMY_FIXTURES_DIR;
+const std::string kFixtures = anatomy::test::fixtures_dir();
 
 // A fresh directory per test, removed afterwards.
 class TempDir {

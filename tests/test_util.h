@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -15,7 +16,17 @@
 
 namespace anatomy::test {
 
-inline std::string fixture(const std::string& name) { return std::string(ANATOMY_FIXTURES_DIR) + "/" + name; }
+// The build tree's paths, overridable (ANATOMY_FIXTURES_DIR, ANATOMY_BINARY) when
+// the test binary runs on another machine than the one that built it.
+inline std::string fixtures_dir() {
+  const char* env = std::getenv("ANATOMY_FIXTURES_DIR");
+  return env ? env : ANATOMY_FIXTURES_DIR;
+}
+inline std::string anatomy_binary() {
+  const char* env = std::getenv("ANATOMY_BINARY");
+  return env ? env : ANATOMY_BINARY;
+}
+inline std::string fixture(const std::string& name) { return fixtures_dir() + "/" + name; }
 
 // A fresh directory under the system temp dir, removed at scope exit.
 class TempDir {
@@ -45,7 +56,7 @@ struct CommandResult {
 // Runs `anatomy <args>` through the shell, capturing both streams.
 inline CommandResult run_anatomy(const std::string& args) {
   CommandResult r;
-  const std::string command = std::string(ANATOMY_BINARY) + " " + args + " 2>&1";
+  const std::string command = anatomy_binary() + " " + args + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return r;
   std::array<char, 4096> buffer;
