@@ -236,13 +236,13 @@ TEST_F(CliErrors, TokenTypeIdNotBelowTypeVocabSize) {
 
 TEST_F(CliErrors, BatchSizeZero) {
   const auto r = train_with_flags("--per-device-train-batch-size 0");
-  EXPECT_TRUE(failed_cleanly(r, {"--per-device-train-batch-size", "0"}));
+  EXPECT_TRUE(failed_cleanly(r, {"--per-device-train-batch-size", "positive", "0"}));
   EXPECT_TRUE(nothing_at(out_));
 }
 
 TEST_F(CliErrors, NegativeLearningRate) {
   const auto r = train_with_flags("--learning-rate -1");
-  EXPECT_TRUE(failed_cleanly(r, {"--learning-rate", "-1"}));
+  EXPECT_TRUE(failed_cleanly(r, {"--learning-rate", "non-negative", "-1"}));
   EXPECT_TRUE(nothing_at(out_));
 }
 
@@ -261,7 +261,7 @@ TEST_F(CliErrors, UnknownDevice) {
 
 TEST_F(CliErrors, MaxGradNormNotANumber) {
   const auto r = train_with_flags("--max-grad-norm abc");
-  EXPECT_TRUE(failed_cleanly(r, {"--max-grad-norm", "abc"}));
+  EXPECT_TRUE(failed_cleanly(r, {"--max-grad-norm", "number", "abc"}));
   EXPECT_TRUE(nothing_at(out_));
 }
 

@@ -108,7 +108,7 @@ void validate_dataset(const Dataset& d, const BertConfig& c) {
         fail("{}: single-label classification needs int64 labels [{}]", d.source, d.size);
       for (int64_t i = 0; i < d.size; ++i)
         if (d.labels_i64[i] != -100 && (d.labels_i64[i] < 0 || d.labels_i64[i] >= c.num_labels))
-          fail("{}: label of example {} is {}, outside [0, {}) (num_labels {})", d.source, i, d.labels_i64[i],
+          fail("{}: labels of example {} is {}, outside [0, {}) (num_labels {})", d.source, i, d.labels_i64[i],
                c.num_labels, c.num_labels);
       break;
     case ProblemType::Regression:
