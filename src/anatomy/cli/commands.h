@@ -16,6 +16,11 @@ using Command = std::function<int()>;
 Command add_train_command(CLI::App& app);
 Command add_forward_command(CLI::App& app);
 
+// Checks of number flags with messages that say what was expected
+// ("--learning-rate: expected a non-negative number, got -1").
+const CLI::Validator& positive_number();
+const CLI::Validator& non_negative_number();
+
 // The backend for --device (cpu, cuda or auto). `announce` prints why a
 // device was chosen when it was not the one asked for.
 struct DeviceChoice {

@@ -28,7 +28,8 @@ Command add_forward_command(CLI::App& app) {
   app.add_flag("--backward", f->backward, "Also compute and write the gradient of every parameter");
   app.add_option("--device", f->device, "cpu, cuda or auto")->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  app.add_option("--seed", f->seed, "Seed for a preset's initial weights")->capture_default_str();
+  app.add_option("--seed", f->seed, "Seed for a preset's initial weights")
+      ->capture_default_str()->check(non_negative_number());
 
   return [f]() -> int {
     DeviceChoice device = choose_device(f->device);

@@ -31,24 +31,6 @@ struct TrainFlags {
   bool no_progress = false;
 };
 
-// A number flag's check. CLI11 2.1's PositiveNumber and NonNegativeNumber say
-// "Value 0 not in range 0.000000 to 1797693...(300 digits).000000", and the same
-// of a value that is no number at all: this says what was expected.
-CLI::Validator number_check(bool zero_allowed) {
-  const std::string expected = zero_allowed ? "a non-negative number" : "a positive number";
-  return CLI::Validator(
-      [zero_allowed, expected](std::string& input) -> std::string {
-        char* end = nullptr;
-        const double value = std::strtod(input.c_str(), &end);
-        const bool number = !input.empty() && end == input.c_str() + input.size() && std::isfinite(value);
-        if (!number || value < 0.0 || (!zero_allowed && value == 0.0))
-          return "expected " + expected + ", got " + input;
-        return {};
-      },
-      zero_allowed ? "NONNEGATIVE" : "POSITIVE");
-}
-const CLI::Validator kPositive = number_check(false);
-const CLI::Validator kNonNegative = number_check(true);
 
 }  // namespace
 
@@ -61,28 +43,29 @@ Command add_train_command(CLI::App& app) {
   app.add_option("--dataset", a.dataset, "Built-in dataset: dummy (the seed's random ids)")->capture_default_str();
   app.add_option("--train-file", a.train_file, "Pre-tokenized safetensors file: input_ids [N, L] and optional "
                                                "attention_mask, token_type_ids, labels");
-  app.add_option("--dummy-size", a.dummy_size, "Number of dummy sequences")->capture_default_str()->check(kPositive);
-  app.add_option("--dummy-seq-len", a.dummy_seq_len, "Tokens per dummy sequence")->capture_default_str()->check(kPositive);
+  app.add_option("--dummy-size", a.dummy_size, "Number of dummy sequences")->capture_default_str()->check(positive_number());
+  app.add_option("--dummy-seq-len", a.dummy_seq_len, "Tokens per dummy sequence")->capture_default_str()->check(positive_number());
   app.add_option("--per-device-train-batch-size", a.per_device_train_batch_size, "Batch size")
-      ->capture_default_str()->check(kPositive);
+      ->capture_default_str()->check(positive_number());
   app.add_option("--num-train-epochs", a.num_train_epochs, "Epochs (ignored when --max-steps > 0)")
-      ->capture_default_str()->check(kPositive);
+      ->capture_default_str()->check(positive_number());
   app.add_option("--max-steps", a.max_steps, "Optimizer steps; overrides --num-train-epochs when > 0")->capture_default_str();
-  app.add_option("--learning-rate", a.learning_rate, "AdamW learning rate")->capture_default_str()->check(kNonNegative);
+  app.add_option("--learning-rate", a.learning_rate, "AdamW learning rate")->capture_default_str()->check(non_negative_number());
   app.add_option("--weight-decay", a.weight_decay, "Decoupled weight decay (never on biases and LayerNorm)")
-      ->capture_default_str()->check(kNonNegative);
+      ->capture_default_str()->check(non_negative_number());
   app.add_option("--adam-beta1", a.adam_beta1, "AdamW beta1")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   app.add_option("--adam-beta2", a.adam_beta2, "AdamW beta2")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  app.add_option("--adam-epsilon", a.adam_epsilon, "AdamW epsilon")->capture_default_str()->check(kPositive);
-  app.add_option("--warmup-steps", a.warmup_steps, "Linear warmup steps")->capture_default_str()->check(kNonNegative);
+  app.add_option("--adam-epsilon", a.adam_epsilon, "AdamW epsilon")->capture_default_str()->check(positive_number());
+  app.add_option("--warmup-steps", a.warmup_steps, "Linear warmup steps")->capture_default_str()->check(non_negative_number());
   app.add_option("--lr-scheduler-type", flags->scheduler, "linear, constant or constant_with_warmup")
       ->capture_default_str()->check(CLI::IsMember({"linear", "constant", "constant_with_warmup"}));
   app.add_option("--max-grad-norm", a.max_grad_norm, "Clip the global gradient norm to this (0: no clipping)")
-      ->capture_default_str()->check(kNonNegative);
-  app.add_option("--seed", a.seed, "Seed of initialisation, data, shuffling and dropout")->capture_default_str();
+      ->capture_default_str()->check(non_negative_number());
+  app.add_option("--seed", a.seed, "Seed of initialisation, data, shuffling and dropout")
+      ->capture_default_str()->check(non_negative_number());
   app.add_flag("--no-shuffle", flags->no_shuffle, "Keep the data in file order");
   app.add_option("--logging-steps", a.logging_steps, "Write a log record every N steps")
-      ->capture_default_str()->check(kPositive);
+      ->capture_default_str()->check(positive_number());
   app.add_option("--output-dir", a.output_dir, "Write config.json, model.safetensors and log.jsonl here");
   app.add_option("--device", flags->device, "cpu, cuda or auto")->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));

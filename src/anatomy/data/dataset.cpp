@@ -86,7 +86,7 @@ Dataset load_tensor_dataset(const std::string& path) {
 void validate_dataset(const Dataset& d, const BertConfig& c) {
   if (d.size <= 0 || d.seq_len <= 0) fail("{}: the dataset is empty ({} examples of {} tokens)", d.source, d.size, d.seq_len);
   if (d.seq_len > c.max_position_embeddings)
-    fail("{}: sequences of {} tokens are longer than the model's max_position_embeddings {}", d.source, d.seq_len,
+    fail("{}: input_ids has sequences of {} tokens, longer than the model's max_position_embeddings {}", d.source, d.seq_len,
          c.max_position_embeddings);
   auto check_range = [&](const std::vector<int64_t>& v, const char* name, int64_t hi) {
     for (size_t i = 0; i < v.size(); ++i)
