@@ -1,5 +1,5 @@
-// device.cpp: --device resolution. The CUDA backend is built by the CUDA issue;
-// until it exists a GPU is detected and reported, and the run stays on the CPU.
+// device.cpp: --device resolution: the GPU when there is one and this build has
+// the CUDA backend, else the CPU, saying which and why.
 #include <thread>
 
 #include "anatomy/cli/commands.h"
@@ -7,6 +7,7 @@
 #include "anatomy/gpu/nvml.h"
 
 #ifdef ANATOMY_HAVE_CUDA
+#include "anatomy/kernels/cuda/cuda_backend.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
 #endif
 
@@ -25,16 +26,20 @@ int visible_gpus() {
 DeviceChoice choose_device(const std::string& flag) {
   DeviceChoice choice;
   choice.gpu_present = visible_gpus() > 0;
-  if (flag == "cuda") {
-    if (!choice.gpu_present) fail("--device cuda: no NVIDIA GPU is visible to this process");
-    fail("--device cuda: this build has no CUDA backend yet; use --device cpu");
+  if (flag != "cpu" && flag != "cuda" && flag != "auto") fail("--device {}: expected cpu, cuda or auto", flag);
+  if (flag == "cuda" && !choice.gpu_present) fail("--device cuda: no NVIDIA GPU is visible to this process");
+#ifdef ANATOMY_HAVE_CUDA
+  if (flag == "cuda" || (flag == "auto" && choice.gpu_present)) {
+    choice.backend = cuda::make_cuda_backend(0);
+    return choice;
   }
+#else
+  if (flag == "cuda") fail("--device cuda: this build has no CUDA backend (nvcc was not found when it was built)");
   if (flag == "auto" && choice.gpu_present)
-    choice.note = "A GPU is present, but this build has no CUDA backend yet: running on the CPU.";
-  else if (flag == "auto")
+    choice.note = "A GPU is present, but this build has no CUDA backend (built without nvcc): running on the CPU.";
+#endif
+  if (flag == "auto" && !choice.gpu_present)
     choice.note = "No GPU found: running on the CPU.";
-  else if (flag != "cpu")
-    fail("--device {}: expected cpu, cuda or auto", flag);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   choice.backend = make_cpu_backend(static_cast<int>(cores));
   return choice;

@@ -11,6 +11,7 @@
 #include "anatomy/cli/report.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/gpu/host_memory.h"
+#include "anatomy/gpu/nvml.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/trainer.h"
 
@@ -87,6 +88,17 @@ Command add_train_command(CLI::App& app) {
     DeviceChoice device = choose_device(flags->device);
     Backend& backend = *device.backend;
     if (!device.note.empty()) fmt::print("{}\n", device.note);
+    const bool on_gpu = !backend.device().is_cpu();
+    // The seed's three readings of NVML: after the CUDA context, after the model, after training.
+    auto print_gpu_memory = [&] {
+      if (!on_gpu) return;
+      const auto line = gpu::gpu_memory_occupied_line(backend.device().index);
+      fmt::print("{}\n", line ? *line : "GPU memory occupied: unknown (NVML unavailable).");
+    };
+    if (on_gpu) {
+      fmt::print("GPU: {}\n", gpu::Nvml::instance().device_name(backend.device().index).value_or("unknown"));
+      print_gpu_memory();
+    }
     if (backend.device().is_cpu() && flags->device == "auto") {
       // The seed experiment, scaled: only what the user did not choose changes.
       std::vector<std::string> scaled;
@@ -127,6 +139,8 @@ Command add_train_command(CLI::App& app) {
         fmt::print("Newly initialised (not in the checkpoint): {}\n", fmt::join(report.initialised, ", "));
       if (!report.unused.empty()) fmt::print("Unused checkpoint tensors: {}\n", report.unused.size());
     }
+    backend.synchronize();
+    print_gpu_memory();
     Trainer trainer(backend, model, data, args);
     fmt::print("Training {} ({} parameters) on {}: {} examples of {} tokens, batch {}, {} steps\n",
                source.preset.empty() ? source.directory : source.preset, model.weights().parameter_count(),
@@ -141,7 +155,9 @@ Command add_train_command(CLI::App& app) {
 
     fmt::print("Time: {:.2f}\n", result.seconds);
     fmt::print("Samples/second: {:.2f}\n", result.samples_per_second);
-    if (backend.device().is_cpu())
+    if (on_gpu)
+      print_gpu_memory();
+    else
       fmt::print("CPU memory occupied (peak RSS): {} MB.\n", gpu::process_peak_rss_bytes() / (1024 * 1024));
     print_ledger(result.memory, backend.device());
     return 0;

@@ -44,8 +44,8 @@ Ledger::Ledger(Device device, std::unique_ptr<DeviceAllocator> allocator)
 Ledger::~Ledger() = default;
 
 std::shared_ptr<Storage> Ledger::allocate(size_t bytes, Category category, std::string name) {
+  std::lock_guard<std::mutex> lock(mutex_);  // also serialises the allocator, which need not be thread-safe
   void* ptr = allocator_->allocate(bytes);
-  std::lock_guard<std::mutex> lock(mutex_);
   if (ptr == nullptr) {
     fail("out of memory on {}: allocating {} for '{}' ({}) while {} is held "
          "(weights {}, optimizer states {}, gradients {}, activations {})",
@@ -70,8 +70,8 @@ std::shared_ptr<Storage> Ledger::allocate(size_t bytes, Category category, std::
 }
 
 void Ledger::release(uint64_t id, void* ptr, size_t bytes, Category category) {
-  allocator_->release(ptr, bytes);
   std::lock_guard<std::mutex> lock(mutex_);
+  allocator_->release(ptr, bytes);
   auto c = static_cast<size_t>(category);
   stats_.live[c] -= static_cast<int64_t>(bytes);
   stats_.live_total -= static_cast<int64_t>(bytes);

@@ -20,6 +20,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <unordered_map>
+#include <vector>
 #include <cstdio>
 
 #include "anatomy/core/error.h"
@@ -58,16 +60,33 @@ void require_gpu_tensor(const Tensor& t, const char* what) {
     fail("{}: tensor '{}' is on {}, not a CUDA device", what, t.name(), t.device().str());
 }
 
+// cudaMalloc/cudaFree through a cache of freed blocks, keyed by size rounded
+// up to 512 bytes. A training step allocates the same sizes every step, so
+// after the first step nothing reaches cudaMalloc, and cudaFree (which waits
+// for the whole device) is called only when memory runs short. Reuse is safe
+// because each backend queues all its work on one stream, in order.
 class CudaAllocator final : public DeviceAllocator {
  public:
   explicit CudaAllocator(int index) : index_(index) {}
+  ~CudaAllocator() override { release_cached(); }
 
   void* allocate(size_t bytes) override {
+    const size_t rounded = round_up(bytes);
+    auto it = cache_.find(rounded);
+    if (it != cache_.end() && !it->second.empty()) {
+      void* ptr = it->second.back();
+      it->second.pop_back();
+      cached_bytes_ -= rounded;
+      return ptr;
+    }
     DeviceGuard guard(index_);
     void* ptr = nullptr;
-    // cudaMalloc(0) gives nullptr, which the Ledger would read as "out of
-    // memory"; a zero-byte buffer gets the smallest real allocation instead.
-    cudaError_t status = cudaMalloc(&ptr, bytes == 0 ? 1 : bytes);
+    cudaError_t status = cudaMalloc(&ptr, rounded);
+    if (status == cudaErrorMemoryAllocation && cached_bytes_ > 0) {
+      (void)cudaGetLastError();
+      release_cached();  // give the cache back and try once more
+      status = cudaMalloc(&ptr, rounded);
+    }
     if (status == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // not sticky, but clear it so no later check sees it
       return nullptr;
@@ -76,20 +95,36 @@ class CudaAllocator final : public DeviceAllocator {
     return ptr;
   }
 
-  void release(void* ptr, size_t) override {
-    // Called from Storage's destructor, so it must not throw. At process exit
-    // the runtime may already be unloading, which is harmless; anything else
-    // is reported.
-    cudaError_t status = cudaFree(ptr);
-    if (status != cudaSuccess) {
-      (void)cudaGetLastError();
-      if (status != cudaErrorCudartUnloading)
-        std::fprintf(stderr, "anatomy: cudaFree failed: %s\n", cudaGetErrorString(status));
-    }
+  void release(void* ptr, size_t bytes) override {
+    const size_t rounded = round_up(bytes);
+    cache_[rounded].push_back(ptr);
+    cached_bytes_ += rounded;
   }
 
  private:
+  // Never zero: cudaMalloc(0) gives nullptr, which the Ledger would read as
+  // "out of memory".
+  static size_t round_up(size_t bytes) { return (std::max<size_t>(bytes, 1) + 511) / 512 * 512; }
+
+  void release_cached() noexcept {
+    // Also runs from the destructor, so it must not throw. At process exit the
+    // runtime may already be unloading, which is harmless; anything else is reported.
+    for (auto& [size, blocks] : cache_)
+      for (void* ptr : blocks) {
+        cudaError_t status = cudaFree(ptr);
+        if (status != cudaSuccess) {
+          (void)cudaGetLastError();
+          if (status != cudaErrorCudartUnloading)
+            std::fprintf(stderr, "anatomy: cudaFree failed: %s\n", cudaGetErrorString(status));
+        }
+      }
+    cache_.clear();
+    cached_bytes_ = 0;
+  }
+
   int index_;
+  std::unordered_map<size_t, std::vector<void*>> cache_;
+  size_t cached_bytes_ = 0;
 };
 
 __global__ void fill_f32_kernel(float* data, int64_t n, float value) {

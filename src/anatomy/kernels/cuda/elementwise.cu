@@ -1,0 +1,277 @@
+// elementwise.cu: the CUDA element-wise kernels of kernels.cuh: add, scale,
+// the activations and their derivatives, dropout, selecting one sequence row,
+// and the column sums that make a linear layer's bias gradient. Each matches
+// the CPU backend (kernels/cpu/cpu_backend.cpp) element for element; where the
+// CPU computes in double and the GPU in float, the formulas are chosen to keep
+// the relative error near float's rounding (no cancellation in the tails).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "anatomy/core/random.h"
+#include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/kernels.cuh"
+
+namespace anatomy::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// Blocks for a grid-stride loop over `work` items: enough to fill the GPU many
+// times over; the loop covers whatever is beyond.
+unsigned blocks_for(int64_t work, int threads = kThreads) {
+  return static_cast<unsigned>(std::clamp<int64_t>((work + threads - 1) / threads, 1, 65536));
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// ---- generic maps: y[i] = f(x[i], i) and y[i] = f(a[i], b[i]) ----
+// With kVec == 4 each thread handles four consecutive elements through one
+// float4 load and store (the launcher checks 16-byte alignment); the last,
+// partial group falls back to scalar accesses.
+
+template <int kVec, typename F>
+__global__ void map1_kernel(const float* x, float* y, int64_t n, F f) {
+  const int64_t groups = (n + kVec - 1) / kVec;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
+    const int64_t i = g * kVec;
+    if (kVec == 4 && i + 4 <= n) {
+      float4 v = *reinterpret_cast<const float4*>(x + i);
+      v.x = f(v.x, i);
+      v.y = f(v.y, i + 1);
+      v.z = f(v.z, i + 2);
+      v.w = f(v.w, i + 3);
+      *reinterpret_cast<float4*>(y + i) = v;
+    } else {
+      for (int64_t j = i; j < n && j < i + kVec; ++j) y[j] = f(x[j], j);
+    }
+  }
+}
+
+template <int kVec, typename F>
+__global__ void map2_kernel(const float* a, const float* b, float* y, int64_t n, F f) {
+  const int64_t groups = (n + kVec - 1) / kVec;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
+    const int64_t i = g * kVec;
+    if (kVec == 4 && i + 4 <= n) {
+      const float4 u = *reinterpret_cast<const float4*>(a + i);
+      const float4 v = *reinterpret_cast<const float4*>(b + i);
+      *reinterpret_cast<float4*>(y + i) = make_float4(f(u.x, v.x), f(u.y, v.y), f(u.z, v.z), f(u.w, v.w));
+    } else {
+      for (int64_t j = i; j < n && j < i + kVec; ++j) y[j] = f(a[j], b[j]);
+    }
+  }
+}
+
+template <typename F>
+void launch_map1(cudaStream_t s, const float* x, float* y, int64_t n, F f) {
+  if (n <= 0) return;
+  if (aligned16(x) && aligned16(y))
+    map1_kernel<4><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(x, y, n, f);
+  else
+    map1_kernel<1><<<blocks_for(n), kThreads, 0, s>>>(x, y, n, f);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename F>
+void launch_map2(cudaStream_t s, const float* a, const float* b, float* y, int64_t n, F f) {
+  if (n <= 0) return;
+  if (aligned16(a) && aligned16(b) && aligned16(y))
+    map2_kernel<4><<<blocks_for((n + 3) / 4), kThreads, 0, s>>>(a, b, y, n, f);
+  else
+    map2_kernel<1><<<blocks_for(n), kThreads, 0, s>>>(a, b, y, n, f);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- the element functions ----
+
+struct AddOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+struct ScaleOp {
+  float factor;
+  __device__ float operator()(float v, int64_t) const { return v * factor; }
+};
+
+constexpr float kSqrt1_2 = 0.70710678118654752440f;
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+constexpr float kGeluCubic = 0.044715f;
+
+// 0.5·x·(1 + erf(x/√2)) written with erfc, which keeps full relative precision
+// for large negative x where 1 + erf(·) would cancel.
+struct GeluErfForward {
+  __device__ float operator()(float v, int64_t) const { return 0.5f * v * erfcf(-v * kSqrt1_2); }
+};
+struct GeluErfBackward {
+  __device__ float operator()(float v, float g) const {
+    const float d = 0.5f * erfcf(-v * kSqrt1_2) + v * kInvSqrt2Pi * expf(-0.5f * v * v);
+    return g * d;
+  }
+};
+
+// The tanh approximation: 0.5·x·(1 + tanh(u)) = x·σ(2u), u = √(2/π)(x + 0.044715x³);
+// the sigmoid form has no cancellation for negative x.
+struct GeluTanhForward {
+  __device__ float operator()(float v, int64_t) const {
+    const float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
+    return v / (1.0f + expf(-2.0f * u));
+  }
+};
+struct GeluTanhBackward {
+  // With s = σ(2u): 1 + tanh(u) = 2s and 1 − tanh²(u) = 4s(1 − s), so the
+  // CPU's 0.5(1 + t) + 0.5x(1 − t²)·u' becomes s + 2x·s(1 − s)·u'. For s near
+  // 1, 1 − s cancels; there it is taken as e·s (e = e^−2u) instead.
+  __device__ float operator()(float v, float g) const {
+    const float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
+    const float e = expf(-2.0f * u);
+    const float sig = 1.0f / (1.0f + e);
+    const float one_minus_sig = sig < 0.5f ? 1.0f - sig : e * sig;  // e may be inf only when sig is 0
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
+    return g * (sig + 2.0f * v * sig * one_minus_sig * du);
+  }
+};
+
+struct ReluForward {
+  // Written as the CPU writes it, so that NaN maps to 0 on both.
+  __device__ float operator()(float v, int64_t) const { return v > 0.0f ? v : 0.0f; }
+};
+struct ReluBackward {
+  __device__ float operator()(float v, float g) const { return g * (v > 0.0f ? 1.0f : 0.0f); }
+};
+
+struct TanhForward {
+  __device__ float operator()(float v, int64_t) const { return tanhf(v); }
+};
+struct TanhBackward {
+  // `v` is y = tanh(x). 1 − y² cancels badly near |y| = 1 in float, so it is
+  // computed in double exactly as the CPU does (the _rn intrinsics keep nvcc
+  // from fusing into an FMA the CPU does not use), which makes it bit-exact.
+  __device__ float operator()(float v, float g) const {
+    const double y = v;
+    const double d = __dsub_rn(1.0, __dmul_rn(y, y));
+    return static_cast<float>(__dmul_rn(static_cast<double>(g), d));
+  }
+};
+
+struct DropoutOp {
+  uint64_t seed, stream, index_base;
+  float p, scale;
+  __device__ float operator()(float v, int64_t i) const {
+    return dropout_keep(seed, stream, index_base + static_cast<uint64_t>(i), p) ? v * scale : 0.0f;
+  }
+};
+
+// ---- rows and columns ----
+
+// out[b, h] = x[b, row, h] (forward) or dx[b, row, h] += dout[b, h] (backward).
+template <bool kBackward>
+__global__ void select_row_kernel(const float* src, float* dst, int64_t B, int64_t L, int64_t H, int64_t row) {
+  const int64_t n = B * H;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t b = i / H, h = i - b * H;
+    const int64_t seq = (b * L + row) * H + h;
+    if (kBackward)
+      dst[seq] += src[i];
+    else
+      dst[i] = src[seq];
+  }
+}
+
+// Column sums: a block owns kCols adjacent columns; its kRowLanes lanes of
+// threads take every kRowLanes-th row (so a warp reads 4 rows × 8 columns, one
+// 32-byte sector per row), sum in double, then combine the lanes in a fixed
+// tree. No atomics and no dependence on scheduling: the same bits every run.
+constexpr int kCols = 8;
+constexpr int kRowLanes = 128;
+
+__global__ void __launch_bounds__(kCols* kRowLanes)
+    column_sums_kernel(const float* dy, int64_t M, int64_t N, float* db) {
+  __shared__ double partial[kRowLanes][kCols];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kCols + tx;
+  double acc = 0.0;
+  if (n < N) {
+#pragma unroll 4
+    for (int64_t m = ty; m < M; m += kRowLanes) acc += dy[m * N + n];
+  }
+  partial[ty][tx] = acc;
+  __syncthreads();
+  for (int half = kRowLanes / 2; half > 0; half /= 2) {
+    if (ty < half) partial[ty][tx] += partial[ty + half][tx];
+    __syncthreads();
+  }
+  if (ty == 0 && n < N) db[n] += static_cast<float>(partial[0][tx]);
+}
+
+}  // namespace
+
+void add(cudaStream_t s, const float* a, const float* b, float* out, int64_t n) {
+  launch_map2(s, a, b, out, n, AddOp{});
+}
+
+void add_inplace(cudaStream_t s, float* dst, const float* src, int64_t n) {
+  launch_map2(s, dst, src, dst, n, AddOp{});
+}
+
+void scale(cudaStream_t s, float* x, float factor, int64_t n) { launch_map1(s, x, x, n, ScaleOp{factor}); }
+
+void activation_forward(cudaStream_t s, ActivationKind kind, const float* x, float* y, int64_t n) {
+  switch (kind) {
+    case ActivationKind::GeluErf: launch_map1(s, x, y, n, GeluErfForward{}); break;
+    case ActivationKind::GeluTanh: launch_map1(s, x, y, n, GeluTanhForward{}); break;
+    case ActivationKind::Relu: launch_map1(s, x, y, n, ReluForward{}); break;
+    case ActivationKind::Tanh: launch_map1(s, x, y, n, TanhForward{}); break;
+  }
+}
+
+void activation_backward(cudaStream_t s, ActivationKind kind, const float* saved, const float* dy, float* dx,
+                         int64_t n) {
+  switch (kind) {
+    case ActivationKind::GeluErf: launch_map2(s, saved, dy, dx, n, GeluErfBackward{}); break;
+    case ActivationKind::GeluTanh: launch_map2(s, saved, dy, dx, n, GeluTanhBackward{}); break;
+    case ActivationKind::Relu: launch_map2(s, saved, dy, dx, n, ReluBackward{}); break;
+    case ActivationKind::Tanh: launch_map2(s, saved, dy, dx, n, TanhBackward{}); break;
+  }
+}
+
+void dropout(cudaStream_t s, const float* x, float* y, int64_t n, const DropoutSpec& spec, uint64_t index_base) {
+  if (n <= 0) return;
+  if (spec.p <= 0.0f) {
+    // As the CPU: no randomness drawn, a plain copy (nothing at all in place).
+    if (x != y) ANATOMY_CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  const float scale = 1.0f / (1.0f - spec.p);  // in float, as the CPU computes it
+  launch_map1(s, x, y, n, DropoutOp{spec.seed, spec.stream, index_base, spec.p, scale});
+}
+
+void select_row(cudaStream_t s, const float* x, int64_t B, int64_t L, int64_t H, int64_t row, float* out) {
+  if (B * H <= 0) return;
+  select_row_kernel<false><<<blocks_for(B * H), kThreads, 0, s>>>(x, out, B, L, H, row);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+void select_row_backward(cudaStream_t s, const float* dout, int64_t B, int64_t L, int64_t H, int64_t row,
+                         float* dx) {
+  if (B * H <= 0) return;
+  select_row_kernel<true><<<blocks_for(B * H), kThreads, 0, s>>>(dout, dx, B, L, H, row);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+void column_sums_accumulate(cudaStream_t s, const float* dy, int64_t M, int64_t N, float* db) {
+  // M == 0 adds zeros, as the CPU does; N == 0 has nothing to do.
+  if (N <= 0) return;
+  const int64_t blocks = (N + kCols - 1) / kCols;
+  ANATOMY_CHECK(blocks <= 0x7fffffff, "column_sums_accumulate: {} columns are too many", N);
+  column_sums_kernel<<<static_cast<unsigned>(blocks), dim3(kCols, kRowLanes), 0, s>>>(dy, M, N, db);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace anatomy::cuda

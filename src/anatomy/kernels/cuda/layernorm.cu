@@ -1,0 +1,199 @@
+// layernorm.cu: the CUDA LayerNorm forward and backward.
+//
+// One warp normalises one row: the row's statistics are summed in double, as
+// the CPU backend does, so the float results agree with it to rounding for
+// any H (a float Welford would drift at H = 4096). The warp reductions use a
+// butterfly of shuffles, whose order is fixed, so every run gives the same
+// bits. The row is read from global memory in each pass; after the first it
+// comes from L1.
+//
+// dgamma and dbeta are sums over all rows: a first kernel sums fixed chunks of
+// rows per column into `scratch` (in double), a second adds the chunks in
+// chunk order and adds the totals into dgamma and dbeta. No atomics.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/kernels.cuh"
+
+namespace anatomy::cuda {
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = 8;  // warps per block in the per-row kernels
+
+// dgamma/dbeta partial sums: at most kMaxChunks chunks of at least
+// kMinChunkRows rows; a block of kColTile columns × kRowLanes row lanes.
+constexpr int64_t kMaxChunks = 128;
+constexpr int64_t kMinChunkRows = 32;
+constexpr int kColTile = 32;
+constexpr int kRowLanes = 8;
+
+int64_t chunk_count(int64_t rows) { return std::clamp<int64_t>((rows + kMinChunkRows - 1) / kMinChunkRows, 1, kMaxChunks); }
+
+// All lanes end with the same, order-fixed sum.
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__global__ void __launch_bounds__(kWarp* kRowsPerBlock)
+    layernorm_forward_kernel(const float* x, const float* gamma, const float* beta, double eps, float* y,
+                             float* mean, float* rstd, int64_t rows, int64_t H) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;  // whole warps leave together; no block barrier follows
+  const float* in = x + r * H;
+  float* out = y + r * H;
+
+  double sum = 0.0;
+  for (int64_t h = lane; h < H; h += kWarp) sum += in[h];
+  const double m = warp_sum(sum) / static_cast<double>(H);
+  // Two passes (mean first, then squared deviations), as the CPU does.
+  double sq = 0.0;
+  for (int64_t h = lane; h < H; h += kWarp) {
+    const double d = in[h] - m;
+    sq += d * d;
+  }
+  const double var = warp_sum(sq) / static_cast<double>(H);
+  const double s = 1.0 / sqrt(var + eps);
+  if (lane == 0) {
+    mean[r] = static_cast<float>(m);
+    rstd[r] = static_cast<float>(s);
+  }
+  // ((x - m)·s)·γ + β rounded step by step like the CPU (no fused multiply-add).
+  for (int64_t h = lane; h < H; h += kWarp) {
+    const double v = __dmul_rn(__dmul_rn(__dsub_rn(in[h], m), s), gamma[h]);
+    out[h] = static_cast<float>(__dadd_rn(v, beta[h]));
+  }
+}
+
+__global__ void __launch_bounds__(kWarp* kRowsPerBlock)
+    layernorm_backward_dx_kernel(const float* dy, const float* x, const float* mean, const float* rstd,
+                                 const float* gamma, float* dx, int64_t rows, int64_t H) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  const float* in = x + r * H;
+  const float* g = dy + r * H;
+  float* out = dx + r * H;
+  const double m = mean[r], s = rstd[r];
+
+  double sum_dyg = 0.0, sum_dyg_xhat = 0.0;
+  for (int64_t h = lane; h < H; h += kWarp) {
+    const double xhat = __dmul_rn(__dsub_rn(in[h], m), s);
+    const double dyg = __dmul_rn(g[h], gamma[h]);
+    sum_dyg += dyg;
+    sum_dyg_xhat += dyg * xhat;
+  }
+  const double mean_dyg = warp_sum(sum_dyg) / static_cast<double>(H);
+  const double mean_dyg_xhat = warp_sum(sum_dyg_xhat) / static_cast<double>(H);
+  for (int64_t h = lane; h < H; h += kWarp) {
+    const double xhat = __dmul_rn(__dsub_rn(in[h], m), s);
+    const double dyg = __dmul_rn(g[h], gamma[h]);
+    // s·(dyg − mean(dyg) − x̂·mean(dyg·x̂)), evaluated in the CPU's order.
+    const double inner = __dsub_rn(__dsub_rn(dyg, mean_dyg), __dmul_rn(xhat, mean_dyg_xhat));
+    out[h] = static_cast<float>(__dmul_rn(s, inner));
+  }
+}
+
+// Block (column tile, chunk): column sums of dy·x̂ and dy over the chunk's rows.
+__global__ void __launch_bounds__(kColTile* kRowLanes)
+    layernorm_param_partials_kernel(const float* dy, const float* x, const float* mean, const float* rstd,
+                                    double* partial_gamma, double* partial_beta, int64_t rows, int64_t H,
+                                    int64_t rows_per_chunk) {
+  __shared__ double sg[kRowLanes][kColTile];
+  __shared__ double sb[kRowLanes][kColTile];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t h = static_cast<int64_t>(blockIdx.x) * kColTile + tx;
+  const int64_t chunk = blockIdx.y;
+  const int64_t r0 = chunk * rows_per_chunk;
+  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  double acc_g = 0.0, acc_b = 0.0;
+  if (h < H) {
+    for (int64_t r = r0 + ty; r < r1; r += kRowLanes) {
+      const double m = mean[r], s = rstd[r];
+      const double xhat = __dmul_rn(__dsub_rn(x[r * H + h], m), s);
+      const float g = dy[r * H + h];
+      acc_g += __dmul_rn(g, xhat);
+      acc_b += g;
+    }
+  }
+  sg[ty][tx] = acc_g;
+  sb[ty][tx] = acc_b;
+  __syncthreads();
+  for (int half = kRowLanes / 2; half > 0; half /= 2) {
+    if (ty < half) {
+      sg[ty][tx] += sg[ty + half][tx];
+      sb[ty][tx] += sb[ty + half][tx];
+    }
+    __syncthreads();
+  }
+  if (ty == 0 && h < H) {
+    partial_gamma[chunk * H + h] = sg[0][tx];
+    partial_beta[chunk * H + h] = sb[0][tx];
+  }
+}
+
+// One thread per column adds the chunks in order and accumulates the total.
+__global__ void layernorm_param_finish_kernel(const double* partial_gamma, const double* partial_beta,
+                                              float* dgamma, float* dbeta, int64_t chunks, int64_t H) {
+  const int64_t h = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (h >= H) return;
+  double g = 0.0, b = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    g += partial_gamma[c * H + h];
+    b += partial_beta[c * H + h];
+  }
+  dgamma[h] += static_cast<float>(g);
+  dbeta[h] += static_cast<float>(b);
+}
+
+unsigned row_blocks(int64_t rows) {
+  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  ANATOMY_CHECK(blocks <= 0x7fffffff, "layernorm: {} rows are too many", rows);
+  return static_cast<unsigned>(blocks);
+}
+
+}  // namespace
+
+void layernorm_forward(cudaStream_t s, const float* x, const float* gamma, const float* beta, double eps, float* y,
+                       float* mean, float* rstd, int64_t rows, int64_t H) {
+  if (rows <= 0 || H <= 0) return;
+  layernorm_forward_kernel<<<row_blocks(rows), kWarp * kRowsPerBlock, 0, s>>>(x, gamma, beta, eps, y, mean, rstd,
+                                                                              rows, H);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t H) {
+  if (rows <= 0 || H <= 0) return 0;
+  return static_cast<size_t>(2 * chunk_count(rows) * H) * sizeof(double);
+}
+
+void layernorm_backward(cudaStream_t s, const float* dy, const float* x, const float* mean, const float* rstd,
+                        const float* gamma, float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t H,
+                        void* scratch) {
+  if (rows <= 0 || H <= 0) return;
+  layernorm_backward_dx_kernel<<<row_blocks(rows), kWarp * kRowsPerBlock, 0, s>>>(dy, x, mean, rstd, gamma, dx,
+                                                                                  rows, H);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+
+  const int64_t chunks = chunk_count(rows);
+  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
+  auto* partial_gamma = static_cast<double*>(scratch);
+  double* partial_beta = partial_gamma + chunks * H;
+  const dim3 grid(static_cast<unsigned>((H + kColTile - 1) / kColTile), static_cast<unsigned>(chunks));
+  layernorm_param_partials_kernel<<<grid, dim3(kColTile, kRowLanes), 0, s>>>(dy, x, mean, rstd, partial_gamma,
+                                                                             partial_beta, rows, H, rows_per_chunk);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+  constexpr int kThreads = 256;
+  layernorm_param_finish_kernel<<<static_cast<unsigned>((H + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+      partial_gamma, partial_beta, dgamma, dbeta, chunks, H);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace anatomy::cuda
