@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""compare.py: anatomy against Hugging Face Trainer on the same GPU, same settings, one run.
+
+For each configuration it trains bert-large-uncased (random init, the seed's dummy data: ids uniform
+in [100, 30000), labels 0, dropout 0.1) once with `anatomy train` and once with HF Trainer
+(PyTorch + transformers must be importable), each in its own process, polling nvidia-smi for the
+peak memory used, and prints one table: samples/s, peak NVML MB, MFU and our/their ratio.
+
+    python3 bench/compare.py --anatomy build/anatomy [--configs fp32-b4,...] [--samples N]
+
+MFU = samples/s x training FLOPs per sample (matrix products only, BASELINES.md's count)
+/ the GPU's dense bf16 peak (989.4 TFLOP/s for H100 SXM and H200).
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+CONFIGS = {
+    # name: (anatomy flags, HF TrainingArguments overrides, HF attention, samples)
+    "fp32-b4-eager": ([], dict(), "eager", 1024),      # the seed's vanilla run
+    "fp32-b4-sdpa": ([], dict(), "sdpa", 1024),
+}
+
+HF_SCRIPT = r'''
+import json, sys, numpy as np, torch
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments, logging
+logging.set_verbosity_error()
+cfg = json.loads(sys.argv[1])
+seq_len, n = 512, cfg["samples"]
+ids = torch.from_numpy(np.random.randint(100, 30000, (n, seq_len)))
+labels = torch.from_numpy(np.random.randint(0, 1, (n,)))
+class Dummy(torch.utils.data.Dataset):  # the seed's datasets.Dataset, without the datasets package
+    def __len__(self): return n
+    def __getitem__(self, i): return {"input_ids": ids[i], "labels": labels[i]}
+ds = Dummy()
+config = BertConfig()  # bert-large-uncased's architecture
+config.update(dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096))
+model = BertForSequenceClassification._from_config(config, attn_implementation=cfg["attn"]).to("cuda")
+args = TrainingArguments(output_dir="/tmp/hf_bench", per_device_train_batch_size=cfg["batch"], num_train_epochs=1,
+                         report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,
+                         dataloader_drop_last=False, **cfg["args"])
+result = Trainer(model=model, args=args, train_dataset=ds).train()
+print("SAMPLES_PER_SECOND", result.metrics["train_samples_per_second"])
+'''
+
+
+class PeakMemory:
+    """Polls nvidia-smi for the memory used on GPU 0 while a run goes on."""
+
+    def __init__(self):
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self):
+        while not self._stop.is_set():
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                                 capture_output=True, text=True).stdout.strip()
+            if out:
+                self.peak = max(self.peak, int(out.splitlines()[0]))
+            time.sleep(0.2)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def flops_per_sample(layers=24, hidden=1024, seq=512):
+    return 6 * layers * 12 * hidden ** 2 * seq + 3 * layers * 4 * seq ** 2 * hidden
+
+
+def run(cmd, env=None):
+    with PeakMemory() as mem:
+        start = time.time()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        wall = time.time() - start
+    if proc.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd[:3])}...\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc.stdout, mem.peak, wall
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--anatomy", default="build/anatomy")
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--samples", type=int, default=0, help="override each configuration's sample count")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--peak-tflops", type=float, default=989.4)
+    parser.add_argument("--json", default="")
+    a = parser.parse_args()
+    rows = []
+    for name in a.configs.split(","):
+        flags, hf_args, attn, samples = CONFIGS[name]
+        samples = a.samples or samples
+        ours_out, ours_mem, ours_wall = run([a.anatomy, "train", "--no-progress", "--device", "cuda",
+                                             "--dummy-size", str(samples), "--per-device-train-batch-size",
+                                             str(a.batch)] + flags)
+        ours = float(re.search(r"Samples/second: ([0-9.]+)", ours_out).group(1))
+        hf_cfg = dict(samples=samples, batch=a.batch, attn=attn, args=hf_args)
+        hf_out, hf_mem, hf_wall = run([sys.executable, "-c", HF_SCRIPT, json.dumps(hf_cfg)])
+        theirs = float(re.search(r"SAMPLES_PER_SECOND ([0-9.]+)", hf_out).group(1))
+        mfu = lambda s: 100 * s * flops_per_sample() / (a.peak_tflops * 1e12)
+        rows.append(dict(config=name, samples=samples, ours=ours, theirs=theirs, ours_mb=ours_mem, theirs_mb=hf_mem,
+                         ours_mfu=mfu(ours), theirs_mfu=mfu(theirs)))
+        print(f"{name}: anatomy {ours:.2f}/s {ours_mem} MB ({ours_wall:.0f}s wall); "
+              f"HF {theirs:.2f}/s {hf_mem} MB ({hf_wall:.0f}s wall)", flush=True)
+    print()
+    print("| configuration | samples | anatomy samples/s | HF samples/s | ratio | anatomy peak NVML MB | HF peak NVML MB | "
+          "memory ratio | anatomy MFU % | HF MFU % |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        print(f"| {r['config']} | {r['samples']} | {r['ours']:.2f} | {r['theirs']:.2f} | {r['ours'] / r['theirs']:.2f} | "
+              f"{r['ours_mb']} | {r['theirs_mb']} | {r['ours_mb'] / r['theirs_mb']:.2f} | {r['ours_mfu']:.1f} | "
+              f"{r['theirs_mfu']:.1f} |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
