@@ -24,6 +24,7 @@ CONFIGS = {
     # name: (anatomy flags, HF TrainingArguments overrides, HF attention, samples)
     "fp32-b4-eager": ([], dict(), "eager", 1024),      # the seed's vanilla run
     "fp32-b4-sdpa": ([], dict(), "sdpa", 1024),
+    "tf32-b4-sdpa": (["--tf32"], dict(tf32=True), "sdpa", 1024),
 }
 
 HF_SCRIPT = r'''

@@ -28,6 +28,7 @@ struct DeviceChoice {
   bool gpu_present = false;   // an NVIDIA GPU is visible to this process
   std::string note;           // printed before the run when not empty
 };
-DeviceChoice choose_device(const std::string& flag);
+// `tf32` asks for TensorFloat-32 products (GPU only).
+DeviceChoice choose_device(const std::string& flag, bool tf32 = false);
 
 }  // namespace anatomy::cli

@@ -23,14 +23,14 @@ int visible_gpus() {
 }
 }  // namespace
 
-DeviceChoice choose_device(const std::string& flag) {
+DeviceChoice choose_device(const std::string& flag, bool tf32) {
   DeviceChoice choice;
   choice.gpu_present = visible_gpus() > 0;
   if (flag != "cpu" && flag != "cuda" && flag != "auto") fail("--device {}: expected cpu, cuda or auto", flag);
   if (flag == "cuda" && !choice.gpu_present) fail("--device cuda: no NVIDIA GPU is visible to this process");
 #ifdef ANATOMY_HAVE_CUDA
   if (flag == "cuda" || (flag == "auto" && choice.gpu_present)) {
-    choice.backend = cuda::make_cuda_backend(0);
+    choice.backend = cuda::make_cuda_backend(0, tf32);
     return choice;
   }
 #else
@@ -38,6 +38,7 @@ DeviceChoice choose_device(const std::string& flag) {
   if (flag == "auto" && choice.gpu_present)
     choice.note = "A GPU is present, but this build has no CUDA backend (built without nvcc): running on the CPU.";
 #endif
+  if (tf32) fail("--tf32: TensorFloat-32 is a GPU mode, and this run is on the CPU");
   if (flag == "auto" && !choice.gpu_present)
     choice.note = "No GPU found: running on the CPU.";
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());

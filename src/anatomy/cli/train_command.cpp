@@ -30,6 +30,7 @@ struct TrainFlags {
   std::string device = "auto";
   bool no_shuffle = false;
   bool no_progress = false;
+  bool tf32 = false;
 };
 
 
@@ -71,6 +72,7 @@ Command add_train_command(CLI::App& app) {
   app.add_option("--device", flags->device, "cpu, cuda or auto")->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_flag("--no-progress", flags->no_progress, "No progress bar");
+  app.add_flag("--tf32", flags->tf32, "TensorFloat-32 matrix products on the GPU (float32 storage)");
 
   return [flags, &app]() -> int {
     TrainingArguments args = flags->args;
@@ -85,7 +87,7 @@ Command add_train_command(CLI::App& app) {
         !std::filesystem::is_directory(args.output_dir))
       fail("--output-dir {}: exists and is not a directory", args.output_dir);
 
-    DeviceChoice device = choose_device(flags->device);
+    DeviceChoice device = choose_device(flags->device, flags->tf32);
     Backend& backend = *device.backend;
     if (!device.note.empty()) fmt::print("{}\n", device.note);
     const bool on_gpu = !backend.device().is_cpu();

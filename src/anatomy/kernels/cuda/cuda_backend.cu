@@ -1,6 +1,6 @@
 // cuda_backend.cu: CudaBackend, the Backend interface on one NVIDIA GPU.
-// Matrix products go to cuBLAS in plain float32 (no TF32: the seed's vanilla
-// run); every other op is a kernel of kernels.cuh. All work is queued on the
+// Matrix products go to cuBLAS in plain float32 (the seed's vanilla run) or
+// TF32 when asked; every other op is a kernel of kernels.cuh. All work is queued on the
 // backend's stream; ops that return a number to the host (losses, the
 // gradient norm) wait for it. Memory comes from the ledger, including cuBLAS's
 // workspace and the scratch space kernels need.
@@ -46,12 +46,12 @@ int64_t rows_of(const Tensor& t) { return t.numel() / t.dim(-1); }
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device), ledger_(Device::cuda(device), make_cuda_allocator(device)) {
+  CudaBackend(int device, bool tf32) : device_(device), ledger_(Device::cuda(device), make_cuda_allocator(device)) {
     ANATOMY_CUDA_CHECK(cudaSetDevice(device));
     ANATOMY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ANATOMY_CUBLAS_CHECK(cublasCreate(&cublas_));
     ANATOMY_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-    ANATOMY_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+    ANATOMY_CUBLAS_CHECK(cublasSetMathMode(cublas_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     workspace_ = Tensor::empty(ledger_, {static_cast<int64_t>(kCublasWorkspaceBytes / 4)}, DType::F32,
                                Category::Temporary, "cublas_workspace");
     ANATOMY_CUBLAS_CHECK(cublasSetWorkspace(cublas_, workspace_.raw(), kCublasWorkspaceBytes));
@@ -245,9 +245,9 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device) {
+std::unique_ptr<Backend> make_cuda_backend(int device, bool tf32) {
   if (device < 0 || device >= device_count()) fail("--device cuda:{}: no such GPU ({} visible)", device, device_count());
-  return std::make_unique<CudaBackend>(device);
+  return std::make_unique<CudaBackend>(device, tf32);
 }
 
 }  // namespace anatomy::cuda

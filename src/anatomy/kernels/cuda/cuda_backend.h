@@ -8,8 +8,10 @@
 
 namespace anatomy::cuda {
 
-// A backend on GPU `device`: its own stream, cuBLAS handle (float32 without
-// TF32) and ledger. Creating it creates the CUDA context.
-std::unique_ptr<Backend> make_cuda_backend(int device);
+// A backend on GPU `device`: its own stream, cuBLAS handle and ledger.
+// Float32 products use plain float32 unless `tf32` (TensorFloat-32 tensor
+// cores, 10-bit mantissa inputs, as torch.backends.cuda.matmul.allow_tf32).
+// Creating it creates the CUDA context.
+std::unique_ptr<Backend> make_cuda_backend(int device, bool tf32 = false);
 
 }  // namespace anatomy::cuda
