@@ -6,7 +6,7 @@ in [100, 30000), labels 0, dropout 0.1) once with `anatomy train` and once with 
 (PyTorch + transformers must be importable), each in its own process, polling nvidia-smi for the
 peak memory used, and prints one table: samples/s, peak NVML MB, MFU and our/their ratio.
 
-    python3 bench/compare.py --anatomy build/anatomy [--configs fp32-b4,...] [--samples N]
+    python3 bench/compare.py --anatomy build/anatomy [--configs fp32-b4-eager,bf16-b32-sdpa,...] [--samples N]
 
 MFU = samples/s x training FLOPs per sample (matrix products only, BASELINES.md's count)
 / the GPU's dense bf16 peak (989.4 TFLOP/s for H100 SXM and H200).
@@ -20,11 +20,15 @@ import sys
 import threading
 import time
 
+FUSED = dict(optim="adamw_torch_fused")
 CONFIGS = {
-    # name: (anatomy flags, HF TrainingArguments overrides, HF attention, samples)
-    "fp32-b4-eager": ([], dict(), "eager", 1024),      # the seed's vanilla run
-    "fp32-b4-sdpa": ([], dict(), "sdpa", 1024),
-    "tf32-b4-sdpa": (["--tf32"], dict(tf32=True), "sdpa", 1024),
+    # name: (anatomy flags, HF TrainingArguments overrides, HF attention, samples, batch)
+    "fp32-b4-eager": ([], dict(), "eager", 1024, 4),      # the seed's vanilla run
+    "fp32-b4-sdpa": ([], dict(), "sdpa", 1024, 4),
+    "tf32-b4-sdpa": (["--tf32"], dict(tf32=True), "sdpa", 1024, 4),
+    "bf16-b4-sdpa": (["--bf16"], dict(bf16=True), "sdpa", 1024, 4),
+    "bf16-b32-sdpa": (["--bf16", "--tf32"], dict(bf16=True, tf32=True, **FUSED), "sdpa", 4096, 32),
+    "bf16-b64-sdpa": (["--bf16", "--tf32"], dict(bf16=True, tf32=True, **FUSED), "sdpa", 4096, 64),
 }
 
 HF_SCRIPT = r'''
@@ -94,19 +98,18 @@ def main():
     parser.add_argument("--anatomy", default="build/anatomy")
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--samples", type=int, default=0, help="override each configuration's sample count")
-    parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--peak-tflops", type=float, default=989.4)
     parser.add_argument("--json", default="")
     a = parser.parse_args()
     rows = []
     for name in a.configs.split(","):
-        flags, hf_args, attn, samples = CONFIGS[name]
+        flags, hf_args, attn, samples, batch = CONFIGS[name]
         samples = a.samples or samples
         ours_out, ours_mem, ours_wall = run([a.anatomy, "train", "--no-progress", "--device", "cuda",
                                              "--dummy-size", str(samples), "--per-device-train-batch-size",
-                                             str(a.batch)] + flags)
+                                             str(batch)] + flags)
         ours = float(re.search(r"Samples/second: ([0-9.]+)", ours_out).group(1))
-        hf_cfg = dict(samples=samples, batch=a.batch, attn=attn, args=hf_args)
+        hf_cfg = dict(samples=samples, batch=batch, attn=attn, args=hf_args)
         hf_out, hf_mem, hf_wall = run([sys.executable, "-c", HF_SCRIPT, json.dumps(hf_cfg)])
         theirs = float(re.search(r"SAMPLES_PER_SECOND ([0-9.]+)", hf_out).group(1))
         mfu = lambda s: 100 * s * flops_per_sample() / (a.peak_tflops * 1e12)

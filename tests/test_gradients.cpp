@@ -154,7 +154,7 @@ TEST_F(OpGradients, AttentionWithPaddingAndDropout) {
   const DropoutSpec dropout{0.3f, 1234, 77};
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   b.attention_forward(q, k, v, mask, heads, scale, dropout, probs, ctx);
-  b.attention_backward(dctx, q, k, v, probs, heads, scale, dropout, dq, dk, dv);
+  b.attention_backward(dctx, q, k, v, ctx, probs, mask, heads, scale, dropout, dq, dk, dv);
   auto f = [&] {
     b.attention_forward(q, k, v, mask, heads, scale, dropout, probs, ctx);
     return project(ctx, r);

@@ -175,7 +175,7 @@ Outputs run_cpu(const AttentionCase& c, const Inputs& in) {
     backend->copy_from_host(mask, in.mask.data());
   }
   backend->attention_forward(q, k, v, mask, c.heads, in.scale, in.dropout, probs, ctx);
-  backend->attention_backward(dctx, q, k, v, probs, c.heads, in.scale, in.dropout, dq, dk, dv);
+  backend->attention_backward(dctx, q, k, v, ctx, probs, mask, c.heads, in.scale, in.dropout, dq, dk, dv);
 
   auto host = [&](const Tensor& t) {
     std::vector<float> out(static_cast<size_t>(t.numel()));

@@ -52,6 +52,12 @@ double max_abs(const std::vector<float>& v) {
   return m;
 }
 
+double test_max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
 void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, double rel, const char* what) {
   ASSERT_EQ(gpu.size(), cpu.size());
   const double bound = rel * std::max(1.0, max_abs(cpu));
@@ -182,6 +188,109 @@ TEST_P(CudaFixture, TenTrainingStepsMatchHuggingFaceAndRepeatBitwise) {
     // through a few layers and 10 steps that stays well under 1e-2 of the loss.
     EXPECT_LE(std::abs(runs[2][i] - expected[i]), 1e-2 * std::abs(expected[i])) << "tf32 step " << i;
   }
+}
+
+// Mixed precision against the float64 references. Tolerances from the formats'
+// unit roundoff u (bf16: 2^-8 ≈ 3.9e-3, fp16: 2^-11 ≈ 4.9e-4): a value passes
+// through about ten rounded steps per layer on its way to the logits, errors
+// adding like a random walk over a few layers: ~5u relative for logits and
+// loss, ~12u (in L2 norm, per tensor) for gradients, which also carry the
+// backward's own roundings.
+struct MixedCase {
+  DType dtype;
+  double logits_tol, grad_tol;
+};
+
+void check_mixed(const std::string& dir, const MixedCase& c) {
+  auto backend = cuda::make_cuda_backend(0);
+  const ModelSource source = resolve_model(dir);
+  BertForSequenceClassification model(*backend, source.config, c.dtype);
+  load_weights(model, dir, 0);
+  const Dataset data = load_tensor_dataset(dir + "/reference.safetensors");
+  std::vector<int64_t> order(data.size);
+  for (int64_t i = 0; i < data.size; ++i) order[i] = i;
+  const BertInputs inputs =
+      upload_batch(*backend, gather_batch(data, order, 0, data.size), data.label_dtype, data.label_width);
+  ForwardOptions options;
+  options.save_for_backward = true;
+  const ForwardOutput out = model.forward(inputs, options);
+  const io::SafetensorsFile ref = io::SafetensorsFile::open(dir + "/reference.safetensors");
+  auto relative_l2 = [](const std::vector<float>& got, const std::vector<double>& expected) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      diff += (got[i] - expected[i]) * (got[i] - expected[i]);
+      norm += expected[i] * expected[i];
+    }
+    return std::sqrt(diff / std::max(norm, 1e-300));
+  };
+  EXPECT_LE(relative_l2(download(*backend, out.logits), ref.read_f64("logits")), c.logits_tol) << "logits";
+  EXPECT_LE(std::abs(*out.loss - ref.read_f64("loss")[0]), c.logits_tol * std::abs(ref.read_f64("loss")[0]));
+  model.zero_gradients();
+  model.backward();
+  const ParameterSet& g = model.gradients();
+  for (size_t i = 0; i < g.specs().size(); ++i) {
+    const auto expected = ref.read_f64("grad." + g.specs()[i].name);
+    if (test_max_abs(expected) == 0.0) continue;  // e.g. unused position rows only
+    EXPECT_LE(relative_l2(download(*backend, g.tensors()[i]), expected), c.grad_tol) << g.specs()[i].name;
+  }
+}
+
+TEST_P(CudaFixture, Bf16ForwardAndBackwardNearHuggingFace) {
+  SKIP_WITHOUT_GPU();
+  check_mixed(fixtures_dir() + "/" + GetParam(), {DType::BF16, 5 * 0x1p-8, 12 * 0x1p-8});
+}
+
+TEST_P(CudaFixture, Fp16ForwardAndBackwardNearHuggingFace) {
+  SKIP_WITHOUT_GPU();
+  check_mixed(fixtures_dir() + "/" + GetParam(), {DType::F16, 5 * 0x1p-11, 12 * 0x1p-11});
+}
+
+// A learnable task (the label is the parity of the second token) trained 300
+// steps in float32 and in bf16 from the same initial weights and data: the
+// bf16 curve must track the float32 one. Runs diverge step by step through
+// rounding, so windows of 20 steps are compared: their mean losses within 0.05
+// (the loss starts near ln 2 ≈ 0.69), and both must learn.
+TEST(CudaMixedPrecision, Bf16LossCurveTracksFloat32Over300Steps) {
+  SKIP_WITHOUT_GPU();
+  BertConfig config = *bert_preset("bert-tiny");
+  config.vocab_size = 512;
+  config.max_position_embeddings = 64;
+  Dataset data;
+  data.source = "parity task";
+  data.size = 512;
+  data.seq_len = 32;
+  std::mt19937 gen(5);
+  for (int64_t i = 0; i < data.size * data.seq_len; ++i) data.input_ids.push_back(1 + gen() % 511);
+  data.label_dtype = DType::I64;
+  data.label_width = 1;
+  for (int64_t i = 0; i < data.size; ++i) data.labels_i64.push_back(data.input_ids[i * data.seq_len + 1] % 2);
+  std::vector<double> curves[2];
+  for (int run = 0; run < 2; ++run) {
+    auto backend = cuda::make_cuda_backend(0);
+    BertForSequenceClassification model(*backend, config, run == 0 ? DType::F32 : DType::BF16);
+    init_weights(model, 1);
+    TrainingArguments args;
+    args.max_steps = 300;
+    args.per_device_train_batch_size = 32;
+    args.learning_rate = 1e-3;
+    args.lr_scheduler_type = ScheduleKind::Constant;
+    args.bf16 = run == 1;
+    args.progress = false;
+    curves[run] = Trainer(*backend, model, data, args).train().losses;
+  }
+  ASSERT_EQ(curves[1].size(), 300u);
+  double first = 0, last = 0;
+  for (int w = 0; w < 15; ++w) {
+    double a = 0, b = 0;
+    for (int i = 0; i < 20; ++i) {
+      a += curves[0][w * 20 + i] / 20;
+      b += curves[1][w * 20 + i] / 20;
+    }
+    EXPECT_NEAR(b, a, 0.05) << "window " << w;
+    if (w == 0) first = a;
+    if (w == 14) last = a;
+  }
+  EXPECT_LT(last, first - 0.2) << "float32 run did not learn the task";
 }
 
 INSTANTIATE_TEST_SUITE_P(HuggingFace, CudaFixture,

@@ -73,6 +73,8 @@ Command add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_flag("--no-progress", flags->no_progress, "No progress bar");
   app.add_flag("--tf32", flags->tf32, "TensorFloat-32 matrix products on the GPU (float32 storage)");
+  app.add_flag("--bf16", a.bf16, "Mixed precision: bf16 compute, float32 master weights, gradients and AdamW states");
+  app.add_flag("--fp16", a.fp16, "Mixed precision in fp16 with dynamic loss scaling (as PyTorch's GradScaler)");
 
   return [flags, &app]() -> int {
     TrainingArguments args = flags->args;
@@ -87,8 +89,11 @@ Command add_train_command(CLI::App& app) {
         !std::filesystem::is_directory(args.output_dir))
       fail("--output-dir {}: exists and is not a directory", args.output_dir);
 
+    if (args.bf16 && args.fp16) fail("--bf16 and --fp16 are exclusive: give one");
     DeviceChoice device = choose_device(flags->device, flags->tf32);
     Backend& backend = *device.backend;
+    if ((args.bf16 || args.fp16) && backend.device().is_cpu())
+      fail("--{}: mixed precision runs on the GPU; this run is on the CPU", args.bf16 ? "bf16" : "fp16");
     if (!device.note.empty()) fmt::print("{}\n", device.note);
     const bool on_gpu = !backend.device().is_cpu();
     // The seed's three readings of NVML: after the CUDA context, after the model, after training.
@@ -132,7 +137,8 @@ Command add_train_command(CLI::App& app) {
     }
     validate_dataset(data, source.config);
 
-    BertForSequenceClassification model(backend, source.config);
+    const DType compute = args.bf16 ? DType::BF16 : args.fp16 ? DType::F16 : DType::F32;
+    BertForSequenceClassification model(backend, source.config, compute);
     if (source.directory.empty()) {
       init_weights(model, args.seed);
     } else {

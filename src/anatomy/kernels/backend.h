@@ -5,6 +5,8 @@
 // maps, attention over a key padding mask, losses and optimizer updates.
 //
 // Conventions: tensors are contiguous, row-major, float32 unless stated.
+// Mixed precision: where an op accepts 16-bit (BF16 or F16) activations it
+// says so; parameter gradients, LayerNorm statistics and losses stay float32.
 // Backward ops *accumulate* (+=) into parameter gradients, so that gradient
 // accumulation over micro-batches needs nothing special, and *write* (=) input
 // gradients.
@@ -48,11 +50,15 @@ class Backend {
   virtual void copy_from_host(const Tensor& dst, const void* src) = 0;
   virtual void copy_to_host(const Tensor& src, void* dst) = 0;
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  // dst = src converted between F32 and BF16/F16 (round to nearest even); equal element counts.
+  virtual void cast(const Tensor& src, const Tensor& dst) = 0;
 
   // --- products ---
-  // y[M,N] = x[M,K] · w[N,K]^T (+ b[N]).
+  // y[M,N] = x[M,K] · w[N,K]^T (+ b[N]). Mixed precision: x, w, b and y all
+  // 16-bit of one type, products accumulated in float32.
   virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) = 0;
   // dx = dy · w (when dx is given); dw += dy^T · x; db += Σ_rows dy (when db is given).
+  // Mixed precision: dy, x, w, dx 16-bit; dw and db float32.
   virtual void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx,
                                const Tensor& dw, const Tensor* db) = 0;
 
@@ -87,14 +93,20 @@ class Backend {
   // --- attention ---
   // Multi-head scaled dot-product attention. q, k, v, ctx: [B, L, heads*d] with
   // heads interleaved as Hugging Face's view(B, L, heads, d). key_mask: int64
-  // [B, L] (1 attend, 0 padding) or undefined. probs: [B, heads, L, L] saved for
-  // backward (before dropout). Dropout applies to the probabilities.
+  // [B, L] (1 attend, 0 padding) or undefined. Dropout applies to the
+  // probabilities. `saved` (float32) is what backward needs besides q, k, v
+  // and ctx: the probabilities [B, heads, L, L] before dropout when
+  // attention_saves_probabilities(dtype), else the row log-sum-exp [B, heads, L]
+  // of a fused kernel that recomputes them. 16-bit q, k, v, ctx allowed where
+  // the backend has such attention.
+  virtual bool attention_saves_probabilities(DType dtype) const = 0;
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                                 int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& probs,
+                                 int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& saved,
                                  const Tensor& ctx) = 0;
   virtual void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
-                                  const Tensor& dq, const Tensor& dk, const Tensor& dv) = 0;
+                                  const Tensor& ctx, const Tensor& saved, const Tensor& key_mask, int64_t heads,
+                                  double scale, const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,
+                                  const Tensor& dv) = 0;
 
   // --- losses: return the mean loss and write dlogits = ∂loss/∂logits ---
   // Cross-entropy over classes; labels int64 [B]; label -100 is ignored, as torch does.

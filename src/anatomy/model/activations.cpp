@@ -3,40 +3,46 @@
 
 namespace anatomy {
 
-std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& c, int64_t B, int64_t L) {
+std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& c, int64_t B, int64_t L,
+                                          const ActivationPlan& plan) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, N = c.num_attention_heads, T = B * L;
+  const DType x = plan.compute, f32 = DType::F32;
   switch (kind) {
     case LayerKind::Embeddings:
       return {
-          {"ln_in", {B, L, H}, "LayerNorm backward (word + position + token type)"},
-          {"ln_mean", {T}, "LayerNorm backward"},
-          {"ln_rstd", {T}, "LayerNorm backward"},
-          {"out", {B, L, H}, "input of encoder layer 0 (query/key/value backward, residual)"},
+          {"ln_in", {B, L, H}, f32, "LayerNorm backward (word + position + token type)"},
+          {"ln_mean", {T}, f32, "LayerNorm backward"},
+          {"ln_rstd", {T}, f32, "LayerNorm backward"},
+          {"out", {B, L, H}, x, "input of encoder layer 0 (query/key/value backward, residual)"},
       };
-    case LayerKind::EncoderLayer:
-      return {
-          {"q", {B, L, H}, "attention backward"},
-          {"k", {B, L, H}, "attention backward"},
-          {"v", {B, L, H}, "attention backward"},
-          {"probs", {B, N, L, L}, "attention backward (softmax output)"},
-          {"ctx", {B, L, H}, "attention output dense backward"},
-          {"attn_ln_in", {B, L, H}, "attention LayerNorm backward"},
-          {"attn_ln_mean", {T}, "attention LayerNorm backward"},
-          {"attn_ln_rstd", {T}, "attention LayerNorm backward"},
-          {"h1", {B, L, H}, "intermediate dense backward"},
-          {"inter_pre", {B, L, I}, "activation backward"},
-          {"inter_act", {B, L, I}, "output dense backward"},
-          {"out_ln_in", {B, L, H}, "output LayerNorm backward"},
-          {"out_ln_mean", {T}, "output LayerNorm backward"},
-          {"out_ln_rstd", {T}, "output LayerNorm backward"},
-          {"out", {B, L, H}, "input of the next layer"},
+    case LayerKind::EncoderLayer: {
+      std::vector<SavedSpec> specs = {
+          {"q", {B, L, H}, x, "attention backward"},
+          {"k", {B, L, H}, x, "attention backward"},
+          {"v", {B, L, H}, x, "attention backward"},
+          plan.attention_probabilities
+              ? SavedSpec{"attn_saved", {B, N, L, L}, f32, "attention backward (softmax output)"}
+              : SavedSpec{"attn_saved", {B, N, L}, f32, "attention backward (row log-sum-exp)"},
+          {"ctx", {B, L, H}, x, "attention output dense backward (and fused attention backward)"},
+          {"attn_ln_in", {B, L, H}, x, "attention LayerNorm backward"},
+          {"attn_ln_mean", {T}, f32, "attention LayerNorm backward"},
+          {"attn_ln_rstd", {T}, f32, "attention LayerNorm backward"},
+          {"h1", {B, L, H}, x, "intermediate dense backward"},
+          {"inter_pre", {B, L, I}, x, "activation backward"},
+          {"inter_act", {B, L, I}, x, "output dense backward"},
+          {"out_ln_in", {B, L, H}, x, "output LayerNorm backward"},
+          {"out_ln_mean", {T}, f32, "output LayerNorm backward"},
+          {"out_ln_rstd", {T}, f32, "output LayerNorm backward"},
+          {"out", {B, L, H}, x, "input of the next layer"},
       };
+      return specs;
+    }
     case LayerKind::Head:
       return {
-          {"first_token", {B, H}, "pooler dense backward"},
-          {"pooled", {B, H}, "tanh backward"},
-          {"classifier_in", {B, H}, "classifier backward (pooled after dropout)"},
-          {"logits", {B, c.num_labels}, "loss"},
+          {"first_token", {B, H}, f32, "pooler dense backward"},
+          {"pooled", {B, H}, f32, "tanh backward"},
+          {"classifier_in", {B, H}, f32, "classifier backward (pooled after dropout)"},
+          {"logits", {B, c.num_labels}, f32, "loss"},
       };
   }
   return {};
@@ -45,7 +51,7 @@ std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& c, i
 SavedTensors::SavedTensors(Backend& backend, const std::vector<SavedSpec>& specs, Category category,
                            const std::string& prefix) {
   for (const auto& s : specs)
-    tensors_.emplace(s.name, Tensor::empty(backend.ledger(), s.shape, DType::F32, category, prefix + s.name));
+    tensors_.emplace(s.name, Tensor::empty(backend.ledger(), s.shape, s.dtype, category, prefix + s.name));
 }
 
 const Tensor& SavedTensors::operator[](const std::string& name) const {

@@ -18,13 +18,25 @@ namespace anatomy {
 struct SavedSpec {
   std::string name;
   Shape shape;
+  DType dtype;
   const char* why;  // the backward op that reads it
 };
 
 enum class LayerKind { Embeddings, EncoderLayer, Head };
 
+// How activations are kept: the compute dtype of the encoder (float32, or
+// BF16/F16 under mixed precision; LayerNorm statistics, the embeddings' sum
+// and the head stay float32), and whether attention keeps its probabilities
+// [B, heads, L, L] (materialised attention) or only the row log-sum-exp
+// [B, heads, L] (fused attention, which recomputes them).
+struct ActivationPlan {
+  DType compute = DType::F32;
+  bool attention_probabilities = true;
+};
+
 // The tensors a layer of `kind` saves for a batch of B sequences of length L.
-std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& config, int64_t B, int64_t L);
+std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& config, int64_t B, int64_t L,
+                                          const ActivationPlan& plan = {});
 
 // A layer's saved tensors, allocated from its declaration.
 class SavedTensors {

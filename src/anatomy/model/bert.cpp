@@ -52,12 +52,30 @@ ProblemType resolve_problem_type(const BertConfig& config, DType labels_dtype) {
   return ProblemType::MultiLabel;
 }
 
-BertForSequenceClassification::BertForSequenceClassification(Backend& backend, BertConfig config)
+BertForSequenceClassification::BertForSequenceClassification(Backend& backend, BertConfig config, DType compute)
     : backend_(backend),
       config_(std::move(config)),
+      compute_(compute),
       weights_(backend, bert_parameter_specs(config_), Category::Weights, ""),
       w_(BertTensors::bind(weights_, config_)),
-      activation_(activation_kind(config_.hidden_act)) {}
+      activation_(activation_kind(config_.hidden_act)) {
+  ANATOMY_CHECK(compute == DType::F32 || compute == DType::BF16 || compute == DType::F16,
+                "compute dtype {} is not float32, bf16 or fp16", dtype_name(compute));
+  if (compute_ != DType::F32) {
+    half_weights_ = std::make_unique<ParameterSet>(backend, weights_.specs(), Category::Weights, "half.", compute_);
+    wh_ = BertTensors::bind(*half_weights_, config_);
+  } else {
+    wh_ = w_;
+  }
+}
+
+ActivationPlan BertForSequenceClassification::activation_plan() const {
+  return ActivationPlan{compute_, backend_.attention_saves_probabilities(compute_)};
+}
+
+void BertForSequenceClassification::refresh_half_weights() {
+  if (half_weights_) backend_.cast(weights_.flat(), half_weights_->flat());
+}
 
 BertForSequenceClassification::~BertForSequenceClassification() = default;
 
@@ -79,8 +97,8 @@ DropoutSpec BertForSequenceClassification::dropout_at(double p, int64_t site) co
   return spec;
 }
 
-Tensor BertForSequenceClassification::temporary(Shape shape, const std::string& name) {
-  return Tensor::empty(backend_.ledger(), std::move(shape), DType::F32, Category::Temporary, name);
+Tensor BertForSequenceClassification::temporary(Shape shape, const std::string& name, DType dtype) {
+  return Tensor::empty(backend_.ledger(), std::move(shape), dtype, Category::Temporary, name);
 }
 
 void BertForSequenceClassification::prepare_inputs(const BertInputs& in) {
@@ -114,14 +132,15 @@ ForwardOutput BertForSequenceClassification::forward(const BertInputs& inputs, c
   auto step = std::make_unique<Step>();
 
   ledger.set_phase("forward embeddings");
-  step->embeddings = SavedTensors(backend_, saved_for_backward(LayerKind::Embeddings, config_, B_, L_), kept,
+  const ActivationPlan plan = activation_plan();
+  step->embeddings = SavedTensors(backend_, saved_for_backward(LayerKind::Embeddings, config_, B_, L_, plan), kept,
                                   "embeddings.");
   embeddings_forward(step->embeddings);
   const Tensor* hidden = &step->embeddings["out"];
   SavedTensors previous;  // inference keeps only the layer before
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     ledger.set_phase(fmt::format("forward layer {}", l));
-    SavedTensors layer(backend_, saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_), kept,
+    SavedTensors layer(backend_, saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, plan), kept,
                        fmt::format("layer.{}.", l));
     encoder_forward(l, *hidden, layer);
     if (options.save_for_backward) {
@@ -133,7 +152,7 @@ ForwardOutput BertForSequenceClassification::forward(const BertInputs& inputs, c
     }
   }
   ledger.set_phase("forward head");
-  step->head = SavedTensors(backend_, saved_for_backward(LayerKind::Head, config_, B_, 1), kept, "head.");
+  step->head = SavedTensors(backend_, saved_for_backward(LayerKind::Head, config_, B_, 1, plan), kept, "head.");
   head_forward(*hidden, step->head);
 
   ForwardOutput out;
@@ -154,39 +173,48 @@ void BertForSequenceClassification::embeddings_forward(const SavedTensors& s) {
   backend_.embedding_forward(ids_, w_.word, sum, false);
   backend_.embedding_forward(positions_, w_.position, sum, true);
   backend_.embedding_forward(token_types_, w_.token_type, sum, true);
-  backend_.layernorm_forward(sum, w_.emb_ln_w, w_.emb_ln_b, config_.layer_norm_eps, s["out"], s["ln_mean"],
-                             s["ln_rstd"]);
-  backend_.dropout(s["out"], s["out"], dropout_at(config_.hidden_dropout_prob, site_embeddings()));
+  // The embeddings compute in float32; under mixed precision their output is rounded once for the encoder.
+  const Tensor out = compute_ == DType::F32 ? s["out"] : temporary(sum.shape(), "embeddings_out");
+  backend_.layernorm_forward(sum, w_.emb_ln_w, w_.emb_ln_b, config_.layer_norm_eps, out, s["ln_mean"], s["ln_rstd"]);
+  backend_.dropout(out, out, dropout_at(config_.hidden_dropout_prob, site_embeddings()));
+  if (compute_ != DType::F32) backend_.cast(out, s["out"]);
 }
 
 void BertForSequenceClassification::encoder_forward(int64_t l, const Tensor& x, const SavedTensors& s) {
-  const EncoderLayerTensors& w = w_.layers[l];
+  const EncoderLayerTensors& w = wh_.layers[l];
+  const EncoderLayerTensors& masters = w_.layers[l];  // LayerNorm parameters stay float32
   const int64_t H = config_.hidden_size;
   backend_.linear_forward(x, w.query_w, &w.query_b, s["q"]);
   backend_.linear_forward(x, w.key_w, &w.key_b, s["k"]);
   backend_.linear_forward(x, w.value_w, &w.value_b, s["v"]);
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
   backend_.attention_forward(s["q"], s["k"], s["v"], mask_, config_.num_attention_heads, scale,
-                             dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l)), s["probs"],
+                             dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l)), s["attn_saved"],
                              s["ctx"]);
-  Tensor projected = temporary({B_, L_, H}, "projected");
+  Tensor projected = temporary({B_, L_, H}, "projected", compute_);
   backend_.linear_forward(s["ctx"], w.attn_out_w, &w.attn_out_b, projected);
   backend_.dropout(projected, projected, dropout_at(config_.hidden_dropout_prob, site_attention_output(l)));
   backend_.add(projected, x, s["attn_ln_in"]);
-  backend_.layernorm_forward(s["attn_ln_in"], w.attn_ln_w, w.attn_ln_b, config_.layer_norm_eps, s["h1"],
+  backend_.layernorm_forward(s["attn_ln_in"], masters.attn_ln_w, masters.attn_ln_b, config_.layer_norm_eps, s["h1"],
                              s["attn_ln_mean"], s["attn_ln_rstd"]);
   backend_.linear_forward(s["h1"], w.inter_w, &w.inter_b, s["inter_pre"]);
   backend_.activation_forward(activation_, s["inter_pre"], s["inter_act"]);
   backend_.linear_forward(s["inter_act"], w.out_w, &w.out_b, projected);
   backend_.dropout(projected, projected, dropout_at(config_.hidden_dropout_prob, site_layer_output(l)));
   backend_.add(projected, s["h1"], s["out_ln_in"]);
-  backend_.layernorm_forward(s["out_ln_in"], w.out_ln_w, w.out_ln_b, config_.layer_norm_eps, s["out"],
+  backend_.layernorm_forward(s["out_ln_in"], masters.out_ln_w, masters.out_ln_b, config_.layer_norm_eps, s["out"],
                              s["out_ln_mean"], s["out_ln_rstd"]);
 }
 
 void BertForSequenceClassification::head_forward(const Tensor& hidden, const SavedTensors& s) {
   const int64_t H = config_.hidden_size;
-  backend_.select_row(hidden, 0, s["first_token"]);
+  if (compute_ == DType::F32) {
+    backend_.select_row(hidden, 0, s["first_token"]);
+  } else {  // the head is small: it runs in float32 from the rounded first token
+    Tensor first = temporary({B_, H}, "first_token_half", compute_);
+    backend_.select_row(hidden, 0, first);
+    backend_.cast(first, s["first_token"]);
+  }
   Tensor pre = temporary({B_, H}, "pooler_pre");
   backend_.linear_forward(s["first_token"], w_.pooler_w, &w_.pooler_b, pre);
   backend_.activation_forward(ActivationKind::Tanh, pre, s["pooled"]);
@@ -236,9 +264,15 @@ void BertForSequenceClassification::backward(double loss_scale) {
   backend_.activation_backward(ActivationKind::Tanh, head["pooled"], d_pooled, d_pooled);
   Tensor d_first = temporary({B_, H}, "d_first_token");
   backend_.linear_backward(d_pooled, head["first_token"], w_.pooler_w, &d_first, g_.pooler_w, &g_.pooler_b);
-  Tensor d_hidden = temporary({B_, L_, H}, "d_hidden");
+  Tensor d_hidden = temporary({B_, L_, H}, "d_hidden", compute_);
   backend_.zero(d_hidden);
-  backend_.select_row_backward(d_first, 0, d_hidden);
+  if (compute_ == DType::F32) {
+    backend_.select_row_backward(d_first, 0, d_hidden);
+  } else {
+    Tensor d_first_half = temporary({B_, H}, "d_first_token_half", compute_);
+    backend_.cast(d_first, d_first_half);
+    backend_.select_row_backward(d_first_half, 0, d_hidden);
+  }
   step->head = SavedTensors();
 
   for (int64_t l = config_.num_hidden_layers - 1; l >= 0; --l) {
@@ -253,27 +287,29 @@ void BertForSequenceClassification::backward(double loss_scale) {
 
 Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& x, const SavedTensors& s,
                                                        const Tensor& dout) {
-  const EncoderLayerTensors& w = w_.layers[l];
+  const EncoderLayerTensors& w = wh_.layers[l];
+  const EncoderLayerTensors& masters = w_.layers[l];
   const EncoderLayerTensors& g = g_.layers[l];
   const int64_t H = config_.hidden_size, I = config_.intermediate_size;
+  const DType t = compute_;
 
   // out = LayerNorm(dropout(output.dense(inter_act)) + h1)
-  Tensor d_sum = temporary({B_, L_, H}, "d_ln_in");
-  backend_.layernorm_backward(dout, s["out_ln_in"], s["out_ln_mean"], s["out_ln_rstd"], w.out_ln_w, d_sum,
+  Tensor d_sum = temporary({B_, L_, H}, "d_ln_in", t);
+  backend_.layernorm_backward(dout, s["out_ln_in"], s["out_ln_mean"], s["out_ln_rstd"], masters.out_ln_w, d_sum,
                               g.out_ln_w, g.out_ln_b);
-  Tensor d_h1 = temporary({B_, L_, H}, "d_h1");
+  Tensor d_h1 = temporary({B_, L_, H}, "d_h1", t);
   backend_.copy(d_h1, d_sum);  // residual branch
   backend_.dropout(d_sum, d_sum, dropout_at(config_.hidden_dropout_prob, site_layer_output(l)));
-  Tensor d_inter = temporary({B_, L_, I}, "d_intermediate");
+  Tensor d_inter = temporary({B_, L_, I}, "d_intermediate", t);
   backend_.linear_backward(d_sum, s["inter_act"], w.out_w, &d_inter, g.out_w, &g.out_b);
   backend_.activation_backward(activation_, s["inter_pre"], d_inter, d_inter);
-  Tensor d_tmp = temporary({B_, L_, H}, "d_tmp");
+  Tensor d_tmp = temporary({B_, L_, H}, "d_tmp", t);
   backend_.linear_backward(d_inter, s["h1"], w.inter_w, &d_tmp, g.inter_w, &g.inter_b);
   d_inter = Tensor();
   backend_.add_inplace(d_h1, d_tmp);
 
   // h1 = LayerNorm(dropout(attention.output.dense(ctx)) + x)
-  backend_.layernorm_backward(d_h1, s["attn_ln_in"], s["attn_ln_mean"], s["attn_ln_rstd"], w.attn_ln_w, d_sum,
+  backend_.layernorm_backward(d_h1, s["attn_ln_in"], s["attn_ln_mean"], s["attn_ln_rstd"], masters.attn_ln_w, d_sum,
                               g.attn_ln_w, g.attn_ln_b);
   Tensor d_x = dout;  // dout is consumed: its buffer now collects the input gradient
   backend_.copy(d_x, d_sum);  // residual branch
@@ -281,10 +317,11 @@ Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& 
   Tensor d_ctx = d_h1;  // d_h1 is consumed too
   backend_.linear_backward(d_sum, s["ctx"], w.attn_out_w, &d_ctx, g.attn_out_w, &g.attn_out_b);
 
-  Tensor dq = temporary({B_, L_, H}, "d_q"), dk = temporary({B_, L_, H}, "d_k");
+  Tensor dq = temporary({B_, L_, H}, "d_q", t), dk = temporary({B_, L_, H}, "d_k", t);
   Tensor dv = d_sum;
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
-  backend_.attention_backward(d_ctx, s["q"], s["k"], s["v"], s["probs"], config_.num_attention_heads, scale,
+  backend_.attention_backward(d_ctx, s["q"], s["k"], s["v"], s["ctx"], s["attn_saved"], mask_,
+                              config_.num_attention_heads, scale,
                               dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l)), dq, dk, dv);
   backend_.linear_backward(dq, x, w.query_w, &d_tmp, g.query_w, &g.query_b);
   backend_.add_inplace(d_x, d_tmp);
@@ -295,7 +332,12 @@ Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& 
   return d_x;
 }
 
-void BertForSequenceClassification::embeddings_backward(const SavedTensors& s, const Tensor& dout) {
+void BertForSequenceClassification::embeddings_backward(const SavedTensors& s, const Tensor& dout_in) {
+  Tensor dout = dout_in;
+  if (compute_ != DType::F32) {  // back to float32, where the embeddings computed
+    dout = temporary(dout_in.shape(), "d_embeddings_out");
+    backend_.cast(dout_in, dout);
+  }
   backend_.dropout(dout, dout, dropout_at(config_.hidden_dropout_prob, site_embeddings()));
   Tensor d_sum = temporary({B_, L_, config_.hidden_size}, "d_embeddings");
   backend_.layernorm_backward(dout, s["ln_in"], s["ln_mean"], s["ln_rstd"], w_.emb_ln_w, d_sum, g_.emb_ln_w,

@@ -43,13 +43,23 @@ ProblemType resolve_problem_type(const BertConfig& config, DType labels_dtype);
 
 class BertForSequenceClassification {
  public:
-  BertForSequenceClassification(Backend& backend, BertConfig config);
+  // `compute` is float32, or BF16/F16 for mixed precision: the encoder's
+  // activations and matrix products in 16 bits from a 16-bit copy of the
+  // weights, while the float32 weights (masters), gradients, LayerNorm
+  // statistics, the embeddings' sum, the pooler/classifier head and the loss
+  // stay float32.
+  BertForSequenceClassification(Backend& backend, BertConfig config, DType compute = DType::F32);
   ~BertForSequenceClassification();
 
   const BertConfig& config() const { return config_; }
   Backend& backend() { return backend_; }
   ParameterSet& weights() { return weights_; }
   const ParameterSet& weights() const { return weights_; }
+  DType compute_dtype() const { return compute_; }
+  ActivationPlan activation_plan() const;
+  // Mixed precision: rounds the float32 weights into the 16-bit copy the
+  // encoder computes with; call after the weights change (load, init, a step).
+  void refresh_half_weights();
   // Gradients are allocated on first use (inference never allocates them).
   ParameterSet& gradients();
   bool has_gradients() const { return gradients_ != nullptr; }
@@ -64,7 +74,7 @@ class BertForSequenceClassification {
   struct Step;  // the state one training forward leaves for its backward
 
   DropoutSpec dropout_at(double p, int64_t site) const;
-  Tensor temporary(Shape shape, const std::string& name);
+  Tensor temporary(Shape shape, const std::string& name, DType dtype = DType::F32);
   void prepare_inputs(const BertInputs& inputs);
 
   void embeddings_forward(const SavedTensors& s);
@@ -77,8 +87,11 @@ class BertForSequenceClassification {
 
   Backend& backend_;
   BertConfig config_;
+  DType compute_;
   ParameterSet weights_;
   BertTensors w_;
+  std::unique_ptr<ParameterSet> half_weights_;  // mixed precision only
+  BertTensors wh_;                              // the encoder's weights: w_ or the 16-bit copy
   std::unique_ptr<ParameterSet> gradients_;
   BertTensors g_;
   ActivationKind activation_;

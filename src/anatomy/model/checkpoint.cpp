@@ -85,6 +85,7 @@ void init_weights(BertForSequenceClassification& model, uint64_t seed) {
   const auto& set = model.weights();
   for (size_t i = 0; i < set.specs().size(); ++i)
     init_one(model.backend(), set.tensors()[i], set.specs()[i], i, model.config(), seed);
+  model.refresh_half_weights();
 }
 
 LoadReport load_weights(BertForSequenceClassification& model, const std::string& directory, uint64_t seed) {
@@ -112,6 +113,7 @@ LoadReport load_weights(BertForSequenceClassification& model, const std::string&
     const std::vector<float> values = file.read_f32(found, spec.shape);
     model.backend().copy_from_host(set.tensors()[i], values.data());
   }
+  model.refresh_half_weights();
   for (const auto& [name, was_used] : used)
     if (!was_used && name.find("position_ids") == std::string::npos) report.unused.push_back(name);
   return report;

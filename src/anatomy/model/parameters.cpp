@@ -44,7 +44,7 @@ std::vector<ParamSpec> bert_parameter_specs(const BertConfig& c) {
 }
 
 ParameterSet::ParameterSet(Backend& backend, std::vector<ParamSpec> specs, Category category,
-                           const std::string& prefix)
+                           const std::string& prefix, DType dtype)
     : specs_(std::move(specs)) {
   std::vector<int64_t> offsets;
   int64_t total = 0;
@@ -52,7 +52,7 @@ ParameterSet::ParameterSet(Backend& backend, std::vector<ParamSpec> specs, Categ
     offsets.push_back(total);
     total += align_up(shape_numel(s.shape));
   }
-  flat_ = Tensor::empty(backend.ledger(), {total}, DType::F32, category, prefix + "flat");
+  flat_ = Tensor::empty(backend.ledger(), {total}, dtype, category, prefix + "flat");
   backend.zero(flat_);
   for (size_t i = 0; i < specs_.size(); ++i) {
     tensors_.push_back(flat_.slice(offsets[i], specs_[i].shape, prefix + specs_[i].name));

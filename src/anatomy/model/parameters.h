@@ -26,8 +26,10 @@ std::vector<ParamSpec> bert_parameter_specs(const BertConfig& config);
 
 class ParameterSet {
  public:
-  // Allocates one flat buffer (zeroed) for all `specs` in `category`; view names are prefix + spec name.
-  ParameterSet(Backend& backend, std::vector<ParamSpec> specs, Category category, const std::string& prefix);
+  // Allocates one flat buffer (zeroed) of `dtype` for all `specs` in `category`; view names are
+  // prefix + spec name. Sets of equal specs have equal layouts, whatever their dtype.
+  ParameterSet(Backend& backend, std::vector<ParamSpec> specs, Category category, const std::string& prefix,
+               DType dtype = DType::F32);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   const std::vector<Tensor>& tensors() const { return tensors_; }

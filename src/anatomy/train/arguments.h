@@ -31,6 +31,8 @@ struct TrainingArguments {
   int64_t logging_steps = 500;
   std::string output_dir;                    // empty: write nothing
   bool progress = true;                      // progress bar when stderr is a terminal
+  bool bf16 = false;                         // mixed precision: bf16 compute, float32 masters and gradients
+  bool fp16 = false;                         // mixed precision with dynamic loss scaling (GradScaler)
 };
 
 }  // namespace anatomy

@@ -113,6 +113,10 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   int64_t window_steps = 0, window_samples = 0;
   auto window_start = Clock::now();
   const auto start = Clock::now();
+  // Dynamic loss scaling as torch.cuda.amp.GradScaler: start at 2^16, halve and
+  // skip the update on a non-finite gradient, double after 2000 clean steps.
+  double loss_scale = args_.fp16 ? 65536.0 : 1.0;
+  int64_t clean_steps = 0, updates = 0;
 
   for (int64_t step = 0; step < total_steps_; ++step) {
     const int64_t epoch = step / steps_per_epoch_;
@@ -134,11 +138,31 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
     options.step = static_cast<uint64_t>(step);
     const ForwardOutput out = model_.forward(inputs, options);
     const double loss = *out.loss;
-    model_.backward();
+    const double step_scale = loss_scale;
+    model_.backward(step_scale);
     ledger.set_phase("optimizer step");
+    if (step_scale != 1.0) backend_.scale(grads.flat(), 1.0 / step_scale);
     const double grad_norm = clip_grad_norm(backend_, grads, args_.max_grad_norm);
-    const double lr = scheduled_lr(args_.lr_scheduler_type, args_.learning_rate, step, args_.warmup_steps, total_steps_);
-    optimizer.step(model_.weights(), grads, lr);
+    // The schedule advances with the updates made, as Hugging Face's does when GradScaler skips one.
+    const double lr =
+        scheduled_lr(args_.lr_scheduler_type, args_.learning_rate, updates, args_.warmup_steps, total_steps_);
+    bool skip = false;
+    if (args_.fp16) {
+      if (!std::isfinite(grad_norm)) {
+        skip = true;
+        loss_scale *= 0.5;
+        clean_steps = 0;
+        ++result.skipped_steps;
+      } else if (++clean_steps == 2000) {
+        loss_scale *= 2.0;
+        clean_steps = 0;
+      }
+    }
+    if (!skip) {
+      optimizer.step(model_.weights(), grads, lr);
+      model_.refresh_half_weights();
+      ++updates;
+    }
 
     result.losses.push_back(loss);
     result.samples += end - begin;
@@ -155,12 +179,18 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
                      window_loss / window_steps,
                      lr,
                      grad_norm,
-                     window_samples / std::max(seconds_since(window_start), 1e-9)};
+                     window_samples / std::max(seconds_since(window_start), 1e-9),
+                     step_scale,
+                     result.skipped_steps};
       if (log.is_open()) {
         nlohmann::json j = {{"step", record.step},          {"epoch", record.epoch},
                             {"loss", record.loss},          {"mean_loss", record.mean_loss},
                             {"learning_rate", record.learning_rate}, {"grad_norm", record.grad_norm},
                             {"samples_per_second", record.samples_per_second}};
+        if (args_.fp16) {
+          j["loss_scale"] = record.loss_scale;
+          j["skipped_steps"] = record.skipped_steps;
+        }
         log << j.dump() << "\n" << std::flush;
       }
       if (on_log) on_log(record);

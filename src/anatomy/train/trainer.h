@@ -23,6 +23,8 @@ struct StepLog {
   double learning_rate;  // the rate this step's update used
   double grad_norm;      // before clipping
   double samples_per_second;
+  double loss_scale;     // fp16: the scale this step's backward used (1 otherwise)
+  int64_t skipped_steps; // fp16: updates skipped so far for non-finite gradients
 };
 
 struct TrainResult {
@@ -31,6 +33,7 @@ struct TrainResult {
   double seconds = 0.0;
   double samples_per_second = 0.0;
   std::vector<double> losses;  // every step's loss
+  int64_t skipped_steps = 0;   // fp16 steps whose update was skipped (overflow)
   LedgerSnapshot memory;       // the ledger at the end (with its peaks)
 };
 

@@ -48,6 +48,27 @@ class CpuBackend final : public Backend {
     std::memmove(dst.raw(), src.raw(), src.nbytes());
   }
 
+  void cast(const Tensor& src, const Tensor& dst) override {
+    expect_same_numel(src, dst, "cast");
+    const int64_t n = src.numel();
+    auto convert_out = [&](auto to_half) {
+      const float* in = src.data<float>();
+      uint16_t* out = dst.data<uint16_t>();
+      for (int64_t i = 0; i < n; ++i) out[i] = to_half(in[i]);
+    };
+    auto convert_in = [&](auto from_half) {
+      const uint16_t* in = src.data<uint16_t>();
+      float* out = dst.data<float>();
+      for (int64_t i = 0; i < n; ++i) out[i] = from_half(in[i]);
+    };
+    if (src.dtype() == DType::F32 && dst.dtype() == DType::BF16) convert_out(float_to_bf16);
+    else if (src.dtype() == DType::F32 && dst.dtype() == DType::F16) convert_out(float_to_f16);
+    else if (src.dtype() == DType::BF16 && dst.dtype() == DType::F32) convert_in(bf16_to_float);
+    else if (src.dtype() == DType::F16 && dst.dtype() == DType::F32) convert_in(f16_to_float);
+    else if (src.dtype() == dst.dtype()) copy(dst, src);
+    else ANATOMY_CHECK(false, "cast from {} to {}", dtype_name(src.dtype()), dtype_name(dst.dtype()));
+  }
+
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) override {
     expect_f32(x, "linear_forward");
     const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
@@ -250,6 +271,8 @@ class CpuBackend final : public Backend {
     }
   }
 
+  bool attention_saves_probabilities(DType) const override { return true; }
+
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
                          double scale, const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) override {
     const int64_t B = q.dim(0), L = q.dim(1), H = q.dim(2), D = H / heads;
@@ -276,9 +299,9 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
-                          int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,
-                          const Tensor& dv) override {
+  void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx,
+                          const Tensor& probs, const Tensor& key_mask, int64_t heads, double scale,
+                          const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
     const int64_t B = q.dim(0), L = q.dim(1), H = q.dim(2), D = H / heads;
     std::vector<float> dropped(L * L), dp(L * L);
     for (int64_t b = 0; b < B; ++b) {

@@ -10,10 +10,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "anatomy/core/error.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/flash_attention.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
+#include "anatomy/kernels/cuda/mixed.cuh"
 
 namespace anatomy::cuda {
 
@@ -46,7 +49,8 @@ int64_t rows_of(const Tensor& t) { return t.numel() / t.dim(-1); }
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool tf32) : device_(device), ledger_(Device::cuda(device), make_cuda_allocator(device)) {
+  CudaBackend(int device, bool tf32)
+      : device_(device), ledger_(Device::cuda(device), make_cuda_allocator(device)), tf32_(tf32) {
     ANATOMY_CUDA_CHECK(cudaSetDevice(device));
     ANATOMY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ANATOMY_CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -83,19 +87,23 @@ class CudaBackend final : public Backend {
 
   // Row-major y[M,N] = x[M,K] · w[N,K]ᵀ is column-major yᵀ = w · xᵀ.
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) override {
-    expect_gpu_f32(x, "linear_forward");
     const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
     ANATOMY_CHECK(w.dim(1) == K && y.numel() == M * N, "linear_forward: shapes of {} {} {}", x.name(), w.name(),
                   y.name());
+    const DType t = x.dtype();
+    ANATOMY_CHECK(w.dtype() == t && y.dtype() == t && (!b || b->dtype() == t),
+                  "linear_forward: {} {} {} must share one dtype", x.name(), w.name(), y.name());
     float beta = 0.0f;
     if (b) {
-      broadcast_rows_kernel<<<grid_for(M * N), 256, 0, stream_>>>(b->data<float>(), y.data<float>(), M, N);
-      ANATOMY_CUDA_CHECK(cudaGetLastError());
+      if (t == DType::F32) {
+        broadcast_rows_kernel<<<grid_for(M * N), 256, 0, stream_>>>(b->data<float>(), y.data<float>(), M, N);
+        ANATOMY_CUDA_CHECK(cudaGetLastError());
+      } else {
+        broadcast_rows_half(stream_, half_type(t), b->raw(), y.raw(), M, N);
+      }
       beta = 1.0f;
     }
-    const float alpha = 1.0f;
-    ANATOMY_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w.data<float>(), K,
-                                     x.data<float>(), K, &beta, y.data<float>(), N));
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, w.raw(), t, K, x.raw(), t, K, beta, y.raw(), t, N);
   }
 
   void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor& dw,
@@ -103,14 +111,18 @@ class CudaBackend final : public Backend {
     const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
     ANATOMY_CHECK(dy.numel() == M * N && dw.numel() == N * K, "linear_backward: shapes of {} {}", dy.name(),
                   dw.name());
-    const float one = 1.0f, zero = 0.0f;
+    const DType t = x.dtype();
+    ANATOMY_CHECK(dy.dtype() == t && w.dtype() == t && (!dx || dx->dtype() == t) && dw.dtype() == DType::F32,
+                  "linear_backward: {} {} {} share one dtype and {} is float32", dy.name(), x.name(), w.name(),
+                  dw.name());
     if (dx)  // dxᵀ[K,M] = wᵀ[K,N] · dyᵀ[N,M]
-      ANATOMY_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, &one, w.data<float>(), K,
-                                       dy.data<float>(), N, &zero, dx->data<float>(), K));
-    // dwᵀ[K,N] += xᵀ[K,M] · dy[M,N]
-    ANATOMY_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, &one, x.data<float>(), K,
-                                     dy.data<float>(), N, &one, dw.data<float>(), K));
-    if (db) column_sums_accumulate(stream_, dy.data<float>(), M, N, db->data<float>());
+      gemm(CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, w.raw(), t, K, dy.raw(), t, N, 0.0f, dx->raw(), t, K);
+    // dwᵀ[K,N] += xᵀ[K,M] · dy[M,N], accumulated in float32 whatever the inputs' type.
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x.raw(), t, K, dy.raw(), t, N, 1.0f, dw.raw(), DType::F32, K);
+    if (db) {
+      if (t == DType::F32) column_sums_accumulate(stream_, dy.data<float>(), M, N, db->data<float>());
+      else column_sums_accumulate_half(stream_, half_type(t), dy.raw(), M, N, db->data<float>());
+    }
   }
 
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) override {
@@ -123,53 +135,98 @@ class CudaBackend final : public Backend {
                              dtable.dim(1), dtable.dim(0), padding_idx, scratch);
   }
 
+  void cast(const Tensor& src, const Tensor& dst) override {
+    ANATOMY_CHECK(src.numel() == dst.numel(), "cast: {} and {} differ in size", src.name(), dst.name());
+    if (src.dtype() == dst.dtype()) return copy(dst, src);
+    if (src.dtype() == DType::F32) cast_f32_to_half(stream_, half_type(dst.dtype()), src.data<float>(), dst.raw(), src.numel());
+    else if (dst.dtype() == DType::F32) cast_half_to_f32(stream_, half_type(src.dtype()), src.raw(), dst.data<float>(), src.numel());
+    else ANATOMY_CHECK(false, "cast from {} to {}", dtype_name(src.dtype()), dtype_name(dst.dtype()));
+  }
+
   void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
                          const Tensor& mean, const Tensor& rstd) override {
+    if (x.dtype() != DType::F32) {
+      ANATOMY_CHECK(y.dtype() == x.dtype(), "layernorm_forward: {} and {} differ in dtype", x.name(), y.name());
+      return cuda::layernorm_forward_half(stream_, half_type(x.dtype()), x.raw(), gamma.data<float>(),
+                                          beta.data<float>(), eps, y.raw(), mean.data<float>(), rstd.data<float>(),
+                                          rows_of(x), x.dim(-1));
+    }
     cuda::layernorm_forward(stream_, x.data<float>(), gamma.data<float>(), beta.data<float>(), eps, y.data<float>(),
                             mean.data<float>(), rstd.data<float>(), rows_of(x), x.dim(-1));
   }
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                           const Tensor& gamma, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) override {
     void* scratch = scratch_bytes(layernorm_backward_scratch_bytes(rows_of(x), x.dim(-1)));
+    if (x.dtype() != DType::F32)
+      return cuda::layernorm_backward_half(stream_, half_type(x.dtype()), dy.raw(), x.raw(), mean.data<float>(),
+                                           rstd.data<float>(), gamma.data<float>(), dx.raw(), dgamma.data<float>(),
+                                           dbeta.data<float>(), rows_of(x), x.dim(-1), scratch);
     cuda::layernorm_backward(stream_, dy.data<float>(), x.data<float>(), mean.data<float>(), rstd.data<float>(),
                              gamma.data<float>(), dx.data<float>(), dgamma.data<float>(), dbeta.data<float>(),
                              rows_of(x), x.dim(-1), scratch);
   }
 
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override {
+    if (a.dtype() != DType::F32) return add_half(stream_, half_type(a.dtype()), a.raw(), b.raw(), out.raw(), a.numel());
     cuda::add(stream_, a.data<float>(), b.data<float>(), out.data<float>(), a.numel());
   }
   void add_inplace(const Tensor& dst, const Tensor& src) override {
+    if (dst.dtype() != DType::F32)
+      return add_inplace_half(stream_, half_type(dst.dtype()), dst.raw(), src.raw(), dst.numel());
     cuda::add_inplace(stream_, dst.data<float>(), src.data<float>(), dst.numel());
   }
   void activation_forward(ActivationKind kind, const Tensor& x, const Tensor& y) override {
+    if (x.dtype() != DType::F32)
+      return activation_forward_half(stream_, half_type(x.dtype()), kind, x.raw(), y.raw(), x.numel());
     cuda::activation_forward(stream_, kind, x.data<float>(), y.data<float>(), x.numel());
   }
   void activation_backward(ActivationKind kind, const Tensor& saved, const Tensor& dy, const Tensor& dx) override {
+    if (saved.dtype() != DType::F32)
+      return activation_backward_half(stream_, half_type(saved.dtype()), kind, saved.raw(), dy.raw(), dx.raw(),
+                                      saved.numel());
     cuda::activation_backward(stream_, kind, saved.data<float>(), dy.data<float>(), dx.data<float>(), saved.numel());
   }
   void dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) override {
+    if (x.dtype() != DType::F32) return dropout_half(stream_, half_type(x.dtype()), x.raw(), y.raw(), x.numel(), spec);
     cuda::dropout(stream_, x.data<float>(), y.data<float>(), x.numel(), spec);
   }
   void select_row(const Tensor& x, int64_t row, const Tensor& out) override {
+    if (x.dtype() != DType::F32)
+      return select_row_half(stream_, half_type(x.dtype()), x.raw(), x.dim(0), x.dim(1), x.dim(2), row, out.raw());
     cuda::select_row(stream_, x.data<float>(), x.dim(0), x.dim(1), x.dim(2), row, out.data<float>());
   }
   void select_row_backward(const Tensor& dout, int64_t row, const Tensor& dx) override {
+    if (dx.dtype() != DType::F32)
+      return select_row_backward_half(stream_, half_type(dx.dtype()), dout.raw(), dx.dim(0), dx.dim(1), dx.dim(2), row,
+                                      dx.raw());
     cuda::select_row_backward(stream_, dout.data<float>(), dx.dim(0), dx.dim(1), dx.dim(2), row, dx.data<float>());
   }
+
+  bool attention_saves_probabilities(DType dtype) const override { return dtype == DType::F32; }
 
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
                          double scale, const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) override {
     const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
+    if (q.dtype() != DType::F32)
+      return flash_attention_forward(stream_, attn_type(q.dtype()), q.raw(), k.raw(), v.raw(),
+                                     key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
+                                     static_cast<float>(scale), dropout, ctx.raw(), probs.data<float>());
     void* scratch = scratch_bytes(attention_scratch_bytes(B, heads, L));
     cuda::attention_forward(stream_, cublas_, q.data<float>(), k.data<float>(), v.data<float>(),
                             key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D, scale, dropout,
                             probs.data<float>(), ctx.data<float>(), scratch);
   }
-  void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
-                          int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,
-                          const Tensor& dv) override {
+  void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx,
+                          const Tensor& probs, const Tensor& key_mask, int64_t heads, double scale,
+                          const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
     const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
+    if (q.dtype() != DType::F32) {
+      void* scratch = scratch_bytes(flash_attention_scratch_bytes(B, L, heads, D));
+      return flash_attention_backward(stream_, attn_type(q.dtype()), dctx.raw(), q.raw(), k.raw(), v.raw(), ctx.raw(),
+                                      probs.data<float>(), key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B,
+                                      L, heads, D, static_cast<float>(scale), dropout, dq.raw(), dk.raw(), dv.raw(),
+                                      scratch);
+    }
     void* scratch = scratch_bytes(attention_scratch_bytes(B, heads, L));
     cuda::attention_backward(stream_, cublas_, dctx.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(),
                              probs.data<float>(), B, L, heads, D, scale, dropout, dq.data<float>(), dk.data<float>(),
@@ -226,6 +283,37 @@ class CudaBackend final : public Backend {
     return scratch_.raw();
   }
 
+  static Half half_type(DType t) {
+    ANATOMY_CHECK(t == DType::BF16 || t == DType::F16, "expected a 16-bit dtype, got {}", dtype_name(t));
+    return t == DType::BF16 ? Half::BF16 : Half::F16;
+  }
+
+  static AttnType attn_type(DType t) { return half_type(t) == Half::BF16 ? AttnType::BF16 : AttnType::F16; }
+
+  static cudaDataType_t cuda_type(DType t) {
+    switch (t) {
+      case DType::F32: return CUDA_R_32F;
+      case DType::BF16: return CUDA_R_16BF;
+      case DType::F16: return CUDA_R_16F;
+      default: ANATOMY_CHECK(false, "no matrix products in {}", dtype_name(t));
+    }
+    return CUDA_R_32F;
+  }
+
+  // Column-major C[m,n] = α op(A) op(B) + β C with float32 accumulation; A and
+  // B share a type, C may be wider. Float32 inputs follow the handle's math
+  // mode (plain float32, or TF32 when asked).
+  void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, const void* A,
+            DType a_type, int64_t lda, const void* B, DType b_type, int64_t ldb, float beta, void* C, DType c_type,
+            int64_t ldc) {
+    const float alpha = 1.0f;
+    const cublasComputeType_t compute =
+        a_type == DType::F32 && tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    ANATOMY_CUBLAS_CHECK(cublasGemmEx(cublas_, op_a, op_b, m, n, k, &alpha, A, cuda_type(a_type), lda, B,
+                                      cuda_type(b_type), ldb, &beta, C, cuda_type(c_type), ldc, compute,
+                                      CUBLAS_GEMM_DEFAULT));
+  }
+
   double* result_slot() { return static_cast<double*>(results_.raw()); }
   double read_result() {
     double value = 0.0;
@@ -238,6 +326,7 @@ class CudaBackend final : public Backend {
   Ledger ledger_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  bool tf32_ = false;
   Tensor workspace_;
   Tensor scratch_;
   Tensor results_;

@@ -4,10 +4,16 @@
 // the CPU backend (kernels/cpu/cpu_backend.cpp) element for element; where the
 // CPU computes in double and the GPU in float, the formulas are chosen to keep
 // the relative error near float's rounding (no cancellation in the tails).
+// The 16-bit variants (bf16, fp16) run the very same element functions on
+// inputs widened to float and round each result once, so their outputs are
+// the float32 kernels' results rounded to nearest even.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "anatomy/core/random.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
@@ -26,6 +32,59 @@ unsigned blocks_for(int64_t work, int threads = kThreads) {
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// ---- element types: float, __nv_bfloat16, __half ----
+// Widening to float is exact and narrowing rounds to nearest even. For float
+// both are the identity, so a kernel templated over the element type does, for
+// float, exactly the operations of a float-only kernel.
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+// Runs f(std::type_identity<T>{}) with T the CUDA type of the 16-bit format.
+template <typename F>
+void with_half_type(Half h, F&& f) {
+  if (h == Half::BF16)
+    f(std::type_identity<__nv_bfloat16>{});
+  else
+    f(std::type_identity<__half>{});
+}
+
+// Eight consecutive elements at a 16-byte aligned p, widened: one 16-byte load
+// for 16-bit types, two for float; and the rounding store back.
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    alignas(16) T e[8];
+    *reinterpret_cast<uint4*>(e) = *reinterpret_cast<const uint4*>(p);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = to_float(e[k]);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void store8(T* p, const float (&v)[8]) {
+  if constexpr (std::is_same_v<T, float>) {
+    reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+  } else {
+    alignas(16) T e[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) e[k] = from_float<T>(v[k]);
+    *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(e);
+  }
+}
 
 // ---- generic maps: y[i] = f(x[i], i) and y[i] = f(a[i], b[i]) ----
 // With kVec == 4 each thread handles four consecutive elements through one
@@ -67,6 +126,66 @@ __global__ void map2_kernel(const float* a, const float* b, float* y, int64_t n,
   }
 }
 
+// The same maps over any input and output element types, with 8-element
+// groups (16 bytes of 16-bit data) when every pointer is 16-byte aligned:
+// y[i] = round(f(widen(x[i]), i)) and y[i] = round(f(widen(a[i]), widen(b[i]))).
+template <int kVec, typename In, typename Out, typename F>
+__global__ void map1_typed_kernel(const In* x, Out* y, int64_t n, F f) {
+  const int64_t groups = (n + kVec - 1) / kVec;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
+    const int64_t i = g * kVec;
+    if (kVec == 8 && i + 8 <= n) {
+      float v[8];
+      load8(x + i, v);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) v[k] = f(v[k], i + k);
+      store8(y + i, v);
+    } else {
+      for (int64_t j = i; j < n && j < i + kVec; ++j) y[j] = from_float<Out>(f(to_float(x[j]), j));
+    }
+  }
+}
+
+template <int kVec, typename In, typename Out, typename F>
+__global__ void map2_typed_kernel(const In* a, const In* b, Out* y, int64_t n, F f) {
+  const int64_t groups = (n + kVec - 1) / kVec;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
+    const int64_t i = g * kVec;
+    if (kVec == 8 && i + 8 <= n) {
+      float u[8], v[8];
+      load8(a + i, u);
+      load8(b + i, v);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) u[k] = f(u[k], v[k]);
+      store8(y + i, u);
+    } else {
+      for (int64_t j = i; j < n && j < i + kVec; ++j) y[j] = from_float<Out>(f(to_float(a[j]), to_float(b[j])));
+    }
+  }
+}
+
+template <typename In, typename Out, typename F>
+void launch_map1_typed(cudaStream_t s, const In* x, Out* y, int64_t n, F f) {
+  if (n <= 0) return;
+  if (aligned16(x) && aligned16(y))
+    map1_typed_kernel<8><<<blocks_for((n + 7) / 8), kThreads, 0, s>>>(x, y, n, f);
+  else
+    map1_typed_kernel<1><<<blocks_for(n), kThreads, 0, s>>>(x, y, n, f);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename In, typename Out, typename F>
+void launch_map2_typed(cudaStream_t s, const In* a, const In* b, Out* y, int64_t n, F f) {
+  if (n <= 0) return;
+  if (aligned16(a) && aligned16(b) && aligned16(y))
+    map2_typed_kernel<8><<<blocks_for((n + 7) / 8), kThreads, 0, s>>>(a, b, y, n, f);
+  else
+    map2_typed_kernel<1><<<blocks_for(n), kThreads, 0, s>>>(a, b, y, n, f);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
 template <typename F>
 void launch_map1(cudaStream_t s, const float* x, float* y, int64_t n, F f) {
   if (n <= 0) return;
@@ -91,6 +210,10 @@ void launch_map2(cudaStream_t s, const float* a, const float* b, float* y, int64
 
 struct AddOp {
   __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+struct IdentityOp {
+  __device__ float operator()(float v, int64_t) const { return v; }
 };
 
 struct ScaleOp {
@@ -169,16 +292,17 @@ struct DropoutOp {
 
 // ---- rows and columns ----
 
-// out[b, h] = x[b, row, h] (forward) or dx[b, row, h] += dout[b, h] (backward).
-template <bool kBackward>
-__global__ void select_row_kernel(const float* src, float* dst, int64_t B, int64_t L, int64_t H, int64_t row) {
+// out[b, h] = x[b, row, h] (forward) or dx[b, row, h] += dout[b, h] (backward),
+// the sum in float and rounded once for 16-bit T.
+template <bool kBackward, typename T>
+__global__ void select_row_kernel(const T* src, T* dst, int64_t B, int64_t L, int64_t H, int64_t row) {
   const int64_t n = B * H;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int64_t b = i / H, h = i - b * H;
     const int64_t seq = (b * L + row) * H + h;
     if (kBackward)
-      dst[seq] += src[i];
+      dst[seq] = from_float<T>(to_float(dst[seq]) + to_float(src[i]));
     else
       dst[i] = src[seq];
   }
@@ -191,15 +315,16 @@ __global__ void select_row_kernel(const float* src, float* dst, int64_t B, int64
 constexpr int kCols = 8;
 constexpr int kRowLanes = 128;
 
+template <typename T>
 __global__ void __launch_bounds__(kCols* kRowLanes)
-    column_sums_kernel(const float* dy, int64_t M, int64_t N, float* db) {
+    column_sums_kernel(const T* dy, int64_t M, int64_t N, float* db) {
   __shared__ double partial[kRowLanes][kCols];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kCols + tx;
   double acc = 0.0;
   if (n < N) {
 #pragma unroll 4
-    for (int64_t m = ty; m < M; m += kRowLanes) acc += dy[m * N + n];
+    for (int64_t m = ty; m < M; m += kRowLanes) acc += to_float(dy[m * N + n]);
   }
   partial[ty][tx] = acc;
   __syncthreads();
@@ -254,14 +379,14 @@ void dropout(cudaStream_t s, const float* x, float* y, int64_t n, const DropoutS
 
 void select_row(cudaStream_t s, const float* x, int64_t B, int64_t L, int64_t H, int64_t row, float* out) {
   if (B * H <= 0) return;
-  select_row_kernel<false><<<blocks_for(B * H), kThreads, 0, s>>>(x, out, B, L, H, row);
+  select_row_kernel<false, float><<<blocks_for(B * H), kThreads, 0, s>>>(x, out, B, L, H, row);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 
 void select_row_backward(cudaStream_t s, const float* dout, int64_t B, int64_t L, int64_t H, int64_t row,
                          float* dx) {
   if (B * H <= 0) return;
-  select_row_kernel<true><<<blocks_for(B * H), kThreads, 0, s>>>(dout, dx, B, L, H, row);
+  select_row_kernel<true, float><<<blocks_for(B * H), kThreads, 0, s>>>(dout, dx, B, L, H, row);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -270,7 +395,114 @@ void column_sums_accumulate(cudaStream_t s, const float* dy, int64_t M, int64_t 
   if (N <= 0) return;
   const int64_t blocks = (N + kCols - 1) / kCols;
   ANATOMY_CHECK(blocks <= 0x7fffffff, "column_sums_accumulate: {} columns are too many", N);
-  column_sums_kernel<<<static_cast<unsigned>(blocks), dim3(kCols, kRowLanes), 0, s>>>(dy, M, N, db);
+  column_sums_kernel<float><<<static_cast<unsigned>(blocks), dim3(kCols, kRowLanes), 0, s>>>(dy, M, N, db);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- 16-bit variants ----
+
+void cast_f32_to_half(cudaStream_t s, Half h, const float* x, void* y, int64_t n) {
+  with_half_type(h, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_map1_typed(s, x, static_cast<T*>(y), n, IdentityOp{});
+  });
+}
+
+void cast_half_to_f32(cudaStream_t s, Half h, const void* x, float* y, int64_t n) {
+  with_half_type(h, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_map1_typed(s, static_cast<const T*>(x), y, n, IdentityOp{});
+  });
+}
+
+void add_half(cudaStream_t s, Half h, const void* a, const void* b, void* out, int64_t n) {
+  with_half_type(h, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_map2_typed(s, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), n, AddOp{});
+  });
+}
+
+void add_inplace_half(cudaStream_t s, Half h, void* dst, const void* src, int64_t n) {
+  add_half(s, h, dst, src, dst, n);
+}
+
+void activation_forward_half(cudaStream_t s, Half h, ActivationKind kind, const void* x, void* y, int64_t n) {
+  with_half_type(h, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = static_cast<const T*>(x);
+    T* out = static_cast<T*>(y);
+    switch (kind) {
+      case ActivationKind::GeluErf: launch_map1_typed(s, in, out, n, GeluErfForward{}); break;
+      case ActivationKind::GeluTanh: launch_map1_typed(s, in, out, n, GeluTanhForward{}); break;
+      case ActivationKind::Relu: launch_map1_typed(s, in, out, n, ReluForward{}); break;
+      case ActivationKind::Tanh: launch_map1_typed(s, in, out, n, TanhForward{}); break;
+    }
+  });
+}
+
+void activation_backward_half(cudaStream_t s, Half h, ActivationKind kind, const void* saved, const void* dy,
+                              void* dx, int64_t n) {
+  with_half_type(h, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* sv = static_cast<const T*>(saved);
+    const T* g = static_cast<const T*>(dy);
+    T* out = static_cast<T*>(dx);
+    switch (kind) {
+      case ActivationKind::GeluErf: launch_map2_typed(s, sv, g, out, n, GeluErfBackward{}); break;
+      case ActivationKind::GeluTanh: launch_map2_typed(s, sv, g, out, n, GeluTanhBackward{}); break;
+      case ActivationKind::Relu: launch_map2_typed(s, sv, g, out, n, ReluBackward{}); break;
+      case ActivationKind::Tanh: launch_map2_typed(s, sv, g, out, n, TanhBackward{}); break;
+    }
+  });
+}
+
+void dropout_half(cudaStream_t s, Half h, const void* x, void* y, int64_t n, const DropoutSpec& spec,
+                  uint64_t index_base) {
+  if (n <= 0) return;
+  if (spec.p <= 0.0f) {
+    // A 16-bit value rounds to itself: a plain copy, as the float32 dropout makes.
+    if (x != y) ANATOMY_CUDA_CHECK(cudaMemcpyAsync(y, x, n * 2, cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  const float scale = 1.0f / (1.0f - spec.p);  // in float, as the float32 dropout
+  with_half_type(h, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_map1_typed(s, static_cast<const T*>(x), static_cast<T*>(y), n,
+                      DropoutOp{spec.seed, spec.stream, index_base, spec.p, scale});
+  });
+}
+
+void select_row_half(cudaStream_t s, Half h, const void* x, int64_t B, int64_t L, int64_t H, int64_t row,
+                     void* out) {
+  if (B * H <= 0) return;
+  with_half_type(h, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    select_row_kernel<false, T>
+        <<<blocks_for(B * H), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(out), B, L, H, row);
+  });
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+void select_row_backward_half(cudaStream_t s, Half h, const void* dout, int64_t B, int64_t L, int64_t H, int64_t row,
+                              void* dx) {
+  if (B * H <= 0) return;
+  with_half_type(h, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    select_row_kernel<true, T>
+        <<<blocks_for(B * H), kThreads, 0, s>>>(static_cast<const T*>(dout), static_cast<T*>(dx), B, L, H, row);
+  });
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+void column_sums_accumulate_half(cudaStream_t s, Half h, const void* dy, int64_t M, int64_t N, float* db) {
+  if (N <= 0) return;
+  const int64_t blocks = (N + kCols - 1) / kCols;
+  ANATOMY_CHECK(blocks <= 0x7fffffff, "column_sums_accumulate_half: {} columns are too many", N);
+  with_half_type(h, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    column_sums_kernel<T><<<static_cast<unsigned>(blocks), dim3(kCols, kRowLanes), 0, s>>>(
+        static_cast<const T*>(dy), M, N, db);
+  });
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 

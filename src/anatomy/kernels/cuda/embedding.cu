@@ -14,11 +14,20 @@
 //      adds its partials in chunk order (= token order) and adds the total to
 //      dtable once.
 // Every sum has a fixed order, so the result is the same bits on every run.
+//
+// Mixed precision: the forward sums the word, position and token-type rows
+// (float32 master tables) in float and rounds the sum once to bf16/fp16; the
+// backward takes a 16-bit dout through the same kernels, templated over
+// dout's element type, which gives the float32 backward's bits on the
+// widened dout.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 #include <cub/device/device_radix_sort.cuh>
 
 #include "anatomy/kernels/cuda/cuda_device.h"
@@ -41,6 +50,27 @@ unsigned blocks_for(int64_t work, int threads = kThreads) {
 }
 
 size_t round_up(size_t bytes) { return (bytes + 255) & ~size_t{255}; }
+
+// Element types float, __nv_bfloat16, __half: widening is exact, narrowing
+// rounds to nearest even; for float both are the identity.
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+// Runs f(std::type_identity<T>{}) with T the CUDA type of the 16-bit format.
+template <typename F>
+void with_half_type(Half h, F&& f) {
+  if (h == Half::BF16)
+    f(std::type_identity<__nv_bfloat16>{});
+  else
+    f(std::type_identity<__half>{});
+}
 
 // Positions per chunk. With S >= H/4 and more than one chunk (so T > S):
 // slots = 2·ceil(T/S)·H < 2·(T/S + 1)·H = 2TH/S + 2H <= 8T + 2H < 8T + 8T,
@@ -98,6 +128,53 @@ __global__ void embedding_forward_kernel(const int64_t* ids, const float* table,
   }
 }
 
+// Eight floats of a table row (16-byte aligned): loaded into acc, or added to it.
+__device__ __forceinline__ void load_row8(float (&acc)[8], const float* src) {
+  const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
+  acc[0] = a.x, acc[1] = a.y, acc[2] = a.z, acc[3] = a.w;
+  acc[4] = b.x, acc[5] = b.y, acc[6] = b.z, acc[7] = b.w;
+}
+__device__ __forceinline__ void add_row8(float (&acc)[8], const float* src) {
+  const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
+  acc[0] += a.x, acc[1] += a.y, acc[2] += a.z, acc[3] += a.w;
+  acc[4] += b.x, acc[5] += b.y, acc[6] += b.z, acc[7] += b.w;
+}
+
+// out[t, c] = round((word + pos) + type) at column c: the float adds happen in
+// the order of the three float32 embedding_forward calls. Items are single
+// columns, or groups of eight (one 16-byte store of 16-bit data, two float4
+// loads per table) when H % 8 == 0 and every table and out are 16-byte aligned.
+template <typename T, bool kVec8>
+__global__ void embedding_sum_forward_kernel(const int64_t* ids, const int64_t* pos_ids, const int64_t* type_ids,
+                                             const float* word, const float* pos, const float* type, T* out,
+                                             int64_t tokens, int64_t H) {
+  const int64_t width = kVec8 ? 8 : 1;
+  const int64_t per_row = H / width;
+  const int64_t n = tokens * per_row;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t t = i / per_row, c = (i - t * per_row) * width;
+    const float* w = word + ids[t] * H + c;
+    const float* p = pos ? pos + pos_ids[t] * H + c : nullptr;
+    const float* y = type ? type + type_ids[t] * H + c : nullptr;
+    if constexpr (kVec8) {
+      float acc[8];
+      load_row8(acc, w);
+      if (p) add_row8(acc, p);
+      if (y) add_row8(acc, y);
+      alignas(16) T e[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) e[k] = from_float<T>(acc[k]);
+      *reinterpret_cast<uint4*>(out + t * H + c) = *reinterpret_cast<const uint4*>(e);
+    } else {
+      float acc = *w;
+      if (p) acc += *p;
+      if (y) acc += *y;
+      out[t * H + c] = from_float<T>(acc);
+    }
+  }
+}
+
 __global__ void iota_kernel(int32_t* out, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
@@ -107,18 +184,18 @@ __global__ void iota_kernel(int32_t* out, int64_t n) {
 // Sums dout rows of sorted positions [begin, end) at column h, in order,
 // starting from `acc`. Loads go eight at a time so that they overlap; the adds
 // stay in sequence.
-template <typename Acc>
-__device__ Acc sum_rows(Acc acc, const int32_t* tokens, const float* dout, int64_t H, int64_t h, int64_t begin,
+template <typename Acc, typename D>
+__device__ Acc sum_rows(Acc acc, const int32_t* tokens, const D* dout, int64_t H, int64_t h, int64_t begin,
                         int64_t end) {
   int64_t j = begin;
   for (; j + 8 <= end; j += 8) {
-    float v[8];
+    D v[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) v[k] = dout[static_cast<int64_t>(tokens[j + k]) * H + h];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) acc += static_cast<Acc>(v[k]);
+    for (int k = 0; k < 8; ++k) acc += static_cast<Acc>(to_float(v[k]));
   }
-  for (; j < end; ++j) acc += static_cast<Acc>(dout[static_cast<int64_t>(tokens[j]) * H + h]);
+  for (; j < end; ++j) acc += static_cast<Acc>(to_float(dout[static_cast<int64_t>(tokens[j]) * H + h]));
   return acc;
 }
 
@@ -126,7 +203,8 @@ __device__ Acc sum_rows(Acc acc, const int32_t* tokens, const float* dout, int64
 // threadIdx.y one of kRunLanes lanes that take every kRunLanes-th run of the
 // chunk. Runs have distinct ids, so the lanes write disjoint rows; having
 // several runs in flight hides memory latency when runs are short (words).
-__global__ void embedding_backward_chunks_kernel(const uint64_t* keys, const int32_t* tokens, const float* dout,
+template <typename D>
+__global__ void embedding_backward_chunks_kernel(const uint64_t* keys, const int32_t* tokens, const D* dout,
                                                  float* dtable, double* partials, int64_t T, int64_t H, int64_t S,
                                                  int64_t padding_idx) {
   const int64_t k = blockIdx.x;
@@ -198,8 +276,12 @@ size_t embedding_backward_scratch_bytes(int64_t T) {
   return ScratchLayout(T).total;
 }
 
-void embedding_backward(cudaStream_t s, const int64_t* ids, const float* dout, float* dtable, int64_t T, int64_t H,
-                        int64_t V, int64_t padding_idx, void* scratch) {
+namespace {
+
+// The backward for a dout of element type D (float, or 16-bit widened as it is read).
+template <typename D>
+void embedding_backward_impl(cudaStream_t s, const int64_t* ids, const D* dout, float* dtable, int64_t T, int64_t H,
+                             int64_t V, int64_t padding_idx, void* scratch) {
   if (T <= 0 || H <= 0) return;
   ANATOMY_CHECK(T <= INT_MAX, "embedding_backward: {} tokens are more than one sort handles", T);
   const ScratchLayout layout(T);
@@ -235,6 +317,44 @@ void embedding_backward(cudaStream_t s, const int64_t* ids, const float* dout, f
                                                                       chunks, padding_idx);
     ANATOMY_CUDA_CHECK(cudaGetLastError());
   }
+}
+
+}  // namespace
+
+void embedding_backward(cudaStream_t s, const int64_t* ids, const float* dout, float* dtable, int64_t T, int64_t H,
+                        int64_t V, int64_t padding_idx, void* scratch) {
+  embedding_backward_impl(s, ids, dout, dtable, T, H, V, padding_idx, scratch);
+}
+
+// ---- 16-bit variants ----
+
+void embedding_sum_forward_half(cudaStream_t s, Half h, const int64_t* ids, const int64_t* pos_ids,
+                                const int64_t* type_ids, const float* word, const float* pos, const float* type,
+                                void* out, int64_t T, int64_t H) {
+  if (T <= 0 || H <= 0) return;
+  if (!pos_ids) pos = nullptr;
+  if (!type_ids) type = nullptr;
+  auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  const bool vec8 = H % 8 == 0 && aligned(word) && aligned(pos) && aligned(type) && aligned(out);
+  with_half_type(h, [&](auto tag) {
+    using Elem = typename decltype(tag)::type;
+    auto* o = static_cast<Elem*>(out);
+    if (vec8)
+      embedding_sum_forward_kernel<Elem, true>
+          <<<blocks_for(T * H / 8), kThreads, 0, s>>>(ids, pos_ids, type_ids, word, pos, type, o, T, H);
+    else
+      embedding_sum_forward_kernel<Elem, false>
+          <<<blocks_for(T * H), kThreads, 0, s>>>(ids, pos_ids, type_ids, word, pos, type, o, T, H);
+  });
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+void embedding_backward_half(cudaStream_t s, Half h, const int64_t* ids, const void* dout, float* dtable, int64_t T,
+                             int64_t H, int64_t V, int64_t padding_idx, void* scratch) {
+  with_half_type(h, [&](auto tag) {
+    using Elem = typename decltype(tag)::type;
+    embedding_backward_impl(s, ids, static_cast<const Elem*>(dout), dtable, T, H, V, padding_idx, scratch);
+  });
 }
 
 }  // namespace anatomy::cuda

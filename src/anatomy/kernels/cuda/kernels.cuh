@@ -76,4 +76,72 @@ void attention_backward(cudaStream_t s, cublasHandle_t cublas, const float* dctx
                         const float* v, const float* probs, int64_t B, int64_t L, int64_t heads, int64_t D,
                         double scale, const DropoutSpec& dropout, float* dq, float* dk, float* dv, void* scratch);
 
+// ---- 16-bit variants (mixed precision) ----
+// Mixed precision keeps activations and their gradients in a 16-bit format and
+// master weights, optimizer moments and weight gradients in float32. These
+// launchers take 16-bit data as void* plus a Half tag, so that this header
+// stays free of cuda_bf16.h / cuda_fp16.h types. Each widens its 16-bit inputs
+// to float (exact), does the float32 op's arithmetic, and rounds each result
+// once to the 16-bit format, to nearest even (__float2bfloat16_rn /
+// __float2half_rn): an output is round(float32 op on the widened inputs).
+// 16-bit pointers need 2-byte alignment; where every pointer of a call is
+// 16-byte aligned, eight elements move per 16-byte load. Deterministic, with no
+// floating-point atomics, like the float32 launchers.
+enum class Half { BF16, F16 };
+
+// ---- 16-bit element-wise (elementwise.cu) ----
+void cast_f32_to_half(cudaStream_t s, Half h, const float* x, void* y, int64_t n);
+void cast_half_to_f32(cudaStream_t s, Half h, const void* x, float* y, int64_t n);
+// out = round(a + b); dst = round(dst + src) (the residual adds).
+void add_half(cudaStream_t s, Half h, const void* a, const void* b, void* out, int64_t n);
+void add_inplace_half(cudaStream_t s, Half h, void* dst, const void* src, int64_t n);
+// As activation_forward/backward on 16-bit x, y, saved, dy and dx, the math in float.
+void activation_forward_half(cudaStream_t s, Half h, ActivationKind kind, const void* x, void* y, int64_t n);
+void activation_backward_half(cudaStream_t s, Half h, ActivationKind kind, const void* saved, const void* dy,
+                              void* dx, int64_t n);
+// y[i] = keep ? round(x[i] / (1 - p)) : 0 with the float32 dropout's mask for the same spec and index.
+void dropout_half(cudaStream_t s, Half h, const void* x, void* y, int64_t n, const DropoutSpec& spec,
+                  uint64_t index_base = 0);
+// out[b, :] = x[b, row, :]; dx[b, row, :] = round(dx[b, row, :] + dout[b, :]).
+void select_row_half(cudaStream_t s, Half h, const void* x, int64_t B, int64_t L, int64_t H, int64_t row, void* out);
+void select_row_backward_half(cudaStream_t s, Half h, const void* dout, int64_t B, int64_t L, int64_t H, int64_t row,
+                              void* dx);
+// db[n] += Σ_m dy[m, n] for a 16-bit dy, float32 db; as column_sums_accumulate on the widened dy, bit for bit.
+void column_sums_accumulate_half(cudaStream_t s, Half h, const void* dy, int64_t M, int64_t N, float* db);
+
+// ---- 16-bit embeddings (embedding.cu) ----
+// out[t, :] = round((word[ids[t], :] + pos[pos_ids[t], :]) + type[type_ids[t], :]): the three
+// float32 (master) rows summed in float, in the order of three embedding_forward calls, rounded
+// once. pos_ids/pos and type_ids/type may be nullptr (that row is left out).
+void embedding_sum_forward_half(cudaStream_t s, Half h, const int64_t* ids, const int64_t* pos_ids,
+                                const int64_t* type_ids, const float* word, const float* pos, const float* type,
+                                void* out, int64_t T, int64_t H);
+// embedding_backward with a 16-bit dout: the same bits as embedding_backward on the widened dout.
+// `scratch` holds embedding_backward_scratch_bytes(T) bytes.
+void embedding_backward_half(cudaStream_t s, Half h, const int64_t* ids, const void* dout, float* dtable, int64_t T,
+                             int64_t H, int64_t V, int64_t padding_idx, void* scratch);
+
+// ---- 16-bit LayerNorm (layernorm.cu) ----
+// x, y 16-bit; gamma, beta, mean, rstd float32; statistics in double from the widened x.
+void layernorm_forward_half(cudaStream_t s, Half h, const void* x, const float* gamma, const float* beta, double eps,
+                            void* y, float* mean, float* rstd, int64_t rows, int64_t H);
+// dy, x, dx 16-bit; dgamma, dbeta float32, accumulated (+=) with the float32 backward's deterministic
+// two-level reduction. `scratch` holds layernorm_backward_scratch_bytes(rows, H) bytes.
+void layernorm_backward_half(cudaStream_t s, Half h, const void* dy, const void* x, const float* mean,
+                             const float* rstd, const float* gamma, void* dx, float* dgamma, float* dbeta,
+                             int64_t rows, int64_t H, void* scratch);
+
+// ---- optimizer with 16-bit copies, and the finite checks of loss scaling (optimizer.cu) ----
+// adamw_step, bit for bit, that also writes half_copy[i] = round(new param[i]) in the same pass.
+void adamw_step_with_copy(cudaStream_t s, Half h, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                          int64_t n, const AdamWHyper& hyper, void* half_copy);
+// *flag = 1 when every x[i] is finite (no inf, no NaN), else 0. With and_into_flag,
+// *flag = *flag && (all finite) instead, so that one flag can cover many tensors.
+// `scratch` holds all_finite_scratch_bytes(n) bytes (also for unscale_and_check).
+size_t all_finite_scratch_bytes(int64_t n);
+void all_finite(cudaStream_t s, const float* x, int64_t n, int* flag, void* scratch, bool and_into_flag = false);
+// x[i] *= inv_scale (in float) and the flag as all_finite's, of x before and after, in one pass.
+void unscale_and_check(cudaStream_t s, float* x, int64_t n, float inv_scale, int* flag, void* scratch,
+                       bool and_into_flag = false);
+
 }  // namespace anatomy::cuda

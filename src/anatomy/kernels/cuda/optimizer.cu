@@ -6,11 +6,22 @@
 // the norm, and whether and how much gradients are clipped, is the same on
 // every run. adamw_step repeats the CPU backend's double arithmetic operation
 // for operation, so the two backends update parameters to the same bits.
+//
+// Mixed precision adds two things here. adamw_step_with_copy is the same
+// update that also writes the new parameter rounded to bf16/fp16, the copy the
+// 16-bit forward reads, in the same pass over the tensor. all_finite and
+// unscale_and_check serve fp16 loss scaling: whether any gradient overflowed
+// (then the step is skipped and the scale lowered), and gradients divided by
+// the scale, in one pass. Their flag is an AND over fixed blocks, first into
+// `scratch`, then in one block: integer logic, the same on every run.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda/kernels.cuh"
@@ -90,8 +101,10 @@ struct AdamWConstants {
 // The CPU's loop body with every operation rounded on its own (the _rn
 // intrinsics stop nvcc fusing multiply-adds the x86 build does not fuse), so
 // that parameters and moments come out bit-identical to the CPU backend's.
+// Copy is void (no copy), __nv_bfloat16 or __half: copy[i] = round(param[i]).
+template <typename Copy>
 __global__ void adamw_kernel(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
-                             AdamWConstants k) {
+                             AdamWConstants k, Copy* copy) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const double g = grad[i];
@@ -100,9 +113,99 @@ __global__ void adamw_kernel(float* param, const float* grad, float* exp_avg, fl
     exp_avg[i] = static_cast<float>(m);
     exp_avg_sq[i] = static_cast<float>(v);
     const double denom = __dadd_rn(__ddiv_rn(__dsqrt_rn(v), k.bias2_sqrt), k.eps);
-    param[i] = static_cast<float>(
+    const float p = static_cast<float>(
         __dsub_rn(__dmul_rn(static_cast<double>(param[i]), k.decay), __ddiv_rn(__dmul_rn(k.step_size, m), denom)));
+    param[i] = p;
+    if constexpr (std::is_same_v<Copy, __nv_bfloat16>) copy[i] = __float2bfloat16_rn(p);
+    if constexpr (std::is_same_v<Copy, __half>) copy[i] = __float2half_rn(p);
   }
+}
+
+// ---- finite checks ----
+
+// Not inf and not NaN: the exponent bits are not all ones.
+__device__ __forceinline__ bool finite_bits(float v) { return (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u; }
+
+int64_t finite_blocks(int64_t n) { return square_blocks(n); }
+
+// Each block writes 1 to partials[blockIdx] when all of its elements (the
+// same groups of four as square_partials_kernel) are finite; with kUnscale it
+// also writes y[i] = x[i]·inv_scale and checks x and y both.
+template <bool kVec4, bool kUnscale>
+__global__ void __launch_bounds__(kThreads)
+    finite_partials_kernel(const float* x, float* y, int64_t n, float inv_scale, int* partials) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  const int64_t groups = (n + 3) / 4;
+  bool ok = true;
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; g < groups; g += stride) {
+    const int64_t i = 4 * g;
+    if (kVec4 && i + 4 <= n) {
+      const float4 v = *reinterpret_cast<const float4*>(x + i);
+      ok = ok && finite_bits(v.x) && finite_bits(v.y) && finite_bits(v.z) && finite_bits(v.w);
+      if constexpr (kUnscale) {
+        const float4 u = make_float4(v.x * inv_scale, v.y * inv_scale, v.z * inv_scale, v.w * inv_scale);
+        *reinterpret_cast<float4*>(y + i) = u;
+        ok = ok && finite_bits(u.x) && finite_bits(u.y) && finite_bits(u.z) && finite_bits(u.w);
+      }
+    } else {
+      for (int64_t j = i; j < n && j < i + 4; ++j) {
+        const float v = x[j];
+        ok = ok && finite_bits(v);
+        if constexpr (kUnscale) {
+          const float u = v * inv_scale;
+          y[j] = u;
+          ok = ok && finite_bits(u);
+        }
+      }
+    }
+  }
+  const int all = __syncthreads_and(ok ? 1 : 0);
+  if (threadIdx.x == 0) partials[blockIdx.x] = all;
+}
+
+__global__ void __launch_bounds__(kFinishThreads)
+    finite_finish_kernel(const int* partials, int64_t count, int* flag, bool and_into_flag) {
+  const int mine = threadIdx.x < count ? partials[threadIdx.x] : 1;
+  const int all = __syncthreads_and(mine);
+  if (threadIdx.x == 0) {
+    const bool before = and_into_flag ? *flag != 0 : true;
+    *flag = (before && all != 0) ? 1 : 0;
+  }
+}
+
+void launch_finite(cudaStream_t s, const float* x, float* y, int64_t n, float inv_scale, int* flag, void* scratch,
+                   bool and_into_flag) {
+  n = std::max<int64_t>(n, 0);  // n == 0: one block finds nothing, the flag says finite
+  const int64_t blocks = finite_blocks(n);
+  auto* partials = static_cast<int*>(scratch);
+  const bool vec4 = (reinterpret_cast<uintptr_t>(x) & 15u) == 0 && (reinterpret_cast<uintptr_t>(y) & 15u) == 0;
+  const auto grid = static_cast<unsigned>(blocks);
+  if (y) {
+    if (vec4)
+      finite_partials_kernel<true, true><<<grid, kThreads, 0, s>>>(x, y, n, inv_scale, partials);
+    else
+      finite_partials_kernel<false, true><<<grid, kThreads, 0, s>>>(x, y, n, inv_scale, partials);
+  } else {
+    if (vec4)
+      finite_partials_kernel<true, false><<<grid, kThreads, 0, s>>>(x, y, n, inv_scale, partials);
+    else
+      finite_partials_kernel<false, false><<<grid, kThreads, 0, s>>>(x, y, n, inv_scale, partials);
+  }
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+  finite_finish_kernel<<<1, kFinishThreads, 0, s>>>(partials, blocks, flag, and_into_flag);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+AdamWConstants adamw_constants(const AdamWHyper& hp) {
+  const double bias1 = 1.0 - std::pow(hp.beta1, static_cast<double>(hp.step));
+  const double bias2 = 1.0 - std::pow(hp.beta2, static_cast<double>(hp.step));
+  return AdamWConstants{hp.beta1,    1.0 - hp.beta1,        hp.beta2,
+                        1.0 - hp.beta2, hp.eps,             hp.lr / bias1,
+                        std::sqrt(bias2), 1.0 - hp.lr * hp.weight_decay};
+}
+
+unsigned adamw_blocks(int64_t n) {
+  return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65536));
 }
 
 }  // namespace
@@ -126,14 +229,35 @@ void sum_of_squares(cudaStream_t s, const float* x, int64_t n, double* result, v
 void adamw_step(cudaStream_t s, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                 const AdamWHyper& hp) {
   if (n <= 0) return;
-  const double bias1 = 1.0 - std::pow(hp.beta1, static_cast<double>(hp.step));
-  const double bias2 = 1.0 - std::pow(hp.beta2, static_cast<double>(hp.step));
-  const AdamWConstants k{hp.beta1,    1.0 - hp.beta1,        hp.beta2,
-                         1.0 - hp.beta2, hp.eps,             hp.lr / bias1,
-                         std::sqrt(bias2), 1.0 - hp.lr * hp.weight_decay};
-  const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65536));
-  adamw_kernel<<<blocks, kThreads, 0, s>>>(param, grad, exp_avg, exp_avg_sq, n, k);
+  adamw_kernel<void><<<adamw_blocks(n), kThreads, 0, s>>>(param, grad, exp_avg, exp_avg_sq, n, adamw_constants(hp),
+                                                          nullptr);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- 16-bit variants and loss scaling ----
+
+void adamw_step_with_copy(cudaStream_t s, Half h, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                          int64_t n, const AdamWHyper& hp, void* half_copy) {
+  if (n <= 0) return;
+  const AdamWConstants k = adamw_constants(hp);
+  if (h == Half::BF16)
+    adamw_kernel<__nv_bfloat16><<<adamw_blocks(n), kThreads, 0, s>>>(param, grad, exp_avg, exp_avg_sq, n, k,
+                                                                     static_cast<__nv_bfloat16*>(half_copy));
+  else
+    adamw_kernel<__half><<<adamw_blocks(n), kThreads, 0, s>>>(param, grad, exp_avg, exp_avg_sq, n, k,
+                                                              static_cast<__half*>(half_copy));
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+size_t all_finite_scratch_bytes(int64_t n) { return static_cast<size_t>(finite_blocks(n)) * sizeof(int); }
+
+void all_finite(cudaStream_t s, const float* x, int64_t n, int* flag, void* scratch, bool and_into_flag) {
+  launch_finite(s, x, nullptr, n, 1.0f, flag, scratch, and_into_flag);
+}
+
+void unscale_and_check(cudaStream_t s, float* x, int64_t n, float inv_scale, int* flag, void* scratch,
+                       bool and_into_flag) {
+  launch_finite(s, x, x, n, inv_scale, flag, scratch, and_into_flag);
 }
 
 }  // namespace anatomy::cuda

@@ -1,0 +1,1037 @@
+// flash_attention.cu: fused multi-head attention in bf16/fp16 with float32
+// accumulation, forward and backward (FlashAttention-2, Dao 2023), as declared
+// in flash_attention.cuh. Products run on tensor cores through mma.sync
+// m16n8k16 (16-bit inputs, float accumulators) with operands fetched from
+// shared memory by ldmatrix; tiles arrive by cp.async, double-buffered.
+//
+// Forward: one block of 4 warps per (64 query rows, batch entry, head); each
+// warp owns 16 query rows, walks the key tiles of 64 keeping a running max and
+// sum of its rows (online softmax), and accumulates P·V in registers. Writes
+// ctx and the log-sum-exp of each row.
+//
+// Backward, three kernels: Δ = Σ_d dO·O per row (and lse in base 2); the
+// main kernel; the sum of dQ over splits. The main kernel has one block per
+// (split, batch entry, head). A block owns whole key tiles (tile, tile +
+// splits, ...): for each it keeps dK, dV of its 64 keys in registers (warp w:
+// keys 16w..16w+15) and walks every query tile, recomputing Sᵀ = K·Qᵀ,
+// Pᵀ = exp(Sᵀ − lse), dPᵀ = V·dOᵀ, dSᵀ = Pᵀ∘(dPᵀ − Δ); dSᵀ goes through
+// shared memory for dQ = dS·K (warp w: queries 16w..16w+15). dQ needs a sum
+// over key tiles, i.e. over blocks: each split has its own float32
+// accumulator in scratch that only its block touches (read-add-write in a
+// fixed order, the sums so far fetched by cp.async with each query tile; no
+// atomics), and the last kernel adds the splits in split order. The number of
+// splits depends only on the shapes, so results are bit-reproducible, on any
+// device.
+//
+// Dropout's mask is the reference's: one Philox-4x32-10 per element, of which
+// one word is used. At B = 32, L = 512, 16 heads that is 134M generator calls
+// per pass, about 0.4 ms of integer multiplies on an H100 in the forward,
+// where little else hides them (the backward overlaps most of its copy with
+// its latency-bound products).
+//
+// The reference (CPU backend) semantics: masked keys get probability exactly
+// 0; a batch entry whose keys are all masked attends uniformly to all L keys,
+// which here is "every score of that entry is 0" (a per-block flag), so that
+// the gradients are those of a softmax at constant scores, as the reference's;
+// dropout is the reference's mask, element (b*heads + h)*L*L + i*L + j.
+
+// fmt 9 under nvcc in C++20 (see cuda_device.cu): a build-wide definition for
+// CUDA sources supersedes these; they keep a direct nvcc compile working.
+#ifndef FMT_USE_CONSTEXPR
+#define FMT_USE_CONSTEXPR 1
+#endif
+#ifndef FMT_CONSTEVAL
+#define FMT_CONSTEVAL
+#endif
+
+#include "anatomy/kernels/cuda/flash_attention.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+
+#include "anatomy/core/error.h"
+#include "anatomy/kernels/cuda/cuda_device.h"
+
+namespace anatomy::cuda {
+
+namespace {
+
+constexpr int kTile = 64;      // query rows and keys per tile
+constexpr int kThreads = 128;  // 4 warps, 16 rows (or keys) each
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ---------------------------------------------------------------------------
+// Tensor-core and copy primitives (PTX).
+// ---------------------------------------------------------------------------
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float a, float b);
+
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(a, b);  // a in the low half: the lower column
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float a, float b) {
+  __half2 v = __floats2half2_rn(a, b);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+template <typename T>
+__device__ __forceinline__ void unpack2(uint32_t v, float& a, float& b);
+
+template <>
+__device__ __forceinline__ void unpack2<__nv_bfloat16>(uint32_t v, float& a, float& b) {
+  a = __uint_as_float(v << 16);
+  b = __uint_as_float(v & 0xFFFF0000u);
+}
+
+template <>
+__device__ __forceinline__ void unpack2<__half>(uint32_t v, float& a, float& b) {
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&v));
+  a = f.x;
+  b = f.y;
+}
+
+// c (16x8, f32) += a (16x16, row) · b (16x8, col). Fragment layouts (PTX ISA,
+// m16n8k16): lane = 4g + t; a = {A[g][2t..], A[g+8][2t..], A[g][2t+8..],
+// A[g+8][2t+8..]}, b = {B[2t..][g], B[2t+8..][g]}, c = {C[g][2t], C[g][2t+1],
+// C[g+8][2t], C[g+8][2t+1]}.
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                        uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8x8 16-bit matrices; lanes 8i..8i+7 give the row addresses of matrix i,
+// and register i receives, per lane 4g + t, row g, columns 2t and 2t+1 of it
+// (with .trans: of its transpose).
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// 16 bytes global -> shared, asynchronously; zeros when !valid (rows past L),
+// so padded rows hold 0 and never NaN garbage (0 · NaN would poison sums).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+// 4 or 8 bytes, through L1 (cp.async takes sizes under 16 only with .ca).
+template <int kBytes>
+__device__ __forceinline__ void cp_async_small(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(smem)), "l"(gmem), "n"(kBytes),
+               "r"(valid ? kBytes : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ---------------------------------------------------------------------------
+// Fragment addressing in a row-major shared tile of stride `ld` elements.
+// The +8 padding of every row (ld = D + 8) puts the 8 rows an ldmatrix reads
+// in distinct banks.
+// ---------------------------------------------------------------------------
+
+// A operand (16x16 at row r0, column c0), A = X.
+template <typename T>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* x, int ld, int r0, int c0, int lane) {
+  ldsm_x4(a, x + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + c0 + (lane >> 4) * 8);
+}
+// A operand where A[m][k] = X[k][m] (X stored k-major): rows k0.., columns m0..
+template <typename T>
+__device__ __forceinline__ void load_a_trans(uint32_t (&a)[4], const T* x, int ld, int k0, int m0, int lane) {
+  ldsm_x4_trans(a, x + (k0 + (lane & 7) + (lane >> 4) * 8) * ld + m0 + ((lane >> 3) & 1) * 8);
+}
+// B operands of two n-tiles (n0, n0+8) over k0..k0+15 where B[k][n] = X[n][k]
+// (X row-major by n): {b0, b1} of tile n0, {b2, b3} of tile n0+8.
+template <typename T>
+__device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], const T* x, int ld, int n0, int k0, int lane) {
+  ldsm_x4(b, x + (n0 + (lane & 7) + (lane >> 4) * 8) * ld + k0 + ((lane >> 3) & 1) * 8);
+}
+// Same where B[k][n] = X[k][n] (X row-major by k).
+template <typename T>
+__device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const T* x, int ld, int k0, int n0, int lane) {
+  ldsm_x4_trans(b, x + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8);
+}
+
+// 64 rows of D 16-bit values, starting at token row0 of one (batch, head),
+// into a shared tile of stride D + 8. g points at token 0 of that head; rows
+// are `rs` elements apart (heads*D).
+template <typename T, int D>
+__device__ __forceinline__ void load_tile(T* sm, const T* g, int64_t rs, int row0, int L, int tid) {
+  constexpr int kChunks = D / 8;                 // 16-byte pieces per row
+  constexpr int kRowsPerPass = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0 && kTile % kRowsPerPass == 0);
+  const int r = tid / kChunks, col = (tid % kChunks) * 8;
+  const T* src = g + static_cast<int64_t>(row0 + r) * rs + col;
+  const int64_t step = static_cast<int64_t>(kRowsPerPass) * rs;
+#pragma unroll
+  for (int i = 0; i < kTile / kRowsPerPass; ++i) {
+    const bool valid = row0 + r + i * kRowsPerPass < L;
+    cp_async16(sm + (r + i * kRowsPerPass) * (D + 8) + col, valid ? src + i * step : g, valid);
+  }
+}
+
+// 1 when batch entry `mrow` keeps at least one key (or there is no mask). All
+// threads of the block must call it.
+__device__ __forceinline__ bool any_key_kept(const int64_t* mrow, int L) {
+  if (mrow == nullptr) return true;
+  int local = 0;
+  for (int j = threadIdx.x; j < L; j += blockDim.x) local |= mrow[j] != 0;
+  return __syncthreads_or(local) != 0;
+}
+
+// 2^x on the special-function unit (flush-to-zero; 2^-inf = 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The reference's dropout mask (anatomy/core/random.h: element `index` of `stream` is
+// kept when the uniform from word 0 of Philox-4x32-10 at counter (index,
+// stream) under key `seed` is >= p), with everything that does not depend on
+// the index worked out once on the host: the round keys (kernel parameters,
+// so that they are operands from the constant bank rather than additions per
+// round), the first round's product of the constant counter word (the stream),
+// and the comparison turned into an integer one. It costs about 18 wide
+// multiplies per element instead of 20 and no key additions; the bits are the
+// reference's (checked against dropout_keep for millions of indices).
+struct DropoutKeys {
+  uint32_t k0[10], k1[10];  // round keys
+  uint32_t r0_c0;           // hi(M1 · stream_lo) ^ k0[0]: round 0's new word 0, before ^ index_hi
+  uint32_t r0_c1;           // lo(M1 · stream_lo): round 0's new word 1
+  uint32_t r0_c3k1;         // stream_hi ^ k1[0]
+  uint32_t keep_min;        // kept iff word 0 >= keep_min
+};
+
+constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u;
+
+DropoutKeys make_dropout_keys(const DropoutSpec& d) {
+  DropoutKeys k{};
+  uint32_t a = static_cast<uint32_t>(d.seed), b = static_cast<uint32_t>(d.seed >> 32);
+  for (int r = 0; r < 10; ++r) {
+    k.k0[r] = a;
+    k.k1[r] = b;
+    a += 0x9E3779B9u;
+    b += 0xBB67AE85u;
+  }
+  const uint64_t p1 = static_cast<uint64_t>(kPhiloxM1) * static_cast<uint32_t>(d.stream);
+  k.r0_c0 = static_cast<uint32_t>(p1 >> 32) ^ k.k0[0];
+  k.r0_c1 = static_cast<uint32_t>(p1);
+  k.r0_c3k1 = static_cast<uint32_t>(d.stream >> 32) ^ k.k1[0];
+  // uniform = (w >> 8) · 2^-24 exactly, so uniform >= p  <=>  (w >> 8) >= ceil(p · 2^24)
+  // <=>  w >= 256 · ceil(p · 2^24); below 2^32 for every float p < 1.
+  const double t = std::ceil(static_cast<double>(d.p) * 16777216.0);
+  k.keep_min = static_cast<uint32_t>(t * 256.0);
+  return k;
+}
+
+__device__ __forceinline__ bool keep_element(const DropoutKeys& K, uint64_t index) {
+  const uint32_t c0 = static_cast<uint32_t>(index), c1 = static_cast<uint32_t>(index >> 32);
+  uint32_t x0 = K.r0_c0 ^ c1, x1 = K.r0_c1;
+  uint32_t x2 = __umulhi(kPhiloxM0, c0) ^ K.r0_c3k1, x3 = kPhiloxM0 * c0;
+#pragma unroll
+  for (int r = 1; r < 9; ++r) {
+    const uint32_t n0 = __umulhi(kPhiloxM1, x2) ^ x1 ^ K.k0[r];
+    const uint32_t n2 = __umulhi(kPhiloxM0, x0) ^ x3 ^ K.k1[r];
+    x1 = kPhiloxM1 * x2;
+    x3 = kPhiloxM0 * x0;
+    x0 = n0;
+    x2 = n2;
+  }
+  return (__umulhi(kPhiloxM1, x2) ^ x1 ^ K.k0[9]) >= K.keep_min;  // word 0 after round 9
+}
+
+// ---------------------------------------------------------------------------
+// Forward.
+// ---------------------------------------------------------------------------
+
+struct FwdParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  const int64_t* mask;
+  void* ctx;
+  float* lse;
+  int L, heads;
+  float scale_log2;  // scale · log2(e): scores in base 2, exp2 on the hardware unit
+  float keep_scale;   // 1/(1-p), or 1 without dropout
+  DropoutKeys dropout;
+};
+
+template <int D>
+constexpr int fwd_smem_bytes() {
+  return 5 * kTile * (D + 8) * 2 + 2 * kTile * static_cast<int>(sizeof(int64_t));
+}
+
+template <typename T, int D, bool kDropout>
+__global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1) flash_fwd_kernel(const FwdParams p) {
+  constexpr int ld = D + 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sQ = reinterpret_cast<T*>(smem);
+  T* sK = sQ + kTile * ld;      // 2 buffers
+  T* sV = sK + 2 * kTile * ld;  // 2 buffers
+  // 2 x 64 key-mask entries (0 past L), fetched with the keys.
+  int64_t* sMask = reinterpret_cast<int64_t*>(sV + 2 * kTile * ld);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int L = p.L;
+  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  const int q0 = blockIdx.x * kTile;
+  const int64_t rs = static_cast<int64_t>(p.heads) * D;
+  const int64_t off = static_cast<int64_t>(b) * L * rs + static_cast<int64_t>(h) * D;
+  const T* gq = static_cast<const T*>(p.q) + off;
+  const T* gk = static_cast<const T*>(p.k) + off;
+  const T* gv = static_cast<const T*>(p.v) + off;
+  const int64_t* mrow = p.mask ? p.mask + static_cast<int64_t>(b) * L : nullptr;
+  const bool all_masked = !any_key_kept(mrow, L);
+
+  auto load_kv = [&](int tile, int buf) {
+    const int k0 = tile * kTile;
+    load_tile<T, D>(sK + buf * kTile * ld, gk, rs, k0, L, tid);
+    load_tile<T, D>(sV + buf * kTile * ld, gv, rs, k0, L, tid);
+    if (mrow != nullptr && tid < kTile) cp_async_small<8>(sMask + buf * kTile + tid, mrow + k0 + tid, k0 + tid < L);
+  };
+
+  load_tile<T, D>(sQ, gq, rs, q0, L, tid);
+  load_kv(0, 0);
+  cp_async_commit();
+
+  const int nk = (L + kTile - 1) / kTile;
+  const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;  // this thread's two query rows
+  // Dropout index of (row, key 0): (b*heads + h)*L*L + row*L.
+  const uint64_t head_base = static_cast<uint64_t>(bh) * static_cast<uint64_t>(L) * static_cast<uint64_t>(L);
+  const uint64_t drop_a = head_base + static_cast<uint64_t>(row_a) * static_cast<uint64_t>(L);
+  const uint64_t drop_b = head_base + static_cast<uint64_t>(row_b) * static_cast<uint64_t>(L);
+
+  uint32_t qa[D / 16][4];
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY};  // running max of base-2 scores per row
+  float l[2] = {0.0f, 0.0f};            // this thread's part of the running sum per row
+
+  for (int jt = 0; jt < nk; ++jt) {
+    const int buf = jt & 1;
+    // Tile jt has landed for every thread, and every warp is done with tile
+    // jt - 1, whose buffer the next tile then fills while this one is used:
+    // one barrier per tile.
+    cp_async_wait<0>();
+    __syncthreads();
+    if (jt + 1 < nk) {
+      load_kv(jt + 1, buf ^ 1);
+      cp_async_commit();
+    }
+    if (jt == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) load_a(qa[kk], sQ, ld, warp * 16, kk * 16, lane);
+    }
+    const T* ks = sK + buf * kTile * ld;
+    const T* vs = sV + buf * kTile * ld;
+    const int64_t* kmask = sMask + buf * kTile;
+
+    // This tile's dropout mask first, while few registers are live: bit 4n + e
+    // is accumulator element s[n][e] (row e < 2 ? row_a : row_b, key
+    // jt*64 + 8n + 2·t4 + (e & 1)).
+    const uint64_t base_a = drop_a + static_cast<uint64_t>(jt * kTile + 2 * t4);
+    const uint64_t base_b = drop_b + static_cast<uint64_t>(jt * kTile + 2 * t4);
+    auto dropout_bits = [&]() {
+      uint32_t bits = 0u;
+#pragma unroll 4
+      for (int i = 0; i < 32; ++i) {
+        const int n = i >> 2, e = i & 3;
+        const uint64_t idx = ((e >> 1) ? base_b : base_a) + static_cast<uint64_t>(n * 8 + (e & 1));
+        bits |= static_cast<uint32_t>(keep_element(p.dropout, idx)) << i;
+      }
+      return bits;
+    };
+    uint32_t keep = 0xffffffffu;
+    if constexpr (kDropout) keep = dropout_bits();
+
+    // S = Q·Kᵀ: 16 rows x 64 keys per warp, 8 n-tiles of 8 keys.
+    float s[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t bb[4];
+        load_b_nk(bb, ks, ld, np * 16, kk * 16, lane);
+        mma16816<T>(s[2 * np], qa[kk], bb[0], bb[1]);
+        mma16816<T>(s[2 * np + 1], qa[kk], bb[2], bb[3]);
+      }
+    }
+
+    // Scale to base 2, mask, and the new running max (rows shared by the 4 lanes of a quad).
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        // Keys past L and masked keys (unless all are) get -inf.
+        const int col = n * 8 + 2 * t4 + (e & 1);
+        const bool key_ok = jt * kTile + col < L && (all_masked || mrow == nullptr || kmask[col] != 0);
+        const float x = key_ok ? (all_masked ? 0.0f : s[n][e] * p.scale_log2) : -INFINITY;
+        s[n][e] = x;
+        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+      }
+    }
+    float ref[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      // A row whose keys so far are all masked has max -inf: subtract 0 instead
+      // (its exponentials are 0 anyway) so that no -inf - -inf = NaN appears.
+      ref[r] = mx[r] == -INFINITY ? 0.0f : mx[r];
+      const float alpha = fast_exp2(m[r] - ref[r]);
+      m[r] = mx[r];
+      l[r] *= alpha;
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) {
+        o[i][2 * r] *= alpha;
+        o[i][2 * r + 1] *= alpha;
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float pv = fast_exp2(s[n][e] - ref[e >> 1]);
+        l[e >> 1] += pv;  // the softmax sum is over undropped probabilities
+        s[n][e] = pv;
+      }
+    }
+    if constexpr (kDropout) {
+      // Dropped elements become 0; kept ones are scaled by 1/(1-p) once, at the end.
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (((keep >> (n * 4 + e)) & 1u) == 0) s[n][e] = 0.0f;
+    }
+
+    // O += P·V: P's accumulator fragments are, pairwise, A fragments over 16 keys.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                             pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t bb[4];
+        load_b_kn(bb, vs, ld, kk * 16, dp * 16, lane);
+        mma16816<T>(o[2 * dp], a, bb[0], bb[1]);
+        mma16816<T>(o[2 * dp + 1], a, bb[2], bb[3]);
+      }
+    }
+  }
+
+  // Row sums across the quad, normalise, write ctx and the log-sum-exp.
+  T* gctx = static_cast<T*>(p.ctx) + off;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  // Every row has at least one unmasked key (or attends uniformly), so l >= 1.
+  const float inv_a = p.keep_scale / l[0], inv_b = p.keep_scale / l[1];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) {
+    const int d = i * 8 + 2 * t4;
+    if (row_a < L)
+      *reinterpret_cast<uint32_t*>(gctx + row_a * rs + d) = pack2<T>(o[i][0] * inv_a, o[i][1] * inv_a);
+    if (row_b < L)
+      *reinterpret_cast<uint32_t*>(gctx + row_b * rs + d) = pack2<T>(o[i][2] * inv_b, o[i][3] * inv_b);
+  }
+  if (t4 == 0) {
+    float* lse = p.lse + static_cast<int64_t>(bh) * L;
+    if (row_a < L) lse[row_a] = (m[0] + log2f(l[0])) * kLn2;
+    if (row_b < L) lse[row_b] = (m[1] + log2f(l[1])) * kLn2;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Backward.
+// ---------------------------------------------------------------------------
+
+// Δ[b, h, t] = Σ_d dO[b, t, h, d] · O[b, t, h, d] (float sums of 16-bit
+// values): the row term of the softmax backward, since Σ_j P∘dP = dO·O also
+// with dropout (O is the dropped probabilities times V). D/8 lanes per row,
+// 8 elements (16 bytes) each.
+template <typename T, int D>
+__global__ void __launch_bounds__(256) row_dot_kernel(const T* dout, const T* out, const float* lse, float* delta,
+                                                      float* lse2, int64_t rows, int L, int heads) {
+  constexpr int G = D / 8;
+  const int64_t gid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t row = gid / G;  // row = (b*L + t)*heads + h, memory order
+  const int part = static_cast<int>(gid % G);
+  float acc = 0.0f;
+  if (row < rows) {
+    const uint4 x = *reinterpret_cast<const uint4*>(dout + row * D + part * 8);
+    const uint4 y = *reinterpret_cast<const uint4*>(out + row * D + part * 8);
+    const T* xs = reinterpret_cast<const T*>(&x);
+    const T* ys = reinterpret_cast<const T*>(&y);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc += static_cast<float>(xs[i]) * static_cast<float>(ys[i]);
+  }
+#pragma unroll
+  for (int o = G / 2; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (row < rows && part == 0) {
+    const int64_t h = row % heads, bt = row / heads, t = bt % L, b = bt / L;
+    const int64_t i = (b * heads + h) * L + t;
+    delta[i] = acc;
+    lse2[i] = lse[i] * kLog2e;  // base 2, as the backward uses it
+  }
+}
+
+struct BwdParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* dout;
+  const int64_t* mask;
+  const float* lse;
+  const float* delta;
+  const float* lse2;  // lse · log2(e)
+  float* dq_accum;  // [splits, B*heads, L, D]
+  void* dk;
+  void* dv;
+  int L, heads, splits, bh_count;
+  float scale_log2, scale;
+  float keep_scale;   // 1/(1-p), or 1 without dropout
+  DropoutKeys dropout;
+};
+
+template <int D>
+constexpr int bwd_smem_bytes() {
+  // K, V, 2 x Q, 2 x dO tiles; dSᵀ (64 x 72); 2 x (lse, Δ) of 64 floats; 2 x dQ sums (64 x (D + 8) floats).
+  return 6 * kTile * (D + 8) * 2 + kTile * (kTile + 8) * 2 + 4 * kTile * static_cast<int>(sizeof(float)) +
+         2 * kTile * (D + 8) * static_cast<int>(sizeof(float));
+}
+
+template <typename T, int D, bool kDropout>
+__global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_bwd_kernel(const BwdParams p) {
+  constexpr int ld = D + 8;
+  constexpr int lds = kTile + 8;  // dSᵀ stride
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sK = reinterpret_cast<T*>(smem);
+  T* sV = sK + kTile * ld;
+  T* sQ = sV + kTile * ld;        // 2 buffers
+  T* sdO = sQ + 2 * kTile * ld;   // 2 buffers
+  T* sdS = sdO + 2 * kTile * ld;  // [64 keys][64 queries + 8]
+  float* sLse = reinterpret_cast<float*>(sdS + kTile * lds);  // 2 x 64, base 2 (lse · log2 e), 0 past L
+  float* sDelta = sLse + 2 * kTile;                            // 2 x 64
+  // 2 x [64 query rows][D + 8]: this split's dQ sums so far for the query tile,
+  // fetched with it. The +8 floats of padding spread a warp's rows over the banks.
+  constexpr int lda = D + 8;
+  float* sAcc = sDelta + 2 * kTile;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int L = p.L;
+  const int split = blockIdx.x;
+  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  const int64_t rs = static_cast<int64_t>(p.heads) * D;
+  const int64_t off = static_cast<int64_t>(b) * L * rs + static_cast<int64_t>(h) * D;
+  const T* gq = static_cast<const T*>(p.q) + off;
+  const T* gk = static_cast<const T*>(p.k) + off;
+  const T* gv = static_cast<const T*>(p.v) + off;
+  const T* gdo = static_cast<const T*>(p.dout) + off;
+  const float* glse = p.lse2 + static_cast<int64_t>(bh) * L;
+  const float* gdelta = p.delta + static_cast<int64_t>(bh) * L;
+  float* acc = p.dq_accum + (static_cast<int64_t>(split) * p.bh_count + bh) * static_cast<int64_t>(L) * D;
+  const int64_t* mrow = p.mask ? p.mask + static_cast<int64_t>(b) * L : nullptr;
+  const bool all_masked = !any_key_kept(mrow, L);
+  const uint64_t head_base = static_cast<uint64_t>(bh) * static_cast<uint64_t>(L) * static_cast<uint64_t>(L);
+
+  auto load_q = [&](int tile, int buf, bool with_sums) {
+    const int q0 = tile * kTile;
+    load_tile<T, D>(sQ + buf * kTile * ld, gq, rs, q0, L, tid);
+    load_tile<T, D>(sdO + buf * kTile * ld, gdo, rs, q0, L, tid);
+    if (with_sums) {
+      constexpr int kChunks = D / 4;  // 16-byte pieces per row of floats
+      constexpr int kRowsPerPass = kThreads / kChunks;
+      const int r = tid / kChunks, col = (tid % kChunks) * 4;
+      const float* src = acc + static_cast<int64_t>(q0 + r) * D + col;
+      float* dst = sAcc + (buf * kTile + r) * lda + col;
+#pragma unroll
+      for (int i = 0; i < kTile / kRowsPerPass; ++i) {
+        const bool valid = q0 + r + i * kRowsPerPass < L;
+        cp_async16(dst + i * kRowsPerPass * lda, valid ? src + i * kRowsPerPass * D : acc, valid);
+      }
+    }
+    // Query rows past L get lse = Δ = 0 (and q = dO = 0): whatever their
+    // probabilities, they meet dO = 0 in dV, dP = 0 and Δ = 0 in dS, so they add nothing.
+    if (tid < kTile) {
+      const bool valid = q0 + tid < L;
+      cp_async_small<4>(sLse + buf * kTile + tid, valid ? glse + q0 + tid : glse, valid);
+    } else {
+      const int i = tid - kTile;
+      const bool valid = q0 + i < L;
+      cp_async_small<4>(sDelta + buf * kTile + i, valid ? gdelta + q0 + i : gdelta, valid);
+    }
+  };
+
+  const int nt = (L + kTile - 1) / kTile;
+  for (int jt = split; jt < nt; jt += p.splits) {
+    const int k0 = jt * kTile;
+    const int key_a = k0 + warp * 16 + g, key_b = key_a + 8;  // this thread's two keys
+    const bool valid_a = key_a < L && (all_masked || mrow == nullptr || mrow[key_a] != 0);
+    const bool valid_b = key_b < L && (all_masked || mrow == nullptr || mrow[key_b] != 0);
+    const bool first = jt == split;  // first key tile of this split: write dq_accum, later ones add
+    __syncthreads();  // every warp is done with the previous key tile's K, V and buffers
+
+    load_tile<T, D>(sK, gk, rs, k0, L, tid);
+    load_tile<T, D>(sV, gv, rs, k0, L, tid);
+    load_q(0, 0, !first);
+    cp_async_commit();
+
+    float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
+
+    for (int it = 0; it < nt; ++it) {
+      const int buf = it & 1;
+      // Query tile it has landed, and every warp is done with tile it - 1 (its
+      // buffers and dSᵀ), so the next tile can fill them while this one is used.
+      cp_async_wait<0>();
+      __syncthreads();
+      if (it + 1 < nt) {
+        load_q(it + 1, buf ^ 1, !first);
+        cp_async_commit();
+      }
+      const T* qs = sQ + buf * kTile * ld;
+      const T* dos = sdO + buf * kTile * ld;
+      const float* lse_s = sLse + buf * kTile;
+      const float* delta_s = sDelta + buf * kTile;
+
+      // The forward's dropout mask for this warp's 16 keys x 64 queries, first,
+      // while few registers are live: bit 4n + e is element s[n][e] below (key
+      // e < 2 ? key_a : key_b, query it*64 + 8n + 2·t4 + (e & 1)).
+      const uint64_t row0 = head_base + static_cast<uint64_t>(it * kTile + 2 * t4) * static_cast<uint64_t>(L);
+      auto dropout_bits = [&]() {
+        uint32_t bits = 0u;
+#pragma unroll 4
+        for (int i = 0; i < 32; ++i) {
+          const int n = i >> 2, e = i & 3;
+          const uint64_t idx = row0 + static_cast<uint64_t>(n * 8 + (e & 1)) * static_cast<uint64_t>(L) +
+                               static_cast<uint64_t>((e >> 1) ? key_b : key_a);
+          bits |= static_cast<uint32_t>(keep_element(p.dropout, idx)) << i;
+        }
+        return bits;
+      };
+      uint32_t keep = 0xffffffffu;
+      if constexpr (kDropout) keep = dropout_bits();
+
+      // Sᵀ = K·Qᵀ: this warp's 16 keys x 64 queries.
+      float s[8][4];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t a[4];
+        load_a(a, sK, ld, warp * 16, kk * 16, lane);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t bb[4];
+          load_b_nk(bb, qs, ld, np * 16, kk * 16, lane);
+          mma16816<T>(s[2 * np], a, bb[0], bb[1]);
+          mma16816<T>(s[2 * np + 1], a, bb[2], bb[3]);
+        }
+      }
+      // Pᵀ = exp2(scale·log2e·S − lse·log2e), 0 for masked keys, kept only as
+      // 16-bit A fragments (pp[kk]: queries 16kk..16kk+15), the form in which
+      // the dV product takes it; dS below uses these same rounded values. That
+      // halves the registers P needs while dPᵀ is computed (the peak), at a
+      // rounding of P that is of the size of dS's own rounding to 16 bits.
+      uint32_t pp[4][4];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        float pv[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float x = all_masked ? 0.0f : s[n][e] * p.scale_log2;
+          const bool valid = (e >> 1) ? valid_b : valid_a;
+          pv[e] = valid ? fast_exp2(x - lse_s[n * 8 + 2 * t4 + (e & 1)]) : 0.0f;
+        }
+        pp[n >> 1][(n & 1) * 2] = pack2<T>(pv[0], pv[1]);
+        pp[n >> 1][(n & 1) * 2 + 1] = pack2<T>(pv[2], pv[3]);
+      }
+
+      // dPᵀ = V·dOᵀ.
+      float dpt[8][4];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t a[4];
+        load_a(a, sV, ld, warp * 16, kk * 16, lane);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t bb[4];
+          load_b_nk(bb, dos, ld, np * 16, kk * 16, lane);
+          mma16816<T>(dpt[2 * np], a, bb[0], bb[1]);
+          mma16816<T>(dpt[2 * np + 1], a, bb[2], bb[3]);
+        }
+      }
+
+      // dSᵀ = Pᵀ∘(dPᵀ∘keep/(1-p) − Δ), packed like P.
+      uint32_t dsp[4][4];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        float pv[4], dsv[4];
+        unpack2<T>(pp[n >> 1][(n & 1) * 2], pv[0], pv[1]);
+        unpack2<T>(pp[n >> 1][(n & 1) * 2 + 1], pv[2], pv[3]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float dpv = dpt[n][e];
+          if constexpr (kDropout) dpv = ((keep >> (n * 4 + e)) & 1u) ? dpv * p.keep_scale : 0.0f;
+          dsv[e] = pv[e] * (dpv - delta_s[n * 8 + 2 * t4 + (e & 1)]);
+        }
+        dsp[n >> 1][(n & 1) * 2] = pack2<T>(dsv[0], dsv[1]);
+        dsp[n >> 1][(n & 1) * 2 + 1] = pack2<T>(dsv[2], dsv[3]);
+      }
+
+      // dV += (P∘keep)ᵀ·dO (1/(1-p) applied once at the end). Register j of
+      // pp[kk] holds the elements of mask bits 8kk + 2j (low half) and 8kk + 2j + 1.
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        uint32_t a[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          a[j] = pp[kk][j];
+          if constexpr (kDropout) {
+            const uint32_t bits = keep >> (8 * kk + 2 * j);
+            a[j] &= ((bits & 1u) ? 0x0000FFFFu : 0u) | ((bits & 2u) ? 0xFFFF0000u : 0u);
+          }
+        }
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t bb[4];
+          load_b_kn(bb, dos, ld, kk * 16, dp * 16, lane);
+          mma16816<T>(dv[2 * dp], a, bb[0], bb[1]);
+          mma16816<T>(dv[2 * dp + 1], a, bb[2], bb[3]);
+        }
+      }
+
+      // dK += dSᵀ·Q (the scale applied at the end); dSᵀ to shared memory for dQ.
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint32_t(&a)[4] = dsp[kk];
+        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g) * lds + kk * 16 + 2 * t4) = a[0];
+        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g + 8) * lds + kk * 16 + 2 * t4) = a[1];
+        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g) * lds + kk * 16 + 8 + 2 * t4) = a[2];
+        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g + 8) * lds + kk * 16 + 8 + 2 * t4) = a[3];
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t bb[4];
+          load_b_kn(bb, qs, ld, kk * 16, dp * 16, lane);
+          mma16816<T>(dk[2 * dp], a, bb[0], bb[1]);
+          mma16816<T>(dk[2 * dp + 1], a, bb[2], bb[3]);
+        }
+      }
+      __syncthreads();
+
+      // dQ (this tile's part) = dS·K: warp w takes queries 16w..16w+15, all 64 keys.
+      float dq[D / 8][4];
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        uint32_t a[4];
+        load_a_trans(a, sdS, lds, kk * 16, warp * 16, lane);
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t bb[4];
+          load_b_kn(bb, sK, ld, kk * 16, dp * 16, lane);
+          mma16816<T>(dq[2 * dp], a, bb[0], bb[1]);
+          mma16816<T>(dq[2 * dp + 1], a, bb[2], bb[3]);
+        }
+      }
+      // Into this split's accumulator: only this block touches it, in key-tile
+      // order; the sums so far came in with this query tile (sAcc), so no load
+      // waits here.
+      const int ra = warp * 16 + g, rb = ra + 8;  // rows within the tile
+      const int qa_row = it * kTile + ra, qb_row = it * kTile + rb;
+      const float* prev = sAcc + buf * kTile * lda;
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) {
+        const int d = i * 8 + 2 * t4;
+        float2 va = make_float2(dq[i][0], dq[i][1]), vb = make_float2(dq[i][2], dq[i][3]);
+        if (!first) {
+          const float2 pa = *reinterpret_cast<const float2*>(prev + ra * lda + d);
+          const float2 pb = *reinterpret_cast<const float2*>(prev + rb * lda + d);
+          va.x += pa.x;
+          va.y += pa.y;
+          vb.x += pb.x;
+          vb.y += pb.y;
+        }
+        if (qa_row < L) *reinterpret_cast<float2*>(acc + static_cast<int64_t>(qa_row) * D + d) = va;
+        if (qb_row < L) *reinterpret_cast<float2*>(acc + static_cast<int64_t>(qb_row) * D + d) = vb;
+      }
+    }
+
+    // dK = scale · Σ dSᵀQ, dV = 1/(1-p) · Σ (P∘keep)ᵀdO for this warp's keys.
+    T* gdk = static_cast<T*>(p.dk) + off;
+    T* gdv = static_cast<T*>(p.dv) + off;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      const int d = i * 8 + 2 * t4;
+      if (key_a < L) {
+        *reinterpret_cast<uint32_t*>(gdk + key_a * rs + d) = pack2<T>(dk[i][0] * p.scale, dk[i][1] * p.scale);
+        *reinterpret_cast<uint32_t*>(gdv + key_a * rs + d) =
+            pack2<T>(dv[i][0] * p.keep_scale, dv[i][1] * p.keep_scale);
+      }
+      if (key_b < L) {
+        *reinterpret_cast<uint32_t*>(gdk + key_b * rs + d) = pack2<T>(dk[i][2] * p.scale, dk[i][3] * p.scale);
+        *reinterpret_cast<uint32_t*>(gdv + key_b * rs + d) =
+            pack2<T>(dv[i][2] * p.keep_scale, dv[i][3] * p.keep_scale);
+      }
+    }
+  }
+}
+
+// dq[b, t, h, d] = scale · Σ_split accum[split, b*heads + h, t, d], splits in
+// order; 4 consecutive d per thread. rows = B*heads*L < 2^31 (checked).
+template <typename T, int D>
+__global__ void __launch_bounds__(256) dq_sum_kernel(const float* accum, T* dq, int rows, int splits, int L, int heads,
+                                                     float scale) {
+  constexpr int kQuads = D / 4;
+  const int64_t n = static_cast<int64_t>(rows) * D;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<int64_t>(rows) * kQuads) return;
+  const int row = static_cast<int>(i / kQuads), d = static_cast<int>(i % kQuads) * 4;  // row = bh*L + t
+  float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int s = 0; s < splits; ++s) {
+    const float4 v = *reinterpret_cast<const float4*>(accum + s * n + i * 4);
+    sum.x += v.x;
+    sum.y += v.y;
+    sum.z += v.z;
+    sum.w += v.w;
+  }
+  const int bh = row / L, t = row - bh * L, b = bh / heads, h = bh - b * heads;
+  const int64_t out = ((static_cast<int64_t>(b) * L + t) * heads + h) * D + d;
+  *reinterpret_cast<uint2*>(dq + out) =
+      make_uint2(pack2<T>(sum.x * scale, sum.y * scale), pack2<T>(sum.z * scale, sum.w * scale));
+}
+
+// ---------------------------------------------------------------------------
+// Host side.
+// ---------------------------------------------------------------------------
+
+// Splits of the key tiles in the backward: enough blocks for about two per SM
+// of a 132-SM GPU, at most one per key tile. A function of the shapes only.
+int64_t backward_splits(int64_t bh, int64_t L) {
+  const int64_t tiles = (L + kTile - 1) / kTile;
+  const int64_t want = (264 + bh - 1) / bh;
+  return std::clamp<int64_t>(want, 1, tiles);
+}
+
+size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+void check_args(const char* what, int64_t B, int64_t L, int64_t heads, int64_t D, const DropoutSpec& dropout,
+                std::initializer_list<const void*> ptrs) {
+  if (D != 32 && D != 64 && D != 128) fail("{}: head size {} is not supported (32, 64 or 128)", what, D);
+  if (L > (int64_t{1} << 24) || B * heads > 65535 || B * L * heads >= (int64_t{1} << 31))
+    fail("{}: shape B={} L={} heads={} too large", what, B, L, heads);
+  if (!(dropout.p >= 0.0f && dropout.p < 1.0f)) fail("{}: dropout probability {} not in [0, 1)", what, dropout.p);
+  for (const void* ptr : ptrs)
+    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) fail("{}: tensors must be 16-byte aligned", what);
+}
+
+// Opt-in to the kernel's dynamic shared memory, and all of the unified
+// L1/shared memory as shared memory (otherwise a smaller default carveout may
+// fit fewer blocks per SM than the registers allow). Once per device: the
+// calls cost microseconds, which would show in every launch on an idle GPU.
+// `done` (one bit per device) must belong to this one kernel: callers keep it
+// as a static of their own template instantiation, one per kernel.
+template <typename K>
+void configure(K kernel, int bytes, std::atomic<uint64_t>& done) {
+  int device = 0;
+  ANATOMY_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;  // devices past 64: every time
+  if (done.load(std::memory_order_acquire) & bit) return;
+  ANATOMY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  ANATOMY_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  done.fetch_or(bit, std::memory_order_acq_rel);
+}
+
+template <typename T, int D, bool kDropout>
+void launch_forward(cudaStream_t s, const FwdParams& p, int64_t B) {
+  constexpr int bytes = fwd_smem_bytes<D>();
+  auto kernel = flash_fwd_kernel<T, D, kDropout>;
+  static std::atomic<uint64_t> configured{0};  // per <T, D, kDropout>, i.e. per kernel
+  configure(kernel, bytes, configured);
+  const dim3 grid(static_cast<unsigned>((p.L + kTile - 1) / kTile), static_cast<unsigned>(B * p.heads));
+  kernel<<<grid, kThreads, bytes, s>>>(p);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T, int D, bool kDropout>
+void launch_backward(cudaStream_t s, const BwdParams& p, const void* dctx, const void* ctx, float* delta, void* dq,
+                     int64_t B) {
+  const int64_t rows = B * p.L * p.heads;
+  {
+    constexpr int threads = 256;
+    const int64_t blocks = (rows * (D / 8) + threads - 1) / threads;
+    row_dot_kernel<T, D><<<static_cast<unsigned>(blocks), threads, 0, s>>>(
+        static_cast<const T*>(dctx), static_cast<const T*>(ctx), p.lse, delta, const_cast<float*>(p.lse2), rows, p.L,
+        p.heads);
+    ANATOMY_CUDA_CHECK(cudaGetLastError());
+  }
+  {
+    constexpr int bytes = bwd_smem_bytes<D>();
+    auto kernel = flash_bwd_kernel<T, D, kDropout>;
+    static std::atomic<uint64_t> configured{0};  // per <T, D, kDropout>, i.e. per kernel
+    configure(kernel, bytes, configured);
+    const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.bh_count));
+    kernel<<<grid, kThreads, bytes, s>>>(p);
+    ANATOMY_CUDA_CHECK(cudaGetLastError());
+  }
+  {
+    constexpr int threads = 256;
+    const int64_t blocks = (rows * (D / 4) + threads - 1) / threads;
+    dq_sum_kernel<T, D><<<static_cast<unsigned>(blocks), threads, 0, s>>>(
+        p.dq_accum, static_cast<T*>(dq), static_cast<int>(rows), p.splits, p.L, p.heads, p.scale);
+    ANATOMY_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+// Calls f.template operator()<T, D, kDropout>() for the runtime choices.
+template <typename F>
+void dispatch(AttnType t, int64_t D, bool dropout, F&& f) {
+  auto with_type = [&]<typename T>() {
+    auto with_d = [&]<int kD>() {
+      if (dropout)
+        f.template operator()<T, kD, true>();
+      else
+        f.template operator()<T, kD, false>();
+    };
+    if (D == 32)
+      with_d.template operator()<32>();
+    else if (D == 64)
+      with_d.template operator()<64>();
+    else
+      with_d.template operator()<128>();
+  };
+  if (t == AttnType::BF16)
+    with_type.template operator()<__nv_bfloat16>();
+  else
+    with_type.template operator()<__half>();
+}
+
+}  // namespace
+
+size_t flash_attention_scratch_bytes(int64_t B, int64_t L, int64_t heads, int64_t D) {
+  const int64_t bh = B * heads;
+  if (bh <= 0 || L <= 0 || D <= 0) return 0;
+  const size_t rows = align256(static_cast<size_t>(bh * L) * sizeof(float));  // Δ, then lse · log2 e
+  return 2 * rows + static_cast<size_t>(backward_splits(bh, L) * bh * L * D) * sizeof(float);
+}
+
+void flash_attention_forward(cudaStream_t s, AttnType t, const void* q, const void* k, const void* v,
+                             const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, float scale,
+                             const DropoutSpec& dropout, void* ctx, float* lse) {
+  if (B == 0 || L == 0 || heads == 0) return;
+  check_args("flash_attention_forward", B, L, heads, D, dropout, {q, k, v, ctx});
+  const bool use_dropout = dropout.p > 0.0f;  // the reference's test
+  FwdParams p{};
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.mask = key_mask;
+  p.ctx = ctx;
+  p.lse = lse;
+  p.L = static_cast<int>(L);
+  p.heads = static_cast<int>(heads);
+  p.scale_log2 = scale * kLog2e;
+  p.keep_scale = use_dropout ? 1.0f / (1.0f - dropout.p) : 1.0f;  // as the reference, in float
+  p.dropout = make_dropout_keys(dropout);
+  dispatch(t, D, use_dropout, [&]<typename T, int kD, bool kDrop>() { launch_forward<T, kD, kDrop>(s, p, B); });
+}
+
+void flash_attention_backward(cudaStream_t s, AttnType t, const void* dctx, const void* q, const void* k, const void* v,
+                              const void* ctx, const float* lse, const int64_t* key_mask, int64_t B, int64_t L,
+                              int64_t heads, int64_t D, float scale, const DropoutSpec& dropout, void* dq, void* dk,
+                              void* dv, void* scratch) {
+  if (B == 0 || L == 0 || heads == 0) return;
+  check_args("flash_attention_backward", B, L, heads, D, dropout, {dctx, q, k, v, ctx, dq, dk, dv, scratch});
+  const bool use_dropout = dropout.p > 0.0f;
+  const int64_t bh = B * heads;
+  const size_t rows = align256(static_cast<size_t>(bh * L) * sizeof(float));
+  float* delta = static_cast<float*>(scratch);
+  float* lse2 = reinterpret_cast<float*>(static_cast<char*>(scratch) + rows);
+  float* accum = reinterpret_cast<float*>(static_cast<char*>(scratch) + 2 * rows);
+  BwdParams p{};
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.dout = dctx;
+  p.mask = key_mask;
+  p.lse = lse;
+  p.delta = delta;
+  p.lse2 = lse2;
+  p.dq_accum = accum;
+  p.dk = dk;
+  p.dv = dv;
+  p.L = static_cast<int>(L);
+  p.heads = static_cast<int>(heads);
+  p.splits = static_cast<int>(backward_splits(bh, L));
+  p.bh_count = static_cast<int>(bh);
+  p.scale_log2 = scale * kLog2e;
+  p.scale = scale;
+  p.keep_scale = use_dropout ? 1.0f / (1.0f - dropout.p) : 1.0f;
+  p.dropout = make_dropout_keys(dropout);
+  dispatch(t, D, use_dropout, [&]<typename T, int kD, bool kDrop>() {
+    launch_backward<T, kD, kDrop>(s, p, dctx, ctx, delta, dq, B);
+  });
+}
+
+}  // namespace anatomy::cuda
