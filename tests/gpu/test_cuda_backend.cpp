@@ -246,10 +246,12 @@ TEST_P(CudaFixture, Fp16ForwardAndBackwardNearHuggingFace) {
 }
 
 // A learnable task (the label is the parity of the second token) trained 300
-// steps in float32 and in bf16 from the same initial weights and data: the
-// bf16 curve must track the float32 one. Runs diverge step by step through
-// rounding, so windows of 20 steps are compared: their mean losses within 0.05
-// (the loss starts near ln 2 ≈ 0.69), and both must learn.
+// steps from the same initial weights: float32 with seed 1, float32 with seed 2
+// (another shuffling and other dropout masks), and bf16 with seed 1. Rounding
+// makes the bf16 run drift from its float32 twin step by step, as a change of
+// seed does, so "tracks" is measured against that yardstick: over windows of
+// 20 steps, |bf16 − fp32| may not exceed twice the seed-to-seed difference
+// plus 0.02 (of a loss that starts near ln 2 ≈ 0.69). And the runs must learn.
 TEST(CudaMixedPrecision, Bf16LossCurveTracksFloat32Over300Steps) {
   SKIP_WITHOUT_GPU();
   BertConfig config = *bert_preset("bert-tiny");
@@ -264,33 +266,35 @@ TEST(CudaMixedPrecision, Bf16LossCurveTracksFloat32Over300Steps) {
   data.label_dtype = DType::I64;
   data.label_width = 1;
   for (int64_t i = 0; i < data.size; ++i) data.labels_i64.push_back(data.input_ids[i * data.seq_len + 1] % 2);
-  std::vector<double> curves[2];
-  for (int run = 0; run < 2; ++run) {
+  auto train = [&](DType dtype, uint64_t seed) {
     auto backend = cuda::make_cuda_backend(0);
-    BertForSequenceClassification model(*backend, config, run == 0 ? DType::F32 : DType::BF16);
+    BertForSequenceClassification model(*backend, config, dtype);
     init_weights(model, 1);
     TrainingArguments args;
     args.max_steps = 300;
     args.per_device_train_batch_size = 32;
     args.learning_rate = 1e-3;
     args.lr_scheduler_type = ScheduleKind::Constant;
-    args.bf16 = run == 1;
+    args.bf16 = dtype == DType::BF16;
+    args.seed = seed;
     args.progress = false;
-    curves[run] = Trainer(*backend, model, data, args).train().losses;
-  }
-  ASSERT_EQ(curves[1].size(), 300u);
-  double first = 0, last = 0;
+    return Trainer(*backend, model, data, args).train().losses;
+  };
+  const auto fp32 = train(DType::F32, 1), fp32_other_seed = train(DType::F32, 2), bf16 = train(DType::BF16, 1);
+  ASSERT_EQ(bf16.size(), 300u);
+  auto window = [](const std::vector<double>& c, int w) {
+    double m = 0;
+    for (int i = 0; i < 20; ++i) m += c[w * 20 + i] / 20;
+    return m;
+  };
   for (int w = 0; w < 15; ++w) {
-    double a = 0, b = 0;
-    for (int i = 0; i < 20; ++i) {
-      a += curves[0][w * 20 + i] / 20;
-      b += curves[1][w * 20 + i] / 20;
-    }
-    EXPECT_NEAR(b, a, 0.05) << "window " << w;
-    if (w == 0) first = a;
-    if (w == 14) last = a;
+    const double yardstick = std::abs(window(fp32_other_seed, w) - window(fp32, w));
+    EXPECT_LE(std::abs(window(bf16, w) - window(fp32, w)), 2 * yardstick + 0.02)
+        << "window " << w << ": fp32 " << window(fp32, w) << ", other seed " << window(fp32_other_seed, w)
+        << ", bf16 " << window(bf16, w);
   }
-  EXPECT_LT(last, first - 0.2) << "float32 run did not learn the task";
+  EXPECT_LT(window(fp32, 14), window(fp32, 0) - 0.2) << "float32 did not learn the task";
+  EXPECT_LT(window(bf16, 14), window(bf16, 0) - 0.2) << "bf16 did not learn the task";
 }
 
 INSTANTIATE_TEST_SUITE_P(HuggingFace, CudaFixture,

@@ -96,10 +96,10 @@ class Backend {
   // [B, L] (1 attend, 0 padding) or undefined. Dropout applies to the
   // probabilities. `saved` (float32) is what backward needs besides q, k, v
   // and ctx: the probabilities [B, heads, L, L] before dropout when
-  // attention_saves_probabilities(dtype), else the row log-sum-exp [B, heads, L]
+  // attention_saves_probabilities(dtype, head_dim), else the row log-sum-exp [B, heads, L]
   // of a fused kernel that recomputes them. 16-bit q, k, v, ctx allowed where
   // the backend has such attention.
-  virtual bool attention_saves_probabilities(DType dtype) const = 0;
+  virtual bool attention_saves_probabilities(DType dtype, int64_t head_dim) const = 0;
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                  int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& saved,
                                  const Tensor& ctx) = 0;

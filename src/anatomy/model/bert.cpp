@@ -70,7 +70,7 @@ BertForSequenceClassification::BertForSequenceClassification(Backend& backend, B
 }
 
 ActivationPlan BertForSequenceClassification::activation_plan() const {
-  return ActivationPlan{compute_, backend_.attention_saves_probabilities(compute_)};
+  return ActivationPlan{compute_, backend_.attention_saves_probabilities(compute_, config_.head_dim())};
 }
 
 void BertForSequenceClassification::refresh_half_weights() {

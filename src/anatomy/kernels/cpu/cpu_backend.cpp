@@ -271,7 +271,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  bool attention_saves_probabilities(DType) const override { return true; }
+  bool attention_saves_probabilities(DType, int64_t) const override { return true; }
 
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
                          double scale, const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) override {

@@ -202,11 +202,31 @@ class CudaBackend final : public Backend {
     cuda::select_row_backward(stream_, dout.data<float>(), dx.dim(0), dx.dim(1), dx.dim(2), row, dx.data<float>());
   }
 
-  bool attention_saves_probabilities(DType dtype) const override { return dtype == DType::F32; }
+  // 16-bit attention is fused (flash) for the head sizes its kernels have;
+  // other sizes (small test models) take the float32 path through casts.
+  static bool fused_attention(DType dtype, int64_t head_dim) {
+    return dtype != DType::F32 && (head_dim == 32 || head_dim == 64 || head_dim == 128);
+  }
+  bool attention_saves_probabilities(DType dtype, int64_t head_dim) const override {
+    return !fused_attention(dtype, head_dim);
+  }
+
+  // A float32 copy of a 16-bit tensor (temporary memory).
+  Tensor as_f32(const Tensor& t, const char* name) {
+    Tensor out = Tensor::empty(ledger_, t.shape(), DType::F32, Category::Temporary, name);
+    cast(t, out);
+    return out;
+  }
 
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
                          double scale, const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) override {
     const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
+    if (q.dtype() != DType::F32 && !fused_attention(q.dtype(), D)) {
+      Tensor ctx32 = Tensor::empty(ledger_, ctx.shape(), DType::F32, Category::Temporary, "ctx_f32");
+      attention_forward(as_f32(q, "q_f32"), as_f32(k, "k_f32"), as_f32(v, "v_f32"), key_mask, heads, scale, dropout,
+                        probs, ctx32);
+      return cast(ctx32, ctx);
+    }
     if (q.dtype() != DType::F32)
       return flash_attention_forward(stream_, attn_type(q.dtype()), q.raw(), k.raw(), v.raw(),
                                      key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
@@ -220,6 +240,16 @@ class CudaBackend final : public Backend {
                           const Tensor& probs, const Tensor& key_mask, int64_t heads, double scale,
                           const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
     const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
+    if (q.dtype() != DType::F32 && !fused_attention(q.dtype(), D)) {
+      Tensor dq32 = Tensor::empty(ledger_, dq.shape(), DType::F32, Category::Temporary, "dq_f32");
+      Tensor dk32 = Tensor::empty(ledger_, dk.shape(), DType::F32, Category::Temporary, "dk_f32");
+      Tensor dv32 = Tensor::empty(ledger_, dv.shape(), DType::F32, Category::Temporary, "dv_f32");
+      attention_backward(as_f32(dctx, "dctx_f32"), as_f32(q, "q_f32"), as_f32(k, "k_f32"), as_f32(v, "v_f32"), ctx,
+                         probs, key_mask, heads, scale, dropout, dq32, dk32, dv32);
+      cast(dq32, dq);
+      cast(dk32, dk);
+      return cast(dv32, dv);
+    }
     if (q.dtype() != DType::F32) {
       void* scratch = scratch_bytes(flash_attention_scratch_bytes(B, L, heads, D));
       return flash_attention_backward(stream_, attn_type(q.dtype()), dctx.raw(), q.raw(), k.raw(), v.raw(), ctx.raw(),
