@@ -226,12 +226,31 @@ void check_mixed(const std::string& dir, const MixedCase& c) {
   EXPECT_LE(relative_l2(download(*backend, out.logits), ref.read_f64("logits")), c.logits_tol) << "logits";
   EXPECT_LE(std::abs(*out.loss - ref.read_f64("loss")[0]), c.logits_tol * std::abs(ref.read_f64("loss")[0]));
   model.zero_gradients();
-  model.backward();
+  // fp16 gradients are only meaningful under loss scaling (small ones fall into
+  // fp16's subnormals otherwise): scale and unscale as the trainer's GradScaler does.
+  const double loss_scale = c.dtype == DType::F16 ? 65536.0 : 1.0;
+  model.backward(loss_scale);
   const ParameterSet& g = model.gradients();
+  backend->scale(g.flat(), 1.0 / loss_scale);
+  auto l2 = [](const std::vector<float>& v) {
+    double s = 0;
+    for (float x : v) s += static_cast<double>(x) * x;
+    return std::sqrt(s);
+  };
   for (size_t i = 0; i < g.specs().size(); ++i) {
-    const auto expected = ref.read_f64("grad." + g.specs()[i].name);
+    const std::string& name = g.specs()[i].name;
+    const auto expected = ref.read_f64("grad." + name);
+    const auto got = download(*backend, g.tensors()[i]);
+    if (name.find("attention.self.key.bias") != std::string::npos) {
+      // Analytically zero: adding b_k shifts every score of a row by q·b_k, and
+      // softmax ignores a per-row shift; the reference holds only float64 noise.
+      // What rounding leaves must be small beside the key weights' gradient.
+      const std::string weight = name.substr(0, name.size() - 4) + "weight";
+      EXPECT_LE(l2(got), c.grad_tol * l2(download(*backend, g.get(weight)))) << name;
+      continue;
+    }
     if (test_max_abs(expected) == 0.0) continue;  // e.g. unused position rows only
-    EXPECT_LE(relative_l2(download(*backend, g.tensors()[i]), expected), c.grad_tol) << g.specs()[i].name;
+    EXPECT_LE(relative_l2(got, expected), c.grad_tol) << name;
   }
 }
 
