@@ -17,6 +17,7 @@
 
 #include "anatomy/core/random.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/half_types.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
 
 namespace anatomy::cuda {
@@ -33,30 +34,7 @@ unsigned blocks_for(int64_t work, int threads = kThreads) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// ---- element types: float, __nv_bfloat16, __half ----
-// Widening to float is exact and narrowing rounds to nearest even. For float
-// both are the identity, so a kernel templated over the element type does, for
-// float, exactly the operations of a float-only kernel.
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-
-// Runs f(std::type_identity<T>{}) with T the CUDA type of the 16-bit format.
-template <typename F>
-void with_half_type(Half h, F&& f) {
-  if (h == Half::BF16)
-    f(std::type_identity<__nv_bfloat16>{});
-  else
-    f(std::type_identity<__half>{});
-}
+// Element types: half_types.cuh.
 
 // Eight consecutive elements at a 16-byte aligned p, widened: one 16-byte load
 // for 16-bit types, two for float; and the rounding store back.

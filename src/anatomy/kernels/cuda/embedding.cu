@@ -31,6 +31,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/half_types.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
 
 namespace anatomy::cuda {
@@ -51,26 +52,7 @@ unsigned blocks_for(int64_t work, int threads = kThreads) {
 
 size_t round_up(size_t bytes) { return (bytes + 255) & ~size_t{255}; }
 
-// Element types float, __nv_bfloat16, __half: widening is exact, narrowing
-// rounds to nearest even; for float both are the identity.
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-
-// Runs f(std::type_identity<T>{}) with T the CUDA type of the 16-bit format.
-template <typename F>
-void with_half_type(Half h, F&& f) {
-  if (h == Half::BF16)
-    f(std::type_identity<__nv_bfloat16>{});
-  else
-    f(std::type_identity<__half>{});
-}
+// Element types: half_types.cuh.
 
 // Positions per chunk. With S >= H/4 and more than one chunk (so T > S):
 // slots = 2·ceil(T/S)·H < 2·(T/S + 1)·H = 2TH/S + 2H <= 8T + 2H < 8T + 8T,

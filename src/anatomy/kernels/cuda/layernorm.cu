@@ -28,6 +28,7 @@
 #include <type_traits>
 
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/half_types.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
 
 namespace anatomy::cuda {
@@ -44,28 +45,7 @@ constexpr int64_t kMinChunkRows = 32;
 constexpr int kColTile = 32;
 constexpr int kRowLanes = 8;
 
-// ---- element types: float, __nv_bfloat16, __half ----
-// Widening is exact, narrowing rounds to nearest even; for float both are the identity.
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-
-// Runs f(std::type_identity<T>{}) with T the CUDA type of the 16-bit format.
-template <typename F>
-void with_half_type(Half h, F&& f) {
-  if (h == Half::BF16)
-    f(std::type_identity<__nv_bfloat16>{});
-  else
-    f(std::type_identity<__half>{});
-}
+// Element types: half_types.cuh.
 
 // V consecutive elements at p, widened (V == 8 only for 16-bit T, p 16-byte aligned: one load).
 template <typename T, int V>
