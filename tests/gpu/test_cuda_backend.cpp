@@ -14,14 +14,12 @@
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/trainer.h"
+#include "../test_util.h"
 
 namespace anatomy {
 namespace {
 
-std::string fixtures_dir() {
-  const char* env = std::getenv("ANATOMY_FIXTURES_DIR");
-  return env ? env : ANATOMY_FIXTURES_DIR;
-}
+using test::fixtures_dir;
 
 #define SKIP_WITHOUT_GPU() \
   if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU"
