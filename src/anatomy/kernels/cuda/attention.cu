@@ -5,15 +5,6 @@
 // warp per row. The CPU backend (kernels/cpu/cpu_backend.cpp) is the reference:
 // every step here mirrors one there, in the same precision where it matters.
 
-// fmt 9 under nvcc in C++20 (see cuda_device.cu): a build-wide definition for
-// CUDA sources supersedes these; they keep a direct nvcc compile working.
-#ifndef FMT_USE_CONSTEXPR
-#define FMT_USE_CONSTEXPR 1
-#endif
-#ifndef FMT_CONSTEVAL
-#define FMT_CONSTEVAL
-#endif
-
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 

@@ -1,20 +1,6 @@
 // cuda_device.cu: device queries, the CUDA allocator behind the Ledger, and
 // the fill/copy operations declared in cuda_device.h.
 
-// fmt 9 (the system's) does not compile under nvcc in C++20 as it stands: it
-// turns constexpr off when it sees __NVCC__, yet keeps functions that call
-// the de-constexpr'd ones constexpr (GCC, the host compiler, rejects them)
-// and keeps the consteval format-string check (nvcc's front end rejects it).
-// Turning constexpr back on and the consteval check off makes it compile; the
-// format strings are then checked when formatted. Must precede every fmt
-// include; a build-wide definition of the two for CUDA sources supersedes this.
-#ifndef FMT_USE_CONSTEXPR
-#define FMT_USE_CONSTEXPR 1
-#endif
-#ifndef FMT_CONSTEVAL
-#define FMT_CONSTEVAL
-#endif
-
 #include "anatomy/kernels/cuda/cuda_device.h"
 
 #include <cuda_runtime.h>

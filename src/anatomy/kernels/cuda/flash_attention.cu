@@ -35,15 +35,6 @@
 // the gradients are those of a softmax at constant scores, as the reference's;
 // dropout is the reference's mask, element (b*heads + h)*L*L + i*L + j.
 
-// fmt 9 under nvcc in C++20 (see cuda_device.cu): a build-wide definition for
-// CUDA sources supersedes these; they keep a direct nvcc compile working.
-#ifndef FMT_USE_CONSTEXPR
-#define FMT_USE_CONSTEXPR 1
-#endif
-#ifndef FMT_CONSTEVAL
-#define FMT_CONSTEVAL
-#endif
-
 #include "anatomy/kernels/cuda/flash_attention.cuh"
 
 #include <cuda_bf16.h>
