@@ -40,10 +40,7 @@ TEST_P(Fixture, ForwardAndBackwardMatchHuggingFace) {
 
   const Dataset data = load_tensor_dataset(reference());  // batch 0: input_ids, token_type_ids, attention_mask, labels
   validate_dataset(data, source.config);
-  std::vector<int64_t> order(data.size);
-  for (int64_t i = 0; i < data.size; ++i) order[i] = i;
-  const BertInputs inputs =
-      upload_batch(*backend, gather_batch(data, order, 0, data.size), data.label_dtype, data.label_width);
+  const BertInputs inputs = upload_dataset(*backend, data);
   ForwardOptions options;
   options.save_for_backward = true;
   const ForwardOutput out = model.forward(inputs, options);
@@ -165,13 +162,8 @@ TEST_P(Fixture, ForwardCommandWritesLogitsLossAndGradients) {
   EXPECT_EQ(got.info("logits").dtype, io::StDType::F32);
 }
 
-INSTANTIATE_TEST_SUITE_P(HuggingFace, Fixture, ::testing::Values("bert-tiny-cls", "bert-tiny-cls-padded", "bert-regression-gelu-new",
-                                                            "bert-multilabel-relu", "bert-cls5-wide"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(HuggingFace, Fixture, ::testing::ValuesIn(test::kHuggingFaceFixtures),
+                         [](const auto& info) { return test::test_name(info.param); });
 
 }  // namespace
 }  // namespace anatomy

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -27,6 +28,16 @@ inline std::string anatomy_binary() {
   return env ? env : ANATOMY_BINARY;
 }
 inline std::string fixture(const std::string& name) { return fixtures_dir() + "/" + name; }
+
+// The Hugging Face reference models in tests/fixtures (see its README).
+inline const std::vector<std::string> kHuggingFaceFixtures = {
+    "bert-tiny-cls", "bert-tiny-cls-padded", "bert-regression-gelu-new", "bert-multilabel-relu", "bert-cls5-wide"};
+
+// A fixture name as a GoogleTest parameter name (letters, digits, underscores).
+inline std::string test_name(std::string name) {
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
 
 // A fresh directory under the system temp dir, removed at scope exit.
 class TempDir {

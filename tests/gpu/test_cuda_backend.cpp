@@ -105,10 +105,7 @@ TEST_P(CudaFixture, ForwardAndBackwardMatchHuggingFace) {
   BertForSequenceClassification model(*backend, source.config);
   load_weights(model, dir, 0);
   const Dataset data = load_tensor_dataset(dir + "/reference.safetensors");
-  std::vector<int64_t> order(data.size);
-  for (int64_t i = 0; i < data.size; ++i) order[i] = i;
-  const BertInputs inputs =
-      upload_batch(*backend, gather_batch(data, order, 0, data.size), data.label_dtype, data.label_width);
+  const BertInputs inputs = upload_dataset(*backend, data);
   ForwardOptions options;
   options.save_for_backward = true;
   const ForwardOutput out = model.forward(inputs, options);
@@ -205,10 +202,7 @@ void check_mixed(const std::string& dir, const MixedCase& c) {
   BertForSequenceClassification model(*backend, source.config, c.dtype);
   load_weights(model, dir, 0);
   const Dataset data = load_tensor_dataset(dir + "/reference.safetensors");
-  std::vector<int64_t> order(data.size);
-  for (int64_t i = 0; i < data.size; ++i) order[i] = i;
-  const BertInputs inputs =
-      upload_batch(*backend, gather_batch(data, order, 0, data.size), data.label_dtype, data.label_width);
+  const BertInputs inputs = upload_dataset(*backend, data);
   ForwardOptions options;
   options.save_for_backward = true;
   const ForwardOutput out = model.forward(inputs, options);
@@ -315,13 +309,8 @@ TEST(CudaMixedPrecision, Bf16LossCurveTracksFloat32Over300Steps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(HuggingFace, CudaFixture,
-                         ::testing::Values("bert-tiny-cls", "bert-tiny-cls-padded", "bert-regression-gelu-new",
-                                           "bert-multilabel-relu", "bert-cls5-wide"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+                         ::testing::ValuesIn(test::kHuggingFaceFixtures),
+                         [](const auto& info) { return test::test_name(info.param); });
 
 }  // namespace
 }  // namespace anatomy

@@ -43,10 +43,7 @@ Command add_forward_command(CLI::App& app) {
     if (source.directory.empty()) init_weights(model, f->seed);
     else load_weights(model, source.directory, f->seed);
 
-    std::vector<int64_t> order(data.size);
-    for (int64_t i = 0; i < data.size; ++i) order[i] = i;
-    const BertInputs inputs =
-        upload_batch(backend, gather_batch(data, order, 0, data.size), data.label_dtype, data.label_width);
+    const BertInputs inputs = upload_dataset(backend, data);
     ForwardOptions options;
     options.training = false;  // dropout off, as model.eval()
     options.save_for_backward = f->backward;

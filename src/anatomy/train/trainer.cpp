@@ -70,6 +70,11 @@ BertInputs upload_batch(Backend& backend, const HostBatch& b, DType label_dtype,
   return in;
 }
 
+BertInputs upload_dataset(Backend& backend, const Dataset& data) {
+  const std::vector<int64_t> order = epoch_order(data.size, /*shuffle=*/false, 0, 0);
+  return upload_batch(backend, gather_batch(data, order, 0, data.size), data.label_dtype, data.label_width);
+}
+
 Trainer::Trainer(Backend& backend, BertForSequenceClassification& model, const Dataset& data, TrainingArguments args)
     : backend_(backend), model_(model), data_(data), args_(std::move(args)) {
   if (args_.per_device_train_batch_size <= 0)

@@ -56,5 +56,7 @@ class Trainer {
 
 // Copies a host batch to the backend's device (category "data").
 BertInputs upload_batch(Backend& backend, const HostBatch& batch, DType label_dtype, int64_t label_width);
+// The whole dataset, in order, as one batch on the backend's device.
+BertInputs upload_dataset(Backend& backend, const Dataset& data);
 
 }  // namespace anatomy
