@@ -13,7 +13,9 @@ namespace anatomy::cli {
 
 using Command = std::function<int()>;
 
-Command add_train_command(CLI::App& app);
+// `profile_command`: the same flags for `anatomy profile`, which trains only
+// the warm-up and profiled steps and prints the time anatomy.
+Command add_train_command(CLI::App& app, bool profile_command = false);
 Command add_forward_command(CLI::App& app);
 
 // Checks of number flags with messages that say what was expected

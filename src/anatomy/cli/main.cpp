@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   {
     auto* train = app.add_subcommand("train", "Train BertForSequenceClassification (the seed experiment by default)");
     commands.emplace_back(train, anatomy::cli::add_train_command(*train));
+    auto* profile = app.add_subcommand("profile", "Time every operation of a few training steps (same flags as train)");
+    commands.emplace_back(profile, anatomy::cli::add_train_command(*profile, /*profile_command=*/true));
     auto* forward = app.add_subcommand("forward", "Run one forward (and backward) pass on a batch from a file");
     commands.emplace_back(forward, anatomy::cli::add_forward_command(*forward));
   }

@@ -7,10 +7,14 @@
 
 #include <fmt/format.h>
 
+#include "anatomy/anatomy/profile.h"
 #include "anatomy/cli/commands.h"
 #include "anatomy/cli/report.h"
 #include "anatomy/data/dataset.h"
+#include "anatomy/gpu/facts.h"
 #include "anatomy/gpu/host_memory.h"
+#include "anatomy/io/files.h"
+#include "anatomy/kernels/profiling.h"
 #include "anatomy/gpu/nvml.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/trainer.h"
@@ -26,6 +30,8 @@ constexpr int64_t kCpuDummySeqLen = 128;
 
 struct TrainFlags {
   TrainingArguments args;
+  int64_t profile_steps = 0;
+  int64_t profile_warmup = 3;
   std::string scheduler = "linear";
   std::string device = "auto";
   bool no_shuffle = false;
@@ -36,8 +42,25 @@ struct TrainFlags {
 
 }  // namespace
 
-Command add_train_command(CLI::App& app) {
+// The profiled window: `count` steps after `warmup`, moved earlier when the run is shorter.
+std::pair<int64_t, int64_t> profile_window(int64_t warmup, int64_t count, int64_t total) {
+  const int64_t n = std::min(count, total);
+  return {std::max<int64_t>(0, std::min(warmup, total - n)), n};
+}
+
+void write_profile(const ProfileSummary& summary, const std::vector<StepTiming>& steps, const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string summary_path = (fs::path(dir) / "profile.json").string();
+  const std::string trace_path = (fs::path(dir) / "trace.json").string();
+  io::write_text_file_atomic(summary_path, profile_json(summary));
+  io::write_text_file_atomic(trace_path, trace_json(steps));
+  fmt::print("Profile written to {} and {} (open the trace in https://ui.perfetto.dev or chrome://tracing)\n",
+             summary_path, trace_path);
+}
+
+Command add_train_command(CLI::App& app, bool profile_command) {
   auto flags = std::make_shared<TrainFlags>();
+  if (profile_command) flags->profile_steps = 5;
   TrainingArguments& a = flags->args;
   app.add_option("--model", a.model, "Directory with config.json + model.safetensors, or a preset "
                                      "(bert-large-uncased, bert-base-uncased, bert-medium, bert-small, bert-mini, bert-tiny)")
@@ -75,8 +98,13 @@ Command add_train_command(CLI::App& app) {
   app.add_flag("--tf32", flags->tf32, "TensorFloat-32 matrix products on the GPU (float32 storage)");
   app.add_flag("--bf16", a.bf16, "Mixed precision: bf16 compute, float32 master weights, gradients and AdamW states");
   app.add_flag("--fp16", a.fp16, "Mixed precision in fp16 with dynamic loss scaling (as PyTorch's GradScaler)");
+  app.add_option("--profile-steps", flags->profile_steps,
+                 "Time every operation of this many steps (CUDA events) and print the time anatomy")
+      ->capture_default_str()->check(non_negative_number());
+  app.add_option("--profile-warmup", flags->profile_warmup, "Steps to run before the profiled ones")
+      ->capture_default_str()->check(non_negative_number());
 
-  return [flags, &app]() -> int {
+  return [flags, &app, profile_command]() -> int {
     TrainingArguments args = flags->args;
     parse_schedule_kind(flags->scheduler, &args.lr_scheduler_type);
     args.shuffle = !flags->no_shuffle;
@@ -90,8 +118,13 @@ Command add_train_command(CLI::App& app) {
       fail("--output-dir {}: exists and is not a directory", args.output_dir);
 
     if (args.bf16 && args.fp16) fail("--bf16 and --fp16 are exclusive: give one");
+    if (profile_command && !app.count("--max-steps") && !app.count("--num-train-epochs"))
+      args.max_steps = flags->profile_warmup + flags->profile_steps;  // profile: just the steps it needs
+    if (profile_command && flags->profile_steps == 0) fail("--profile-steps must be positive for anatomy profile");
     DeviceChoice device = choose_device(flags->device, flags->tf32);
-    Backend& backend = *device.backend;
+    std::unique_ptr<ProfilingBackend> profiler;
+    if (flags->profile_steps > 0) profiler = std::make_unique<ProfilingBackend>(*device.backend);
+    Backend& backend = profiler ? static_cast<Backend&>(*profiler) : *device.backend;
     if ((args.bf16 || args.fp16) && backend.device().is_cpu())
       fail("--{}: mixed precision runs on the GPU; this run is on the CPU", args.bf16 ? "bf16" : "fp16");
     if (!device.note.empty()) fmt::print("{}\n", device.note);
@@ -155,6 +188,16 @@ Command add_train_command(CLI::App& app) {
                backend.device().str(), data.size, data.seq_len, args.per_device_train_batch_size,
                trainer.total_steps());
     std::fflush(stdout);
+    std::vector<StepTiming> timings;
+    if (profiler) {
+      const auto [first, count] = profile_window(flags->profile_warmup, flags->profile_steps, trainer.total_steps());
+      trainer.set_hooks(StepHooks{[&, first = first, count = count](int64_t step) {
+                                    if (step >= first && step < first + count) profiler->begin_step();
+                                  },
+                                  [&](int64_t) {
+                                    if (profiler->recording()) timings.push_back(profiler->end_step());
+                                  }});
+    }
     const TrainResult result = trainer.train();
     if (!std::all_of(result.losses.begin(), result.losses.end(), [](double l) { return std::isfinite(l); }))
       fmt::print("warning: the loss was not finite at some step\n");
@@ -168,6 +211,18 @@ Command add_train_command(CLI::App& app) {
     else
       fmt::print("CPU memory occupied (peak RSS): {} MB.\n", gpu::process_peak_rss_bytes() / (1024 * 1024));
     print_ledger(result.memory, backend.device());
+    if (profiler) {
+      const std::optional<double> peak =
+          on_gpu ? gpu::dense_bf16_peak_tflops(
+                       gpu::Nvml::instance().device_name(backend.device().index).value_or(""))
+                 : std::nullopt;
+      const double flops_per_step = training_flops_per_sequence(model.config(), data.seq_len) *
+                                    static_cast<double>(args.per_device_train_batch_size);
+      const ProfileSummary summary = summarize_profile(timings, flops_per_step, peak);
+      fmt::print("(The profiled steps wait for their timings: the run's samples/second includes that.)\n");
+      print_profile(summary);
+      if (!args.output_dir.empty()) write_profile(summary, timings, args.output_dir);
+    }
     return 0;
   };
 }

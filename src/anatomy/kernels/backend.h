@@ -125,6 +125,15 @@ class Backend {
 
   // Waits for queued work (no-op on the CPU).
   virtual void synchronize() {}
+
+  // --- timing, for the profiler ---
+  // Records a marker in the backend's queue (a CUDA event on the GPU, the
+  // clock on the CPU) and returns its index. marker_elapsed_ms waits until
+  // both markers have passed and returns the time between them.
+  // clear_markers forgets them all (indices restart at 0).
+  virtual int64_t record_marker() = 0;
+  virtual double marker_elapsed_ms(int64_t from, int64_t to) = 0;
+  virtual void clear_markers() = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);

@@ -219,4 +219,10 @@ std::vector<std::string> bert_preset_names() {
   return {"bert-large-uncased", "bert-base-uncased", "bert-medium", "bert-small", "bert-mini", "bert-tiny"};
 }
 
+double training_flops_per_sequence(const BertConfig& c, int64_t seq_len) {
+  const double H = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size),
+               L = static_cast<double>(seq_len), layers = static_cast<double>(c.num_hidden_layers);
+  return 6.0 * layers * (4.0 * H * H + 2.0 * H * I) * L + 3.0 * layers * 4.0 * L * L * H;
+}
+
 }  // namespace anatomy

@@ -56,4 +56,9 @@ std::vector<std::string> bert_preset_names();
 std::string activation_name(Activation a);
 std::string problem_type_name(ProblemType p);
 
+// Training FLOPs per sequence of `seq_len` tokens, matrix products of the
+// encoder only (forward 1x, backward 2x), as BASELINES.md counts them for MFU:
+// 6 * layers * (4 H^2 + 2 H I) * L  +  3 * layers * 4 * L^2 * H.
+double training_flops_per_sequence(const BertConfig& config, int64_t seq_len);
+
 }  // namespace anatomy

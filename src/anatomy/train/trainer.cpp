@@ -131,6 +131,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       order_epoch = epoch;
     }
     const int64_t begin = in_epoch * B, end = std::min(data_.size, begin + B);
+    if (hooks_.before) hooks_.before(step);
     ledger.set_phase("data");
     const BertInputs inputs =
         upload_batch(backend_, gather_batch(data_, order, begin, end), data_.label_dtype, data_.label_width);
@@ -168,6 +169,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       model_.refresh_half_weights();
       ++updates;
     }
+    if (hooks_.after) hooks_.after(step);
 
     result.losses.push_back(loss);
     result.samples += end - begin;

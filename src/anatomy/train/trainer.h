@@ -37,6 +37,12 @@ struct TrainResult {
   LedgerSnapshot memory;       // the ledger at the end (with its peaks)
 };
 
+// Called around every step (0-based index): `before` ahead of the batch's
+// upload, `after` once the update is queued. The profiler hangs here.
+struct StepHooks {
+  std::function<void(int64_t)> before, after;
+};
+
 class Trainer {
  public:
   Trainer(Backend& backend, BertForSequenceClassification& model, const Dataset& data, TrainingArguments args);
@@ -44,6 +50,7 @@ class Trainer {
   // Runs the loop; `on_log` sees each logging record (also written to
   // output_dir/log.jsonl when an output directory is set).
   TrainResult train(const std::function<void(const StepLog&)>& on_log = {});
+  void set_hooks(StepHooks hooks) { hooks_ = std::move(hooks); }
 
  private:
   Backend& backend_;
@@ -52,6 +59,7 @@ class Trainer {
   TrainingArguments args_;
   int64_t steps_per_epoch_ = 0;
   int64_t total_steps_ = 0;
+  StepHooks hooks_;
 };
 
 // Copies a host batch to the backend's device (category "data").

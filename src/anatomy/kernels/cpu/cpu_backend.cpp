@@ -4,6 +4,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -429,6 +430,19 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // Every op has finished when it returns, so a marker is the clock's reading.
+  int64_t record_marker() override {
+    markers_.push_back(std::chrono::steady_clock::now());
+    return static_cast<int64_t>(markers_.size()) - 1;
+  }
+  double marker_elapsed_ms(int64_t from, int64_t to) override {
+    ANATOMY_CHECK(from >= 0 && to >= 0 && to < static_cast<int64_t>(markers_.size()) &&
+                      from < static_cast<int64_t>(markers_.size()),
+                  "marker_elapsed_ms: no markers {} and {}", from, to);
+    return std::chrono::duration<double, std::milli>(markers_[to] - markers_[from]).count();
+  }
+  void clear_markers() override { markers_.clear(); }
+
  private:
   // Softmax of one row of scores in place; keys with mask 0 get probability 0.
   // A row whose keys are all masked attends uniformly, as an additive mask of
@@ -461,6 +475,7 @@ class CpuBackend final : public Backend {
   }
 
   Ledger ledger_;
+  std::vector<std::chrono::steady_clock::time_point> markers_;
 };
 
 }  // namespace

@@ -64,6 +64,7 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    for (cudaEvent_t event : markers_) cudaEventDestroy(event);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
   }
@@ -295,6 +296,27 @@ class CudaBackend final : public Backend {
 
   void synchronize() override { ANATOMY_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
+  // Markers are CUDA events recorded on the stream, from a pool kept across steps.
+  int64_t record_marker() override {
+    if (markers_used_ == markers_.size()) {
+      cudaEvent_t event = nullptr;
+      ANATOMY_CUDA_CHECK(cudaEventCreate(&event));
+      markers_.push_back(event);
+    }
+    ANATOMY_CUDA_CHECK(cudaEventRecord(markers_[markers_used_], stream_));
+    return static_cast<int64_t>(markers_used_++);
+  }
+  double marker_elapsed_ms(int64_t from, int64_t to) override {
+    ANATOMY_CHECK(from >= 0 && to >= 0 && static_cast<size_t>(from) < markers_used_ &&
+                      static_cast<size_t>(to) < markers_used_,
+                  "marker_elapsed_ms: no markers {} and {}", from, to);
+    ANATOMY_CUDA_CHECK(cudaEventSynchronize(markers_[to]));
+    float ms = 0.0f;
+    ANATOMY_CUDA_CHECK(cudaEventElapsedTime(&ms, markers_[from], markers_[to]));
+    return ms;
+  }
+  void clear_markers() override { markers_used_ = 0; }
+
  private:
   static unsigned grid_for(int64_t n) {
     return static_cast<unsigned>(std::clamp<int64_t>((n + 255) / 256, 1, 132 * 16));
@@ -360,6 +382,8 @@ class CudaBackend final : public Backend {
   Tensor workspace_;
   Tensor scratch_;
   Tensor results_;
+  std::vector<cudaEvent_t> markers_;
+  size_t markers_used_ = 0;
 };
 
 }  // namespace

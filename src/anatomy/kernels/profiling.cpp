@@ -1,0 +1,264 @@
+// profiling.cpp: ProfilingBackend, and the FLOP and byte counts of each op.
+// FLOPs count multiply-adds as two and element-wise maps as one per output
+// element (a handful for LayerNorm and AdamW); bytes are the sizes of the
+// tensors an op reads plus those it writes, each once: what an ideal fused
+// kernel moves.
+#include "anatomy/kernels/profiling.h"
+
+#include <cctype>
+#include <type_traits>
+#include <utility>
+
+namespace anatomy {
+
+const char* op_class_name(OpClass c) {
+  switch (c) {
+    case OpClass::Contraction: return "tensor contraction";
+    case OpClass::Normalization: return "statistical normalization";
+    case OpClass::Elementwise: return "element-wise";
+    case OpClass::Optimizer: return "optimizer";
+    case OpClass::Communication: return "communication";
+    case OpClass::Data: return "data";
+  }
+  return "?";
+}
+
+namespace {
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Drops "<word>.<digits>." at the front, e.g. "layer.12.".
+std::string drop_indexed_prefix(const std::string& s, const std::string& word) {
+  if (!starts_with(s, word + ".")) return s;
+  size_t i = word.size() + 1;
+  const size_t digits = i;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+  if (i == digits || i >= s.size() || s[i] != '.') return s;
+  return s.substr(i + 1);
+}
+
+double bytes_of(const Tensor& t) { return t.defined() ? static_cast<double>(t.nbytes()) : 0.0; }
+double bytes_of(const Tensor* t) { return t ? bytes_of(*t) : 0.0; }
+double numel_of(const Tensor& t) { return static_cast<double>(t.numel()); }
+
+const char* activation_name(ActivationKind kind) {
+  switch (kind) {
+    case ActivationKind::GeluErf: return "gelu";
+    case ActivationKind::GeluTanh: return "gelu_new";
+    case ActivationKind::Relu: return "relu";
+    case ActivationKind::Tanh: return "tanh";
+  }
+  return "activation";
+}
+
+}  // namespace
+
+std::string operand_name(const std::string& tensor_name) {
+  std::string s = tensor_name;
+  for (const char* prefix : {"half.", "grad.", "exp_avg_sq.", "exp_avg."})
+    if (starts_with(s, prefix)) s = s.substr(std::string(prefix).size());
+  if (starts_with(s, "bert.")) s = s.substr(5);
+  if (starts_with(s, "encoder.")) s = drop_indexed_prefix(s.substr(8), "layer");
+  s = drop_indexed_prefix(s, "layer");
+  for (const char* suffix : {".weight", ".bias"})
+    if (ends_with(s, suffix)) s = s.substr(0, s.size() - std::string(suffix).size());
+  return s;
+}
+
+template <typename F>
+auto ProfilingBackend::timed(const char* op, std::string operand, OpClass c, double flops, double bytes, F&& call) {
+  if (!recording_) return call();
+  Pending p;
+  p.record.op = op;
+  p.record.operand = std::move(operand);
+  p.record.phase = inner_.ledger().phase();
+  p.record.op_class = c;
+  p.record.flops = flops;
+  p.record.bytes = bytes;
+  p.begin = inner_.record_marker();
+  if constexpr (std::is_void_v<decltype(call())>) {
+    call();
+    p.end = inner_.record_marker();
+    pending_.push_back(std::move(p));
+  } else {
+    auto result = call();
+    p.end = inner_.record_marker();
+    pending_.push_back(std::move(p));
+    return result;
+  }
+}
+
+void ProfilingBackend::begin_step() {
+  inner_.clear_markers();
+  pending_.clear();
+  recording_ = true;
+  step_begin_ = inner_.record_marker();
+}
+
+StepTiming ProfilingBackend::end_step() {
+  ANATOMY_CHECK(recording_, "end_step without begin_step");
+  const int64_t step_end = inner_.record_marker();
+  recording_ = false;
+  StepTiming timing;
+  timing.step_ms = inner_.marker_elapsed_ms(step_begin_, step_end);
+  timing.ops.reserve(pending_.size());
+  for (Pending& p : pending_) {
+    p.record.start_ms = inner_.marker_elapsed_ms(step_begin_, p.begin);
+    p.record.ms = inner_.marker_elapsed_ms(p.begin, p.end);
+    timing.ops.push_back(std::move(p.record));
+  }
+  pending_.clear();
+  inner_.clear_markers();
+  return timing;
+}
+
+void ProfilingBackend::zero(const Tensor& t) {
+  timed("zero", operand_name(t.name()), OpClass::Elementwise, 0.0, bytes_of(t), [&] { inner_.zero(t); });
+}
+void ProfilingBackend::copy_from_host(const Tensor& dst, const void* src) {
+  timed("copy_from_host", operand_name(dst.name()), OpClass::Data, 0.0, bytes_of(dst),
+        [&] { inner_.copy_from_host(dst, src); });
+}
+void ProfilingBackend::copy_to_host(const Tensor& src, void* dst) {
+  timed("copy_to_host", operand_name(src.name()), OpClass::Data, 0.0, bytes_of(src),
+        [&] { inner_.copy_to_host(src, dst); });
+}
+void ProfilingBackend::copy(const Tensor& dst, const Tensor& src) {
+  timed("copy", operand_name(dst.name()), OpClass::Elementwise, 0.0, bytes_of(dst) + bytes_of(src),
+        [&] { inner_.copy(dst, src); });
+}
+void ProfilingBackend::cast(const Tensor& src, const Tensor& dst) {
+  timed("cast", operand_name(dst.name()), OpClass::Elementwise, numel_of(dst), bytes_of(dst) + bytes_of(src),
+        [&] { inner_.cast(src, dst); });
+}
+
+void ProfilingBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) {
+  const double M = numel_of(x) / static_cast<double>(x.dim(-1)), K = static_cast<double>(x.dim(-1)),
+               N = static_cast<double>(w.dim(0));
+  timed("linear_forward", operand_name(w.name()), OpClass::Contraction, 2.0 * M * N * K + (b ? M * N : 0.0),
+        bytes_of(x) + bytes_of(w) + bytes_of(b) + bytes_of(y), [&] { inner_.linear_forward(x, w, b, y); });
+}
+void ProfilingBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx,
+                                       const Tensor& dw, const Tensor* db) {
+  const double M = numel_of(x) / static_cast<double>(x.dim(-1)), K = static_cast<double>(x.dim(-1)),
+               N = static_cast<double>(w.dim(0));
+  const double flops = 2.0 * M * N * K * (dx ? 2.0 : 1.0) + (db ? M * N : 0.0);
+  const double bytes = bytes_of(dy) * (dx ? 2.0 : 1.0) + bytes_of(x) + bytes_of(dx) + (dx ? bytes_of(w) : 0.0) +
+                       2.0 * bytes_of(dw) + 2.0 * bytes_of(db);
+  timed("linear_backward", operand_name(w.name()), OpClass::Contraction, flops, bytes,
+        [&] { inner_.linear_backward(dy, x, w, dx, dw, db); });
+}
+void ProfilingBackend::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) {
+  timed("embedding_forward", operand_name(table.name()), OpClass::Elementwise, accumulate ? numel_of(out) : 0.0,
+        bytes_of(ids) + bytes_of(out) * (accumulate ? 3.0 : 2.0), [&] {
+          inner_.embedding_forward(ids, table, out, accumulate);
+        });
+}
+void ProfilingBackend::embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable,
+                                          int64_t padding_idx) {
+  timed("embedding_backward", operand_name(dtable.name()), OpClass::Elementwise, numel_of(dout),
+        bytes_of(ids) + 3.0 * bytes_of(dout), [&] { inner_.embedding_backward(ids, dout, dtable, padding_idx); });
+}
+void ProfilingBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
+                                         const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  timed("layernorm_forward", operand_name(gamma.name()), OpClass::Normalization, 8.0 * numel_of(x),
+        bytes_of(x) + bytes_of(y) + bytes_of(gamma) + bytes_of(beta) + bytes_of(mean) + bytes_of(rstd),
+        [&] { inner_.layernorm_forward(x, gamma, beta, eps, y, mean, rstd); });
+}
+void ProfilingBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                          const Tensor& gamma, const Tensor& dx, const Tensor& dgamma,
+                                          const Tensor& dbeta) {
+  timed("layernorm_backward", operand_name(gamma.name()), OpClass::Normalization, 12.0 * numel_of(x),
+        bytes_of(dy) + bytes_of(x) + bytes_of(dx) + bytes_of(mean) + bytes_of(rstd) + bytes_of(gamma) +
+            2.0 * (bytes_of(dgamma) + bytes_of(dbeta)),
+        [&] { inner_.layernorm_backward(dy, x, mean, rstd, gamma, dx, dgamma, dbeta); });
+}
+void ProfilingBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  timed("add", operand_name(out.name()), OpClass::Elementwise, numel_of(out), bytes_of(a) + bytes_of(b) + bytes_of(out),
+        [&] { inner_.add(a, b, out); });
+}
+void ProfilingBackend::add_inplace(const Tensor& dst, const Tensor& src) {
+  timed("add_inplace", operand_name(dst.name()), OpClass::Elementwise, numel_of(dst),
+        2.0 * bytes_of(dst) + bytes_of(src), [&] { inner_.add_inplace(dst, src); });
+}
+void ProfilingBackend::activation_forward(ActivationKind kind, const Tensor& x, const Tensor& y) {
+  timed("activation_forward", activation_name(kind), OpClass::Elementwise, numel_of(y), bytes_of(x) + bytes_of(y),
+        [&] { inner_.activation_forward(kind, x, y); });
+}
+void ProfilingBackend::activation_backward(ActivationKind kind, const Tensor& saved, const Tensor& dy,
+                                           const Tensor& dx) {
+  timed("activation_backward", activation_name(kind), OpClass::Elementwise, numel_of(dx),
+        bytes_of(saved) + bytes_of(dy) + bytes_of(dx), [&] { inner_.activation_backward(kind, saved, dy, dx); });
+}
+void ProfilingBackend::dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) {
+  timed("dropout", operand_name(y.name()), OpClass::Elementwise, numel_of(y), bytes_of(x) + bytes_of(y),
+        [&] { inner_.dropout(x, y, spec); });
+}
+void ProfilingBackend::select_row(const Tensor& x, int64_t row, const Tensor& out) {
+  timed("select_row", operand_name(out.name()), OpClass::Elementwise, 0.0, 2.0 * bytes_of(out),
+        [&] { inner_.select_row(x, row, out); });
+}
+void ProfilingBackend::select_row_backward(const Tensor& dout, int64_t row, const Tensor& dx) {
+  timed("select_row_backward", operand_name(dx.name()), OpClass::Elementwise, numel_of(dout), 3.0 * bytes_of(dout),
+        [&] { inner_.select_row_backward(dout, row, dx); });
+}
+
+// Attention FLOPs: scores Q·Kᵀ and context P·V, 2·B·heads·L²·d each. Backward
+// computes dV, dP, dQ and dK (four more) and, when the forward kept no
+// probabilities, recomputes the scores (a fifth).
+void ProfilingBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                         int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& saved,
+                                         const Tensor& ctx) {
+  const double B = static_cast<double>(q.dim(0)), L = static_cast<double>(q.dim(1)),
+               hd = static_cast<double>(q.dim(2));
+  timed("attention_forward", "attention", OpClass::Contraction, 4.0 * B * L * L * hd,
+        bytes_of(q) + bytes_of(k) + bytes_of(v) + bytes_of(key_mask) + bytes_of(saved) + bytes_of(ctx),
+        [&] { inner_.attention_forward(q, k, v, key_mask, heads, scale, dropout, saved, ctx); });
+}
+void ProfilingBackend::attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& ctx, const Tensor& saved, const Tensor& key_mask,
+                                          int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& dq,
+                                          const Tensor& dk, const Tensor& dv) {
+  const double B = static_cast<double>(q.dim(0)), L = static_cast<double>(q.dim(1)),
+               hd = static_cast<double>(q.dim(2));
+  const bool recompute = !inner_.attention_saves_probabilities(q.dtype(), q.dim(2) / heads);
+  timed("attention_backward", "attention", OpClass::Contraction, (recompute ? 10.0 : 8.0) * B * L * L * hd,
+        bytes_of(dctx) + bytes_of(q) + bytes_of(k) + bytes_of(v) + bytes_of(ctx) + bytes_of(saved) +
+            bytes_of(key_mask) + bytes_of(dq) + bytes_of(dk) + bytes_of(dv),
+        [&] { inner_.attention_backward(dctx, q, k, v, ctx, saved, key_mask, heads, scale, dropout, dq, dk, dv); });
+}
+
+double ProfilingBackend::cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) {
+  return timed("cross_entropy", "loss", OpClass::Normalization, 6.0 * numel_of(logits),
+               bytes_of(logits) + bytes_of(labels) + bytes_of(dlogits),
+               [&] { return inner_.cross_entropy(logits, labels, dlogits); });
+}
+double ProfilingBackend::mse(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) {
+  return timed("mse", "loss", OpClass::Elementwise, 4.0 * numel_of(logits),
+               bytes_of(logits) + bytes_of(targets) + bytes_of(dlogits),
+               [&] { return inner_.mse(logits, targets, dlogits); });
+}
+double ProfilingBackend::bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) {
+  return timed("bce_with_logits", "loss", OpClass::Elementwise, 8.0 * numel_of(logits),
+               bytes_of(logits) + bytes_of(targets) + bytes_of(dlogits),
+               [&] { return inner_.bce_with_logits(logits, targets, dlogits); });
+}
+double ProfilingBackend::sum_of_squares(const Tensor& t) {
+  return timed("sum_of_squares", operand_name(t.name()), OpClass::Optimizer, 2.0 * numel_of(t), bytes_of(t),
+               [&] { return inner_.sum_of_squares(t); });
+}
+void ProfilingBackend::scale(const Tensor& t, double factor) {
+  timed("scale", operand_name(t.name()), OpClass::Optimizer, numel_of(t), 2.0 * bytes_of(t),
+        [&] { inner_.scale(t, factor); });
+}
+void ProfilingBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                                  const Tensor& exp_avg_sq, const AdamWHyper& hyper) {
+  timed("adamw_step", "adamw", OpClass::Optimizer, 12.0 * numel_of(param),
+        2.0 * (bytes_of(param) + bytes_of(exp_avg) + bytes_of(exp_avg_sq)) + bytes_of(grad),
+        [&] { inner_.adamw_step(param, grad, exp_avg, exp_avg_sq, hyper); });
+}
+
+}  // namespace anatomy
