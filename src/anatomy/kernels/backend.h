@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "anatomy/core/ledger.h"
 #include "anatomy/core/tensor.h"
@@ -39,6 +40,13 @@ struct AdamWHyper {
   int64_t step = 1;  // 1-based, after incrementing, as torch.optim.AdamW
 };
 
+// A run [offset, offset + count) of a flat parameter buffer, with whether its
+// AdamW parameter group has weight decay.
+struct ParamSegment {
+  int64_t offset = 0, count = 0;
+  bool weight_decay = false;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -57,10 +65,10 @@ class Backend {
   // y[M,N] = x[M,K] · w[N,K]^T (+ b[N]). Mixed precision: x, w, b and y all
   // 16-bit of one type, products accumulated in float32.
   virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) = 0;
-  // dx = dy · w (when dx is given); dw += dy^T · x; db += Σ_rows dy (when db is given).
-  // Mixed precision: dy, x, w, dx 16-bit; dw and db float32.
+  // dx = dy · w (when dx is given; dx += dy · w with accumulate_dx); dw += dy^T · x;
+  // db += Σ_rows dy (when db is given). Mixed precision: dy, x, w, dx 16-bit; dw and db float32.
   virtual void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx,
-                               const Tensor& dw, const Tensor* db) = 0;
+                               const Tensor& dw, const Tensor* db, bool accumulate_dx = false) = 0;
 
   // --- embeddings ---
   // out[t] (+)= table[ids[t]] for every row t; ids are int64; `accumulate` adds instead of writing.
@@ -76,6 +84,20 @@ class Backend {
   virtual void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                   const Tensor& gamma, const Tensor& dx, const Tensor& dgamma,
                                   const Tensor& dbeta) = 0;
+
+  // The residual connection of a transformer layer, fused:
+  // sum = dropout(x) + residual; y = LayerNorm(sum) (saves mean and rstd).
+  // x, residual, sum and y share one dtype (16-bit under mixed precision: sum is
+  // rounded to it before the statistics); gamma, beta, mean, rstd float32.
+  virtual void residual_layernorm_forward(const Tensor& x, const Tensor& residual, const DropoutSpec& dropout,
+                                          const Tensor& gamma, const Tensor& beta, double eps, const Tensor& sum,
+                                          const Tensor& y, const Tensor& mean, const Tensor& rstd) = 0;
+  // Its backward: d_residual = ∂/∂sum (written; may be dy itself), d_x =
+  // dropout(d_residual) (written), dgamma and dbeta accumulate.
+  virtual void residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean,
+                                           const Tensor& rstd, const Tensor& gamma, const DropoutSpec& dropout,
+                                           const Tensor& d_residual, const Tensor& d_x, const Tensor& dgamma,
+                                           const Tensor& dbeta) = 0;
 
   // --- element-wise ---
   virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;  // out = a + b
@@ -122,6 +144,14 @@ class Backend {
   // torch.optim.AdamW on one parameter tensor: decoupled weight decay, bias-corrected moments.
   virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                           const AdamWHyper& hyper) = 0;
+
+  // The same over flat buffers of one layout, in one pass: each segment is
+  // updated with hyper.weight_decay when it decays and 0 otherwise (elements
+  // outside every segment are left alone). With half_copy (BF16/F16, same
+  // layout) the updated parameters are also written into it, rounded.
+  virtual void adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                               const Tensor& exp_avg_sq, const std::vector<ParamSegment>& segments,
+                               const AdamWHyper& hyper, const Tensor* half_copy) = 0;
 
   // Waits for queued work (no-op on the CPU).
   virtual void synchronize() {}

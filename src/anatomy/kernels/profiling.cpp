@@ -142,14 +142,34 @@ void ProfilingBackend::linear_forward(const Tensor& x, const Tensor& w, const Te
         bytes_of(x) + bytes_of(w) + bytes_of(b) + bytes_of(y), [&] { inner_.linear_forward(x, w, b, y); });
 }
 void ProfilingBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx,
-                                       const Tensor& dw, const Tensor* db) {
+                                       const Tensor& dw, const Tensor* db, bool accumulate_dx) {
   const double M = numel_of(x) / static_cast<double>(x.dim(-1)), K = static_cast<double>(x.dim(-1)),
                N = static_cast<double>(w.dim(0));
   const double flops = 2.0 * M * N * K * (dx ? 2.0 : 1.0) + (db ? M * N : 0.0);
-  const double bytes = bytes_of(dy) * (dx ? 2.0 : 1.0) + bytes_of(x) + bytes_of(dx) + (dx ? bytes_of(w) : 0.0) +
-                       2.0 * bytes_of(dw) + 2.0 * bytes_of(db);
+  const double bytes = bytes_of(dy) * (dx ? 2.0 : 1.0) + bytes_of(x) + bytes_of(dx) * (accumulate_dx ? 2.0 : 1.0) +
+                       (dx ? bytes_of(w) : 0.0) + 2.0 * bytes_of(dw) + 2.0 * bytes_of(db);
   timed("linear_backward", operand_name(w.name()), OpClass::Contraction, flops, bytes,
-        [&] { inner_.linear_backward(dy, x, w, dx, dw, db); });
+        [&] { inner_.linear_backward(dy, x, w, dx, dw, db, accumulate_dx); });
+}
+void ProfilingBackend::residual_layernorm_forward(const Tensor& x, const Tensor& residual, const DropoutSpec& dropout,
+                                                  const Tensor& gamma, const Tensor& beta, double eps,
+                                                  const Tensor& sum, const Tensor& y, const Tensor& mean,
+                                                  const Tensor& rstd) {
+  timed("residual_layernorm_forward", operand_name(gamma.name()), OpClass::Normalization, 10.0 * numel_of(y),
+        bytes_of(x) + bytes_of(residual) + bytes_of(sum) + bytes_of(y) + bytes_of(gamma) + bytes_of(beta) +
+            bytes_of(mean) + bytes_of(rstd),
+        [&] { inner_.residual_layernorm_forward(x, residual, dropout, gamma, beta, eps, sum, y, mean, rstd); });
+}
+void ProfilingBackend::residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean,
+                                                   const Tensor& rstd, const Tensor& gamma, const DropoutSpec& dropout,
+                                                   const Tensor& d_residual, const Tensor& d_x, const Tensor& dgamma,
+                                                   const Tensor& dbeta) {
+  timed("residual_layernorm_backward", operand_name(gamma.name()), OpClass::Normalization, 14.0 * numel_of(sum),
+        bytes_of(dy) + bytes_of(sum) + bytes_of(mean) + bytes_of(rstd) + bytes_of(gamma) + bytes_of(d_residual) +
+            bytes_of(d_x) + 2.0 * (bytes_of(dgamma) + bytes_of(dbeta)),
+        [&] {
+          inner_.residual_layernorm_backward(dy, sum, mean, rstd, gamma, dropout, d_residual, d_x, dgamma, dbeta);
+        });
 }
 void ProfilingBackend::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) {
   timed("embedding_forward", operand_name(table.name()), OpClass::Elementwise, accumulate ? numel_of(out) : 0.0,
@@ -259,6 +279,15 @@ void ProfilingBackend::adamw_step(const Tensor& param, const Tensor& grad, const
   timed("adamw_step", "adamw", OpClass::Optimizer, 12.0 * numel_of(param),
         2.0 * (bytes_of(param) + bytes_of(exp_avg) + bytes_of(exp_avg_sq)) + bytes_of(grad),
         [&] { inner_.adamw_step(param, grad, exp_avg, exp_avg_sq, hyper); });
+}
+
+void ProfilingBackend::adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                                       const Tensor& exp_avg_sq, const std::vector<ParamSegment>& segments,
+                                       const AdamWHyper& hyper, const Tensor* half_copy) {
+  double n = 0.0;
+  for (const ParamSegment& seg : segments) n += static_cast<double>(seg.count);
+  timed("adamw_step", "adamw", OpClass::Optimizer, 12.0 * n, n * (4.0 * 7.0 + (half_copy ? 2.0 : 0.0)),
+        [&] { inner_.adamw_step_flat(param, grad, exp_avg, exp_avg_sq, segments, hyper, half_copy); });
 }
 
 }  // namespace anatomy

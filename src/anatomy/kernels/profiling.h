@@ -63,7 +63,13 @@ class ProfilingBackend final : public Backend {
   void cast(const Tensor& src, const Tensor& dst) override;
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) override;
   void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor& dw,
-                       const Tensor* db) override;
+                       const Tensor* db, bool accumulate_dx) override;
+  void residual_layernorm_forward(const Tensor& x, const Tensor& residual, const DropoutSpec& dropout,
+                                  const Tensor& gamma, const Tensor& beta, double eps, const Tensor& sum,
+                                  const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
+  void residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& gamma, const DropoutSpec& dropout, const Tensor& d_residual,
+                                   const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta) override;
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) override;
   void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx) override;
   void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
@@ -92,6 +98,9 @@ class ProfilingBackend final : public Backend {
   void scale(const Tensor& t, double factor) override;
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                   const AdamWHyper& hyper) override;
+  void adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                       const std::vector<ParamSegment>& segments, const AdamWHyper& hyper,
+                       const Tensor* half_copy) override;
   void synchronize() override { inner_.synchronize(); }
   int64_t record_marker() override { return inner_.record_marker(); }
   double marker_elapsed_ms(int64_t from, int64_t to) override { return inner_.marker_elapsed_ms(from, to); }

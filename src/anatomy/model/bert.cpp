@@ -193,17 +193,15 @@ void BertForSequenceClassification::encoder_forward(int64_t l, const Tensor& x, 
                              s["ctx"]);
   Tensor projected = temporary({B_, L_, H}, "projected", compute_);
   backend_.linear_forward(s["ctx"], w.attn_out_w, &w.attn_out_b, projected);
-  backend_.dropout(projected, projected, dropout_at(config_.hidden_dropout_prob, site_attention_output(l)));
-  backend_.add(projected, x, s["attn_ln_in"]);
-  backend_.layernorm_forward(s["attn_ln_in"], masters.attn_ln_w, masters.attn_ln_b, config_.layer_norm_eps, s["h1"],
-                             s["attn_ln_mean"], s["attn_ln_rstd"]);
+  backend_.residual_layernorm_forward(projected, x, dropout_at(config_.hidden_dropout_prob, site_attention_output(l)),
+                                      masters.attn_ln_w, masters.attn_ln_b, config_.layer_norm_eps, s["attn_ln_in"],
+                                      s["h1"], s["attn_ln_mean"], s["attn_ln_rstd"]);
   backend_.linear_forward(s["h1"], w.inter_w, &w.inter_b, s["inter_pre"]);
   backend_.activation_forward(activation_, s["inter_pre"], s["inter_act"]);
   backend_.linear_forward(s["inter_act"], w.out_w, &w.out_b, projected);
-  backend_.dropout(projected, projected, dropout_at(config_.hidden_dropout_prob, site_layer_output(l)));
-  backend_.add(projected, s["h1"], s["out_ln_in"]);
-  backend_.layernorm_forward(s["out_ln_in"], masters.out_ln_w, masters.out_ln_b, config_.layer_norm_eps, s["out"],
-                             s["out_ln_mean"], s["out_ln_rstd"]);
+  backend_.residual_layernorm_forward(projected, s["h1"], dropout_at(config_.hidden_dropout_prob, site_layer_output(l)),
+                                      masters.out_ln_w, masters.out_ln_b, config_.layer_norm_eps, s["out_ln_in"],
+                                      s["out"], s["out_ln_mean"], s["out_ln_rstd"]);
 }
 
 void BertForSequenceClassification::head_forward(const Tensor& hidden, const SavedTensors& s) {
@@ -293,42 +291,36 @@ Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& 
   const int64_t H = config_.hidden_size, I = config_.intermediate_size;
   const DType t = compute_;
 
-  // out = LayerNorm(dropout(output.dense(inter_act)) + h1)
-  Tensor d_sum = temporary({B_, L_, H}, "d_ln_in", t);
-  backend_.layernorm_backward(dout, s["out_ln_in"], s["out_ln_mean"], s["out_ln_rstd"], masters.out_ln_w, d_sum,
-                              g.out_ln_w, g.out_ln_b);
+  // out = LayerNorm(dropout(output.dense(inter_act)) + h1): d_h1 gets the
+  // residual's share, d_branch the dense layer's (through the dropout mask).
   Tensor d_h1 = temporary({B_, L_, H}, "d_h1", t);
-  backend_.copy(d_h1, d_sum);  // residual branch
-  backend_.dropout(d_sum, d_sum, dropout_at(config_.hidden_dropout_prob, site_layer_output(l)));
+  Tensor d_branch = temporary({B_, L_, H}, "d_branch", t);
+  backend_.residual_layernorm_backward(dout, s["out_ln_in"], s["out_ln_mean"], s["out_ln_rstd"], masters.out_ln_w,
+                                       dropout_at(config_.hidden_dropout_prob, site_layer_output(l)), d_h1, d_branch,
+                                       g.out_ln_w, g.out_ln_b);
   Tensor d_inter = temporary({B_, L_, I}, "d_intermediate", t);
-  backend_.linear_backward(d_sum, s["inter_act"], w.out_w, &d_inter, g.out_w, &g.out_b);
+  backend_.linear_backward(d_branch, s["inter_act"], w.out_w, &d_inter, g.out_w, &g.out_b);
   backend_.activation_backward(activation_, s["inter_pre"], d_inter, d_inter);
-  Tensor d_tmp = temporary({B_, L_, H}, "d_tmp", t);
-  backend_.linear_backward(d_inter, s["h1"], w.inter_w, &d_tmp, g.inter_w, &g.inter_b);
+  backend_.linear_backward(d_inter, s["h1"], w.inter_w, &d_h1, g.inter_w, &g.inter_b, /*accumulate_dx=*/true);
   d_inter = Tensor();
-  backend_.add_inplace(d_h1, d_tmp);
 
   // h1 = LayerNorm(dropout(attention.output.dense(ctx)) + x)
-  backend_.layernorm_backward(d_h1, s["attn_ln_in"], s["attn_ln_mean"], s["attn_ln_rstd"], masters.attn_ln_w, d_sum,
-                              g.attn_ln_w, g.attn_ln_b);
   Tensor d_x = dout;  // dout is consumed: its buffer now collects the input gradient
-  backend_.copy(d_x, d_sum);  // residual branch
-  backend_.dropout(d_sum, d_sum, dropout_at(config_.hidden_dropout_prob, site_attention_output(l)));
+  backend_.residual_layernorm_backward(d_h1, s["attn_ln_in"], s["attn_ln_mean"], s["attn_ln_rstd"], masters.attn_ln_w,
+                                       dropout_at(config_.hidden_dropout_prob, site_attention_output(l)), d_x,
+                                       d_branch, g.attn_ln_w, g.attn_ln_b);
   Tensor d_ctx = d_h1;  // d_h1 is consumed too
-  backend_.linear_backward(d_sum, s["ctx"], w.attn_out_w, &d_ctx, g.attn_out_w, &g.attn_out_b);
+  backend_.linear_backward(d_branch, s["ctx"], w.attn_out_w, &d_ctx, g.attn_out_w, &g.attn_out_b);
 
   Tensor dq = temporary({B_, L_, H}, "d_q", t), dk = temporary({B_, L_, H}, "d_k", t);
-  Tensor dv = d_sum;
+  Tensor dv = d_branch;
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
   backend_.attention_backward(d_ctx, s["q"], s["k"], s["v"], s["ctx"], s["attn_saved"], mask_,
                               config_.num_attention_heads, scale,
                               dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l)), dq, dk, dv);
-  backend_.linear_backward(dq, x, w.query_w, &d_tmp, g.query_w, &g.query_b);
-  backend_.add_inplace(d_x, d_tmp);
-  backend_.linear_backward(dk, x, w.key_w, &d_tmp, g.key_w, &g.key_b);
-  backend_.add_inplace(d_x, d_tmp);
-  backend_.linear_backward(dv, x, w.value_w, &d_tmp, g.value_w, &g.value_b);
-  backend_.add_inplace(d_x, d_tmp);
+  backend_.linear_backward(dq, x, w.query_w, &d_x, g.query_w, &g.query_b, /*accumulate_dx=*/true);
+  backend_.linear_backward(dk, x, w.key_w, &d_x, g.key_w, &g.key_b, /*accumulate_dx=*/true);
+  backend_.linear_backward(dv, x, w.value_w, &d_x, g.value_w, &g.value_b, /*accumulate_dx=*/true);
   return d_x;
 }
 

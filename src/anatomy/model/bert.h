@@ -60,6 +60,9 @@ class BertForSequenceClassification {
   // Mixed precision: rounds the float32 weights into the 16-bit copy the
   // encoder computes with; call after the weights change (load, init, a step).
   void refresh_half_weights();
+  // The 16-bit copy of the weights under mixed precision (nullptr in float32),
+  // for an optimizer that refreshes it as it updates the masters.
+  const ParameterSet* half_weights() const { return half_weights_.get(); }
   // Gradients are allocated on first use (inference never allocates them).
   ParameterSet& gradients();
   bool has_gradients() const { return gradients_ != nullptr; }

@@ -12,19 +12,25 @@ AdamW::AdamW(Backend& backend, const ParameterSet& params, AdamWOptions options)
       exp_avg_(backend, params.specs(), Category::OptimizerStates, "exp_avg."),
       exp_avg_sq_(backend, params.specs(), Category::OptimizerStates, "exp_avg_sq.") {}
 
-void AdamW::step(const ParameterSet& params, const ParameterSet& grads, double lr) {
+void AdamW::step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy) {
   ++steps_;
   AdamWHyper hyper;
   hyper.lr = lr;
   hyper.beta1 = options_.beta1;
   hyper.beta2 = options_.beta2;
   hyper.eps = options_.eps;
+  hyper.weight_decay = options_.weight_decay;
   hyper.step = steps_;
+  // Each tensor's run of the flat buffers, with its parameter group.
+  std::vector<ParamSegment> segments;
+  const auto* base = static_cast<const char*>(params.flat().raw());
   for (size_t i = 0; i < params.specs().size(); ++i) {
-    hyper.weight_decay = params.specs()[i].weight_decay ? options_.weight_decay : 0.0;
-    backend_.adamw_step(params.tensors()[i], grads.tensors()[i], exp_avg_.tensors()[i], exp_avg_sq_.tensors()[i],
-                        hyper);
+    const Tensor& t = params.tensors()[i];
+    const int64_t offset = (static_cast<const char*>(t.raw()) - base) / static_cast<int64_t>(sizeof(float));
+    segments.push_back(ParamSegment{offset, t.numel(), params.specs()[i].weight_decay});
   }
+  backend_.adamw_step_flat(params.flat(), grads.flat(), exp_avg_.flat(), exp_avg_sq_.flat(), segments, hyper,
+                           half_copy ? &half_copy->flat() : nullptr);
 }
 
 double clip_grad_norm(Backend& backend, const ParameterSet& grads, double max_norm) {

@@ -24,8 +24,10 @@ class AdamW {
  public:
   // Allocates both moments (category optimizer_states), zeroed.
   AdamW(Backend& backend, const ParameterSet& params, AdamWOptions options);
-  // One update at learning rate `lr` of every parameter from its gradient.
-  void step(const ParameterSet& params, const ParameterSet& grads, double lr);
+  // One update at learning rate `lr` of every parameter from its gradient, in
+  // one pass over the flat buffers. `half_copy` (a 16-bit set of the same
+  // layout, the weights a mixed-precision forward reads) is refreshed in the same pass.
+  void step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy = nullptr);
   int64_t steps_taken() const { return steps_; }
   const ParameterSet& exp_avg() const { return exp_avg_; }
   const ParameterSet& exp_avg_sq() const { return exp_avg_sq_; }

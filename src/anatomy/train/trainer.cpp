@@ -165,8 +165,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       }
     }
     if (!skip) {
-      optimizer.step(model_.weights(), grads, lr);
-      model_.refresh_half_weights();
+      optimizer.step(model_.weights(), grads, lr, model_.half_weights());  // refreshes the 16-bit copy too
       ++updates;
     }
     if (hooks_.after) hooks_.after(step);

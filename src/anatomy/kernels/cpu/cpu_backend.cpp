@@ -85,13 +85,13 @@ class CpuBackend final : public Backend {
   }
 
   void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor& dw,
-                       const Tensor* db) override {
+                       const Tensor* db, bool accumulate_dx) override {
     const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
     ANATOMY_CHECK(dy.numel() == M * N && dw.numel() == N * K, "linear_backward: shapes of {} {}", dy.name(),
                   dw.name());
     if (dx) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, dy.data<float>(), N, w.data<float>(), K,
-                  0.0f, dx->data<float>(), K);
+                  accumulate_dx ? 1.0f : 0.0f, dx->data<float>(), K);
     }
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dy.data<float>(), N, x.data<float>(), K, 1.0f,
                 dw.data<float>(), K);
@@ -184,6 +184,24 @@ class CpuBackend final : public Backend {
       dg[h] += static_cast<float>(dgamma_acc[h]);
       dbt[h] += static_cast<float>(dbeta_acc[h]);
     }
+  }
+
+  // The fused residual LayerNorm, as the plain ops it stands for.
+  void residual_layernorm_forward(const Tensor& x, const Tensor& residual, const DropoutSpec& dropout,
+                                  const Tensor& gamma, const Tensor& beta, double eps, const Tensor& sum,
+                                  const Tensor& y, const Tensor& mean, const Tensor& rstd) override {
+    expect_same_numel(x, sum, "residual_layernorm_forward");
+    this->dropout(x, sum, dropout);
+    add(sum, residual, sum);
+    layernorm_forward(sum, gamma, beta, eps, y, mean, rstd);
+  }
+  void residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& gamma, const DropoutSpec& dropout, const Tensor& d_residual,
+                                   const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta) override {
+    // Into d_x first: d_residual may be dy.
+    layernorm_backward(dy, sum, mean, rstd, gamma, d_x, dgamma, dbeta);
+    copy(d_residual, d_x);
+    this->dropout(d_x, d_x, dropout);
   }
 
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override {
@@ -412,14 +430,40 @@ class CpuBackend final : public Backend {
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                   const AdamWHyper& hp) override {
     expect_same_numel(param, grad, "adamw_step");
-    float *p = param.data<float>(), *m = exp_avg.data<float>(), *v = exp_avg_sq.data<float>();
-    const float* g = grad.data<float>();
+    adamw_loop(param.data<float>(), grad.data<float>(), exp_avg.data<float>(), exp_avg_sq.data<float>(),
+               param.numel(), hp);
+  }
+
+  void adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                       const std::vector<ParamSegment>& segments, const AdamWHyper& hp,
+                       const Tensor* half_copy) override {
+    expect_same_numel(param, grad, "adamw_step_flat");
+    expect_same_numel(param, exp_avg, "adamw_step_flat");
+    expect_same_numel(param, exp_avg_sq, "adamw_step_flat");
+    if (half_copy) expect_same_numel(param, *half_copy, "adamw_step_flat");
+    for (const ParamSegment& seg : segments) {
+      ANATOMY_CHECK(seg.offset >= 0 && seg.count >= 0 && seg.offset + seg.count <= param.numel(),
+                    "adamw_step_flat: segment [{}, +{}) outside {}", seg.offset, seg.count, param.name());
+      AdamWHyper h = hp;
+      if (!seg.weight_decay) h.weight_decay = 0.0;
+      float* p = param.data<float>() + seg.offset;
+      adamw_loop(p, grad.data<float>() + seg.offset, exp_avg.data<float>() + seg.offset,
+                 exp_avg_sq.data<float>() + seg.offset, seg.count, h);
+      if (half_copy) {
+        auto* out = static_cast<uint16_t*>(half_copy->raw()) + seg.offset;
+        for (int64_t i = 0; i < seg.count; ++i)
+          out[i] = half_copy->dtype() == DType::BF16 ? float_to_bf16(p[i]) : float_to_f16(p[i]);
+      }
+    }
+  }
+
+  static void adamw_loop(float* p, const float* g, float* m, float* v, int64_t n, const AdamWHyper& hp) {
     const double bias1 = 1.0 - std::pow(hp.beta1, static_cast<double>(hp.step));
     const double bias2 = 1.0 - std::pow(hp.beta2, static_cast<double>(hp.step));
     const double step_size = hp.lr / bias1;
     const double bias2_sqrt = std::sqrt(bias2);
     const double decay = 1.0 - hp.lr * hp.weight_decay;
-    for (int64_t i = 0, n = param.numel(); i < n; ++i) {
+    for (int64_t i = 0; i < n; ++i) {
       const double gi = g[i];
       const double mi = hp.beta1 * m[i] + (1.0 - hp.beta1) * gi;
       const double vi = hp.beta2 * v[i] + (1.0 - hp.beta2) * gi * gi;

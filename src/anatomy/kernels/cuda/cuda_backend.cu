@@ -6,15 +6,19 @@
 // workspace and the scratch space kernels need.
 #include "anatomy/kernels/cuda/cuda_backend.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "anatomy/core/error.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda/flash_attention.cuh"
+#include "anatomy/kernels/cuda/fused.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
 #include "anatomy/kernels/cuda/mixed.cuh"
 
@@ -59,12 +63,15 @@ class CudaBackend final : public Backend {
     workspace_ = Tensor::empty(ledger_, {static_cast<int64_t>(kCublasWorkspaceBytes / 4)}, DType::F32,
                                Category::Temporary, "cublas_workspace");
     ANATOMY_CUBLAS_CHECK(cublasSetWorkspace(cublas_, workspace_.raw(), kCublasWorkspaceBytes));
+    ANATOMY_CUBLAS_CHECK(cublasLtCreate(&lt_));
     results_ = Tensor::empty(ledger_, {4}, DType::F32, Category::Functionality, "host_results");
   }
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
     for (cudaEvent_t event : markers_) cudaEventDestroy(event);
+    for (auto& [key, plan] : lt_plans_) plan.destroy();
+    cublasLtDestroy(lt_);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
   }
@@ -86,7 +93,9 @@ class CudaBackend final : public Backend {
     ANATOMY_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
   }
 
-  // Row-major y[M,N] = x[M,K] · w[N,K]ᵀ is column-major yᵀ = w · xᵀ.
+  // Row-major y[M,N] = x[M,K] · w[N,K]ᵀ is column-major yᵀ = w · xᵀ. The
+  // bias is cuBLASLt's epilogue (added in float32 before the output is
+  // rounded), else a broadcast that the product accumulates onto.
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) override {
     const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
     ANATOMY_CHECK(w.dim(1) == K && y.numel() == M * N, "linear_forward: shapes of {} {} {}", x.name(), w.name(),
@@ -94,6 +103,9 @@ class CudaBackend final : public Backend {
     const DType t = x.dtype();
     ANATOMY_CHECK(w.dtype() == t && y.dtype() == t && (!b || b->dtype() == t),
                   "linear_forward: {} {} {} must share one dtype", x.name(), w.name(), y.name());
+    if (lt_gemm(CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, w.raw(), t, K, x.raw(), K, 0.0f, y.raw(), t, N,
+                b ? b->raw() : nullptr))
+      return;
     float beta = 0.0f;
     if (b) {
       if (t == DType::F32) {
@@ -108,7 +120,7 @@ class CudaBackend final : public Backend {
   }
 
   void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor& dw,
-                       const Tensor* db) override {
+                       const Tensor* db, bool accumulate_dx) override {
     const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
     ANATOMY_CHECK(dy.numel() == M * N && dw.numel() == N * K, "linear_backward: shapes of {} {}", dy.name(),
                   dw.name());
@@ -116,14 +128,56 @@ class CudaBackend final : public Backend {
     ANATOMY_CHECK(dy.dtype() == t && w.dtype() == t && (!dx || dx->dtype() == t) && dw.dtype() == DType::F32,
                   "linear_backward: {} {} {} share one dtype and {} is float32", dy.name(), x.name(), w.name(),
                   dw.name());
-    if (dx)  // dxᵀ[K,M] = wᵀ[K,N] · dyᵀ[N,M]
-      gemm(CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, w.raw(), t, K, dy.raw(), t, N, 0.0f, dx->raw(), t, K);
+    const float dx_beta = accumulate_dx ? 1.0f : 0.0f;
+    if (dx && !lt_gemm(CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, w.raw(), t, K, dy.raw(), N, dx_beta, dx->raw(), t, K,
+                       nullptr))  // dxᵀ[K,M] = wᵀ[K,N] · dyᵀ[N,M]
+      gemm(CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, w.raw(), t, K, dy.raw(), t, N, dx_beta, dx->raw(), t, K);
     // dwᵀ[K,N] += xᵀ[K,M] · dy[M,N], accumulated in float32 whatever the inputs' type.
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x.raw(), t, K, dy.raw(), t, N, 1.0f, dw.raw(), DType::F32, K);
+    if (!lt_gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x.raw(), t, K, dy.raw(), N, 1.0f, dw.raw(), DType::F32, K,
+                 nullptr))
+      gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x.raw(), t, K, dy.raw(), t, N, 1.0f, dw.raw(), DType::F32, K);
     if (db) {
       if (t == DType::F32) column_sums_accumulate(stream_, dy.data<float>(), M, N, db->data<float>());
       else column_sums_accumulate_half(stream_, half_type(t), dy.raw(), M, N, db->data<float>());
     }
+  }
+
+  void residual_layernorm_forward(const Tensor& x, const Tensor& residual, const DropoutSpec& dropout,
+                                  const Tensor& gamma, const Tensor& beta, double eps, const Tensor& sum,
+                                  const Tensor& y, const Tensor& mean, const Tensor& rstd) override {
+    ANATOMY_CHECK(x.numel() == sum.numel() && residual.numel() == sum.numel() && y.numel() == sum.numel() &&
+                      x.dtype() == sum.dtype() && residual.dtype() == sum.dtype() && y.dtype() == sum.dtype(),
+                  "residual_layernorm_forward: {} {} {} {} differ in size or dtype", x.name(), residual.name(),
+                  sum.name(), y.name());
+    const int64_t H = sum.dim(-1);
+    if (sum.dtype() != DType::F32 && fused_layernorm_supported(H, {x.raw(), residual.raw(), sum.raw(), y.raw()}))
+      return residual_layernorm_forward_half(stream_, half_type(sum.dtype()), x.raw(), residual.raw(), dropout,
+                                             gamma.data<float>(), beta.data<float>(), eps, sum.raw(), y.raw(),
+                                             mean.data<float>(), rstd.data<float>(), rows_of(sum), H);
+    this->dropout(x, sum, dropout);
+    add(sum, residual, sum);
+    layernorm_forward(sum, gamma, beta, eps, y, mean, rstd);
+  }
+
+  void residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& gamma, const DropoutSpec& dropout, const Tensor& d_residual,
+                                   const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta) override {
+    ANATOMY_CHECK(dy.numel() == sum.numel() && d_residual.numel() == sum.numel() && d_x.numel() == sum.numel() &&
+                      dy.dtype() == sum.dtype() && d_residual.dtype() == sum.dtype() && d_x.dtype() == sum.dtype(),
+                  "residual_layernorm_backward: {} {} {} {} differ in size or dtype", dy.name(), sum.name(),
+                  d_residual.name(), d_x.name());
+    const int64_t H = sum.dim(-1);
+    if (sum.dtype() != DType::F32 &&
+        fused_layernorm_supported(H, {dy.raw(), sum.raw(), d_residual.raw(), d_x.raw()})) {
+      void* scratch = scratch_bytes(residual_layernorm_backward_scratch_bytes(rows_of(sum), H));
+      return residual_layernorm_backward_half(stream_, half_type(sum.dtype()), dy.raw(), sum.raw(),
+                                              mean.data<float>(), rstd.data<float>(), gamma.data<float>(), dropout,
+                                              d_residual.raw(), d_x.raw(), dgamma.data<float>(),
+                                              dbeta.data<float>(), rows_of(sum), H, scratch);
+    }
+    layernorm_backward(dy, sum, mean, rstd, gamma, d_x, dgamma, dbeta);  // d_residual may be dy
+    copy(d_residual, d_x);
+    this->dropout(d_x, d_x, dropout);
   }
 
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) override {
@@ -294,6 +348,37 @@ class CudaBackend final : public Backend {
                      exp_avg_sq.data<float>(), param.numel(), hyper);
   }
 
+  void adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                       const std::vector<ParamSegment>& segments, const AdamWHyper& hyper,
+                       const Tensor* half_copy) override {
+    ANATOMY_CHECK(param.numel() == grad.numel() && param.numel() == exp_avg.numel() &&
+                      param.numel() == exp_avg_sq.numel() && (!half_copy || half_copy->numel() == param.numel()),
+                  "adamw_step_flat: {} {} {} {} differ in size", param.name(), grad.name(), exp_avg.name(),
+                  exp_avg_sq.name());
+    for (const ParamSegment& seg : segments)
+      ANATOMY_CHECK(seg.offset >= 0 && seg.count >= 0 && seg.offset + seg.count <= param.numel(),
+                    "adamw_step_flat: segment [{}, +{}) outside {}", seg.offset, seg.count, param.name());
+    // The chunk table is built and uploaded once per distinct segment list.
+    std::vector<unsigned char> table;
+    const int64_t chunks = adamw_chunk_table(segments, table);
+    if (!adamw_table_.defined() || table != adamw_table_host_) {
+      adamw_table_ = Tensor();
+      adamw_table_ = Tensor::empty(ledger_, {static_cast<int64_t>((table.size() + 3) / 4) + 1}, DType::F32,
+                                   Category::Functionality, "adamw_chunk_table");
+      if (!table.empty()) {
+        ANATOMY_CUDA_CHECK(
+            cudaMemcpyAsync(adamw_table_.raw(), table.data(), table.size(), cudaMemcpyHostToDevice, stream_));
+        synchronize();
+      }
+      adamw_table_host_ = std::move(table);
+    }
+    Half copy_type{};
+    if (half_copy) copy_type = half_type(half_copy->dtype());
+    adamw_step_chunks(stream_, param.data<float>(), grad.data<float>(), exp_avg.data<float>(),
+                      exp_avg_sq.data<float>(), adamw_table_.raw(), chunks, hyper, half_copy ? &copy_type : nullptr,
+                      half_copy ? half_copy->raw() : nullptr);
+  }
+
   void synchronize() override { ANATOMY_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
   // Markers are CUDA events recorded on the stream, from a pool kept across steps.
@@ -366,6 +451,100 @@ class CudaBackend final : public Backend {
                                       CUBLAS_GEMM_DEFAULT));
   }
 
+  // cuBLASLt products: a plan (descriptors + the heuristic's algorithm) per
+  // shape, pointer alignment and epilogue, made once. Same arguments as
+  // gemm(); A and B share a_type; `bias` (of C's type, length m) selects the
+  // bias epilogue. Returns false when cuBLASLt has no algorithm for the case,
+  // which the caller then hands to cublasGemmEx.
+  struct LtPlan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool ok = false;
+    void destroy() {
+      if (a) cublasLtMatrixLayoutDestroy(a);
+      if (b) cublasLtMatrixLayoutDestroy(b);
+      if (c) cublasLtMatrixLayoutDestroy(c);
+      if (op) cublasLtMatmulDescDestroy(op);
+    }
+  };
+
+  static int alignment_of(const void* p) {
+    const auto v = reinterpret_cast<uintptr_t>(p);
+    int a = 256;
+    while (a > 1 && v % a != 0) a /= 2;
+    return a;
+  }
+
+  bool lt_gemm(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, const void* A,
+               DType a_type, int64_t lda, const void* B, int64_t ldb, float beta, void* C, DType c_type, int64_t ldc,
+               const void* bias) {
+    const int align = std::min({alignment_of(A), alignment_of(B), alignment_of(C)});
+    const auto key = std::make_tuple(static_cast<int>(op_a), static_cast<int>(op_b), m, n, k, lda, ldb, ldc,
+                                     static_cast<int>(a_type), static_cast<int>(c_type), bias != nullptr,
+                                     beta != 0.0f, align, bias ? alignment_of(bias) : 0);
+    auto found = lt_plans_.find(key);
+    if (found == lt_plans_.end()) found = lt_plans_.emplace(key, make_lt_plan(op_a, op_b, m, n, k, a_type, lda, ldb,
+                                                                            c_type, ldc, bias != nullptr, beta,
+                                                                            align)).first;
+    LtPlan& plan = found->second;
+    if (!plan.ok) return false;
+    if (bias) {
+      ANATOMY_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                          sizeof(bias)));
+    }
+    const float alpha = 1.0f;
+    ANATOMY_CUBLAS_CHECK(cublasLtMatmul(lt_, plan.op, &alpha, A, plan.a, B, plan.b, &beta, C, plan.c, C, plan.c,
+                                        &plan.algo, workspace_.raw(), kCublasWorkspaceBytes, stream_));
+    return true;
+  }
+
+  LtPlan make_lt_plan(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k,
+                      DType a_type, int64_t lda, int64_t ldb, DType c_type, int64_t ldc, bool bias, float beta,
+                      int align) {
+    LtPlan plan;
+    const cublasComputeType_t compute =
+        a_type == DType::F32 && tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    ANATOMY_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.op, compute, CUDA_R_32F));
+    ANATOMY_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    ANATOMY_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    if (bias) {
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      ANATOMY_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+      const cudaDataType_t bias_type = cuda_type(c_type);
+      ANATOMY_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                          sizeof(bias_type)));
+    }
+    const cudaDataType_t at = cuda_type(a_type), ct = cuda_type(c_type);
+    // Column-major layouts of the stored matrices (before the transposes).
+    ANATOMY_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, at, op_a == CUBLAS_OP_N ? m : k,
+                                                    op_a == CUBLAS_OP_N ? k : m, lda));
+    ANATOMY_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, at, op_b == CUBLAS_OP_N ? k : n,
+                                                    op_b == CUBLAS_OP_N ? n : k, ldb));
+    ANATOMY_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, ct, m, n, ldc));
+    cublasLtMatmulPreference_t pref = nullptr;
+    ANATOMY_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t workspace = kCublasWorkspaceBytes;
+    ANATOMY_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                              &workspace, sizeof(workspace)));
+    const uint32_t align_bytes = static_cast<uint32_t>(align);
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      ANATOMY_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align_bytes, sizeof(align_bytes)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(lt_, plan.op, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
+      plan.algo = result.algo;
+      plan.ok = true;
+    }
+    (void)beta;
+    return plan;
+  }
+
   double* result_slot() { return static_cast<double*>(results_.raw()); }
   double read_result() {
     double value = 0.0;
@@ -384,6 +563,11 @@ class CudaBackend final : public Backend {
   Tensor results_;
   std::vector<cudaEvent_t> markers_;
   size_t markers_used_ = 0;
+  cublasLtHandle_t lt_ = nullptr;
+  Tensor adamw_table_;
+  std::vector<unsigned char> adamw_table_host_;
+  using LtKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, bool, int, int>;
+  std::map<LtKey, LtPlan> lt_plans_;
 };
 
 }  // namespace

@@ -19,11 +19,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/fused.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
 
 namespace anatomy::cuda {
@@ -98,6 +101,12 @@ struct AdamWConstants {
   double beta1, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bias2_sqrt, decay;
 };
 
+struct AdamWChunk {
+  int64_t begin, end;
+  int64_t decay;  // 1: the group's weight decay; 0: none
+};
+constexpr int64_t kAdamWChunk = 8192;  // elements per block of the multi-tensor kernel
+
 // The CPU's loop body with every operation rounded on its own (the _rn
 // intrinsics stop nvcc fusing multiply-adds the x86 build does not fuse), so
 // that parameters and moments come out bit-identical to the CPU backend's.
@@ -119,6 +128,32 @@ __global__ void adamw_kernel(float* param, const float* grad, float* exp_avg, fl
     if constexpr (std::is_same_v<Copy, __nv_bfloat16>) copy[i] = __float2bfloat16_rn(p);
     if constexpr (std::is_same_v<Copy, __half>) copy[i] = __float2half_rn(p);
   }
+}
+
+// Multi-tensor AdamW: block b updates chunk b of a table of chunks, each a
+// run of one parameter group (so one weight decay). The per-element arithmetic
+// is adamw_kernel's; a chunk that starts 16-byte aligned is read four floats at a time.
+template <typename Copy>
+__global__ void __launch_bounds__(kThreads) adamw_chunks_kernel(float* param, const float* grad, float* exp_avg,
+                                                                float* exp_avg_sq, const AdamWChunk* chunks,
+                                                                AdamWConstants with_decay, Copy* copy) {
+  const AdamWChunk c = chunks[blockIdx.x];
+  AdamWConstants k = with_decay;
+  if (!c.decay) k.decay = 1.0;  // 1 − lr·0
+  auto update = [&](int64_t i) {
+    const double g = grad[i];
+    const double m = __dadd_rn(__dmul_rn(k.beta1, exp_avg[i]), __dmul_rn(k.one_minus_beta1, g));
+    const double v = __dadd_rn(__dmul_rn(k.beta2, exp_avg_sq[i]), __dmul_rn(__dmul_rn(k.one_minus_beta2, g), g));
+    exp_avg[i] = static_cast<float>(m);
+    exp_avg_sq[i] = static_cast<float>(v);
+    const double denom = __dadd_rn(__ddiv_rn(__dsqrt_rn(v), k.bias2_sqrt), k.eps);
+    const float p = static_cast<float>(
+        __dsub_rn(__dmul_rn(static_cast<double>(param[i]), k.decay), __ddiv_rn(__dmul_rn(k.step_size, m), denom)));
+    param[i] = p;
+    if constexpr (std::is_same_v<Copy, __nv_bfloat16>) copy[i] = __float2bfloat16_rn(p);
+    if constexpr (std::is_same_v<Copy, __half>) copy[i] = __float2half_rn(p);
+  };
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) update(i);
 }
 
 // ---- finite checks ----
@@ -235,6 +270,35 @@ void adamw_step(cudaStream_t s, float* param, const float* grad, float* exp_avg,
 }
 
 // ---- 16-bit variants and loss scaling ----
+
+int64_t adamw_chunk_table(const std::vector<ParamSegment>& segments, std::vector<unsigned char>& table) {
+  std::vector<AdamWChunk> chunks;
+  for (const ParamSegment& seg : segments)
+    for (int64_t b = seg.offset; b < seg.offset + seg.count; b += kAdamWChunk)
+      chunks.push_back(AdamWChunk{b, std::min(seg.offset + seg.count, b + kAdamWChunk), seg.weight_decay ? 1 : 0});
+  table.resize(chunks.size() * sizeof(AdamWChunk));
+  if (!chunks.empty()) std::memcpy(table.data(), chunks.data(), table.size());
+  return static_cast<int64_t>(chunks.size());
+}
+
+void adamw_step_chunks(cudaStream_t s, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                       const void* chunk_table, int64_t chunks, const AdamWHyper& hp, Half* copy_type,
+                       void* half_copy) {
+  if (chunks <= 0) return;
+  ANATOMY_CHECK(chunks <= 0x7fffffff, "adamw: {} chunks are too many", chunks);
+  const AdamWConstants k = adamw_constants(hp);
+  const auto* table = static_cast<const AdamWChunk*>(chunk_table);
+  const unsigned grid = static_cast<unsigned>(chunks);
+  if (copy_type == nullptr)
+    adamw_chunks_kernel<void><<<grid, kThreads, 0, s>>>(param, grad, exp_avg, exp_avg_sq, table, k, nullptr);
+  else if (*copy_type == Half::BF16)
+    adamw_chunks_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(param, grad, exp_avg, exp_avg_sq, table, k,
+                                                                 static_cast<__nv_bfloat16*>(half_copy));
+  else
+    adamw_chunks_kernel<__half><<<grid, kThreads, 0, s>>>(param, grad, exp_avg, exp_avg_sq, table, k,
+                                                          static_cast<__half*>(half_copy));
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
 
 void adamw_step_with_copy(cudaStream_t s, Half h, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                           int64_t n, const AdamWHyper& hp, void* half_copy) {

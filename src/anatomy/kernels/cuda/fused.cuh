@@ -1,0 +1,46 @@
+// fused.cuh: launchers of the fused kernels of the 16-bit (mixed-precision)
+// path, which does one pass over memory where the plain ops do three or four.
+// Included from .cu files only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "anatomy/kernels/backend.h"
+#include "anatomy/kernels/cuda/kernels.cuh"
+
+namespace anatomy::cuda {
+
+// Whether the fused residual LayerNorm kernels take rows of H elements (H a
+// multiple of 8, at most 2048) at these addresses (16-byte aligned).
+bool fused_layernorm_supported(int64_t H, std::initializer_list<const void*> pointers);
+
+// sum = round(dropout(x) + residual); y = round(LayerNorm(sum)) with float32
+// gamma, beta; mean and rstd [rows] in float32. 16-bit x, residual, sum, y.
+void residual_layernorm_forward_half(cudaStream_t s, Half h, const void* x, const void* residual,
+                                     const DropoutSpec& dropout, const float* gamma, const float* beta, double eps,
+                                     void* sum, void* y, float* mean, float* rstd, int64_t rows, int64_t H);
+
+size_t residual_layernorm_backward_scratch_bytes(int64_t rows, int64_t H);
+// d_residual = round(∂L/∂sum); d_x = round(dropout(d_residual)); dgamma,
+// dbeta (float32) accumulate. d_residual may be dy (each row is read whole
+// before it is written).
+void residual_layernorm_backward_half(cudaStream_t s, Half h, const void* dy, const void* sum, const float* mean,
+                                      const float* rstd, const float* gamma, const DropoutSpec& dropout,
+                                      void* d_residual, void* d_x, float* dgamma, float* dbeta, int64_t rows,
+                                      int64_t H, void* scratch);
+
+// Multi-tensor AdamW (optimizer.cu): the segments cut into chunks of one
+// parameter group each, as a table for the device (built once, uploaded by the caller).
+int64_t adamw_chunk_table(const std::vector<ParamSegment>& segments, std::vector<unsigned char>& table);
+// adamw_step on every chunk of the table in one launch, bit for bit; with
+// copy_type, half_copy (same layout) receives the new parameters rounded.
+void adamw_step_chunks(cudaStream_t s, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                       const void* chunk_table, int64_t chunks, const AdamWHyper& hyper, Half* copy_type,
+                       void* half_copy);
+
+}  // namespace anatomy::cuda

@@ -1,0 +1,310 @@
+// fused_layernorm.cu: residual + dropout + LayerNorm in one pass, forward and
+// backward, for 16-bit activations (float32 arithmetic, float32 gamma/beta).
+//
+// Forward: one warp per row; a lane holds the row elements h = 8·lane + 256·g
+// (g < kGroups) in registers, loaded 16 bytes at a time, so the row is read
+// once: the dropped-out branch plus the residual is rounded to the 16-bit sum
+// (saved for backward), and mean and variance (two passes over the registers,
+// lane partials in float, the warp's sum in double in a fixed butterfly
+// order) are those of the rounded sum, which is what backward sees.
+//
+// Backward: blocks of 8 warps own a contiguous chunk of rows, a warp every
+// 8th row of it. A warp computes its row's input gradient from registers and
+// writes it twice: as is (the residual branch's gradient) and through the
+// dropout mask (the other branch's). Each lane keeps its columns' partial
+// dgamma, dbeta over the warp's rows; the block adds its warps in warp order
+// into one partial per chunk, and a second kernel adds the chunks in order
+// (in double) into dgamma and dbeta. No atomics: bit-reproducible.
+//
+// Dropout masks are core/random.h's: element r·H + h of the stream, four
+// elements per Philox call (8 aligned elements are two calls).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+
+#include "anatomy/core/random.h"
+#include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/fused.cuh"
+#include "anatomy/kernels/cuda/half_types.cuh"
+
+namespace anatomy::cuda {
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kWarpsPerBlock = 8;
+constexpr int kMaxGroups = 8;        // H <= 256 * 8
+constexpr int64_t kMaxChunks = 528;  // backward partials: blocks at most
+
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
+  alignas(16) T e[8];
+  *reinterpret_cast<uint4*>(e) = *reinterpret_cast<const uint4*>(p);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) v[k] = to_float(e[k]);
+}
+
+template <typename T>
+__device__ __forceinline__ void store8(T* p, const float (&v)[8]) {
+  alignas(16) T e[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) e[k] = from_float<T>(v[k]);
+  *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(e);
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Keep bits of the 8 elements index .. index + 7 (index a multiple of 8): bit j for element index + j.
+__device__ __forceinline__ uint32_t keep_bits8(const DropoutSpec& d, uint64_t index) {
+  uint32_t bits = 0;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const uint64_t counter = (index >> 2) + half;
+    const Philox4 r = philox4x32(d.seed, static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32),
+                                 static_cast<uint32_t>(d.stream), static_cast<uint32_t>(d.stream >> 32));
+#pragma unroll
+    for (int w = 0; w < 4; ++w) bits |= static_cast<uint32_t>(uniform_from_bits(r.v[w]) >= d.p) << (4 * half + w);
+  }
+  return bits;
+}
+
+template <typename T, int kGroups>
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
+    residual_ln_forward_kernel(const T* x, const T* residual, const DropoutSpec d, float keep_scale,
+                               const float* gamma, const float* beta, float eps, T* sum_out, T* y, float* mean,
+                               float* rstd, int64_t rows, int H) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  const int64_t base = r * H;
+  float v[kGroups][8];
+  float lane_sum = 0.0f;
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    const int h = 8 * lane + 256 * g;
+    if (h >= H) continue;
+    float a[8], b[8];
+    load8(x + base + h, a);
+    load8(residual + base + h, b);
+    const uint32_t keep = d.p > 0.0f ? keep_bits8(d, static_cast<uint64_t>(base + h)) : 0xffu;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float branch = d.p > 0.0f ? (((keep >> j) & 1u) ? a[j] * keep_scale : 0.0f) : a[j];
+      v[g][j] = to_float(from_float<T>(branch + b[j]));  // the saved, rounded sum
+      lane_sum += v[g][j];
+    }
+    store8(sum_out + base + h, v[g]);
+  }
+  const double m = warp_sum(static_cast<double>(lane_sum)) / H;
+  const float mf = static_cast<float>(m);
+  float lane_sq = 0.0f;
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    if (8 * lane + 256 * g >= H) continue;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float dv = v[g][j] - mf;
+      lane_sq += dv * dv;
+    }
+  }
+  const double var = warp_sum(static_cast<double>(lane_sq)) / H;
+  const float s = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
+  if (lane == 0) {
+    mean[r] = mf;
+    rstd[r] = s;
+  }
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    const int h = 8 * lane + 256 * g;
+    if (h >= H) continue;
+    float o[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[j] = (v[g][j] - mf) * s * gamma[h + j] + beta[h + j];
+    store8(y + base + h, o);
+  }
+}
+
+template <typename T, int kGroups>
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
+    residual_ln_backward_kernel(const T* dy, const T* x, const float* mean, const float* rstd, const float* gamma,
+                                const DropoutSpec d, float keep_scale, T* d_residual, T* d_x, float* partial_gamma,
+                                float* partial_beta, int64_t rows, int H, int64_t rows_per_chunk) {
+  extern __shared__ float shared[];  // [2][H]: the block's dgamma, dbeta
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
+  const int64_t r1 = min(rows, r0 + rows_per_chunk);
+  float acc_g[kGroups][8], acc_b[kGroups][8];
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc_g[g][j] = acc_b[g][j] = 0.0f;
+
+  for (int64_t r = r0 + warp; r < r1; r += kWarpsPerBlock) {
+    const int64_t base = r * H;
+    const float m = mean[r], s = rstd[r];
+    float xh[kGroups][8], dyg[kGroups][8];
+    float lane_dyg = 0.0f, lane_dyg_xh = 0.0f;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      const int h = 8 * lane + 256 * g;
+      if (h >= H) continue;
+      float a[8], gy[8];
+      load8(x + base + h, a);
+      load8(dy + base + h, gy);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        xh[g][j] = (a[j] - m) * s;
+        dyg[g][j] = gy[j] * gamma[h + j];
+        lane_dyg += dyg[g][j];
+        lane_dyg_xh += dyg[g][j] * xh[g][j];
+        acc_g[g][j] += gy[j] * xh[g][j];
+        acc_b[g][j] += gy[j];
+      }
+    }
+    const float mean_dyg = static_cast<float>(warp_sum(static_cast<double>(lane_dyg)) / H);
+    const float mean_dyg_xh = static_cast<float>(warp_sum(static_cast<double>(lane_dyg_xh)) / H);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      const int h = 8 * lane + 256 * g;
+      if (h >= H) continue;
+      float o[8], od[8];
+      const uint32_t keep = d.p > 0.0f ? keep_bits8(d, static_cast<uint64_t>(base + h)) : 0xffu;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        o[j] = to_float(from_float<T>(s * (dyg[g][j] - mean_dyg - xh[g][j] * mean_dyg_xh)));
+        od[j] = d.p > 0.0f ? (((keep >> j) & 1u) ? o[j] * keep_scale : 0.0f) : o[j];
+      }
+      store8(d_residual + base + h, o);
+      store8(d_x + base + h, od);
+    }
+  }
+
+  // The block's column sums, warp by warp in warp order.
+  float* sg = shared;
+  float* sb = shared + H;
+  for (int w = 0; w < kWarpsPerBlock; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        const int h = 8 * lane + 256 * g;
+        if (h >= H) continue;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          sg[h + j] = w == 0 ? acc_g[g][j] : sg[h + j] + acc_g[g][j];
+          sb[h + j] = w == 0 ? acc_b[g][j] : sb[h + j] + acc_b[g][j];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int h = threadIdx.x; h < H; h += blockDim.x) {
+    partial_gamma[static_cast<int64_t>(blockIdx.x) * H + h] = sg[h];
+    partial_beta[static_cast<int64_t>(blockIdx.x) * H + h] = sb[h];
+  }
+}
+
+__global__ void partials_finish_kernel(const float* partial_gamma, const float* partial_beta, float* dgamma,
+                                       float* dbeta, int64_t chunks, int H) {
+  const int h = blockIdx.x * blockDim.x + threadIdx.x;
+  if (h >= H) return;
+  double g = 0.0, b = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    g += partial_gamma[c * H + h];
+    b += partial_beta[c * H + h];
+  }
+  dgamma[h] += static_cast<float>(g);
+  dbeta[h] += static_cast<float>(b);
+}
+
+// Runs f(std::integral_constant<int, G>) for G = ceil(H / 256) in 1..8.
+template <typename F>
+void with_groups(int64_t H, F&& f) {
+  switch ((H + 255) / 256) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+    default: ANATOMY_CHECK(false, "fused LayerNorm: hidden size {} over 2048", H);
+  }
+}
+
+int64_t chunk_count(int64_t rows) {
+  return std::clamp<int64_t>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock, 1, kMaxChunks);
+}
+
+float keep_scale_of(const DropoutSpec& d) { return d.p > 0.0f ? 1.0f / (1.0f - d.p) : 1.0f; }
+
+}  // namespace
+
+bool fused_layernorm_supported(int64_t H, std::initializer_list<const void*> pointers) {
+  if (H <= 0 || H % 8 != 0 || H > 256 * kMaxGroups) return false;
+  for (const void* p : pointers)
+    if ((reinterpret_cast<uintptr_t>(p) & 15u) != 0) return false;
+  return true;
+}
+
+void residual_layernorm_forward_half(cudaStream_t s, Half half, const void* x, const void* residual,
+                                     const DropoutSpec& dropout, const float* gamma, const float* beta, double eps,
+                                     void* sum, void* y, float* mean, float* rstd, int64_t rows, int64_t H) {
+  if (rows <= 0) return;
+  const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  ANATOMY_CHECK(blocks <= 0x7fffffff, "residual_layernorm_forward: {} rows are too many", rows);
+  with_half_type(half, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    with_groups(H, [&](auto groups) {
+      residual_ln_forward_kernel<T, decltype(groups)::value>
+          <<<static_cast<unsigned>(blocks), kWarp * kWarpsPerBlock, 0, s>>>(
+              static_cast<const T*>(x), static_cast<const T*>(residual), dropout, keep_scale_of(dropout), gamma,
+              beta, static_cast<float>(eps), static_cast<T*>(sum), static_cast<T*>(y), mean, rstd, rows,
+              static_cast<int>(H));
+    });
+  });
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+size_t residual_layernorm_backward_scratch_bytes(int64_t rows, int64_t H) {
+  if (rows <= 0 || H <= 0) return 0;
+  return static_cast<size_t>(2 * chunk_count(rows) * H) * sizeof(float);
+}
+
+void residual_layernorm_backward_half(cudaStream_t s, Half half, const void* dy, const void* sum, const float* mean,
+                                      const float* rstd, const float* gamma, const DropoutSpec& dropout,
+                                      void* d_residual, void* d_x, float* dgamma, float* dbeta, int64_t rows,
+                                      int64_t H, void* scratch) {
+  if (rows <= 0) return;
+  const int64_t chunks = chunk_count(rows);
+  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
+  float* partial_gamma = static_cast<float*>(scratch);
+  float* partial_beta = partial_gamma + chunks * H;
+  const size_t smem = static_cast<size_t>(2 * H) * sizeof(float);
+  with_half_type(half, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    with_groups(H, [&](auto groups) {
+      residual_ln_backward_kernel<T, decltype(groups)::value>
+          <<<static_cast<unsigned>(chunks), kWarp * kWarpsPerBlock, smem, s>>>(
+              static_cast<const T*>(dy), static_cast<const T*>(sum), mean, rstd, gamma, dropout,
+              keep_scale_of(dropout), static_cast<T*>(d_residual), static_cast<T*>(d_x), partial_gamma, partial_beta,
+              rows, static_cast<int>(H), rows_per_chunk);
+    });
+  });
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+  constexpr int kThreads = 256;
+  partials_finish_kernel<<<static_cast<unsigned>((H + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+      partial_gamma, partial_beta, dgamma, dbeta, chunks, static_cast<int>(H));
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace anatomy::cuda

@@ -1,0 +1,278 @@
+// test_cuda_fused.cpp: the CUDA backend's fused ops against the CPU backend:
+// residual + dropout + LayerNorm (forward and backward) in bf16 and fp16, and
+// the cuBLASLt products (bias epilogue, accumulated input gradients).
+//
+// 16-bit inputs are rounded on the host and the same values go to both sides
+// (as 16-bit bits to the GPU, widened to float to the CPU). Tolerances, with
+// u the format's unit roundoff (bf16 2^-8, fp16 2^-11):
+// - the rounded sum: the GPU adds in float and rounds once, the CPU adds in
+//   float: |gpu − cpu| ≤ u·|cpu| (one rounding);
+// - LayerNorm output: the reference is the CPU LayerNorm of the same rounded
+//   sum (what the GPU normalises), so only float-vs-double statistics and the
+//   final rounding differ: ≤ u·|ref| + 1e-5·max|ref|; mean and rstd to 1e-5;
+// - backward: the GPU sums in float, the CPU in double, and the result
+//   cancels (dyγ − mean − x̂·mean'), so besides the rounding (u) an absolute
+//   1e-4·max|ref| is allowed; the dropped-out branch is the rounded gradient
+//   scaled and rounded again (2u); dgamma and dbeta are float sums over rows
+//   of 16-bit-exact products: 1e-5·max.
+// A wrong dropout mask changes elements by whole values (x/(1−p) against 0),
+// far outside every tolerance. Every op runs twice: same bits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <tuple>
+
+#include "anatomy/core/dtype.h"
+#include "anatomy/kernels/cuda/cuda_backend.h"
+#include "anatomy/kernels/cuda/cuda_device.h"
+
+namespace anatomy {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU"
+
+std::vector<float> random_vector(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+uint16_t narrow(DType t, float f) { return t == DType::BF16 ? float_to_bf16(f) : float_to_f16(f); }
+float widen(DType t, uint16_t h) { return t == DType::BF16 ? bf16_to_float(h) : f16_to_float(h); }
+double unit_roundoff(DType t) { return t == DType::BF16 ? 1.0 / 256.0 : 1.0 / 2048.0; }
+
+// Rounds to the 16-bit format and back.
+std::vector<float> rounded(DType t, std::vector<float> v) {
+  for (auto& x : v) x = widen(t, narrow(t, x));
+  return v;
+}
+
+Tensor upload(Backend& b, Shape shape, const std::vector<float>& host, DType dtype, const char* name) {
+  Tensor t = Tensor::empty(b.ledger(), std::move(shape), dtype, Category::Temporary, name);
+  if (dtype == DType::F32) {
+    b.copy_from_host(t, host.data());
+  } else {
+    std::vector<uint16_t> bits(host.size());
+    for (size_t i = 0; i < host.size(); ++i) bits[i] = narrow(dtype, host[i]);
+    b.copy_from_host(t, bits.data());
+  }
+  return t;
+}
+
+std::vector<float> download(Backend& b, const Tensor& t) {
+  std::vector<float> v(t.numel());
+  if (t.dtype() == DType::F32) {
+    b.copy_to_host(t, v.data());
+  } else {
+    std::vector<uint16_t> bits(t.numel());
+    b.copy_to_host(t, bits.data());
+    for (size_t i = 0; i < bits.size(); ++i) v[i] = widen(t.dtype(), bits[i]);
+  }
+  return v;
+}
+
+double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, std::abs(static_cast<double>(x)));
+  return m;
+}
+
+// |gpu − ref| ≤ rel·|ref| + abs_of_max·max|ref| everywhere.
+void expect_near(const std::vector<float>& gpu, const std::vector<float>& ref, double rel, double abs_of_max,
+                 const std::string& what) {
+  ASSERT_EQ(gpu.size(), ref.size()) << what;
+  const double floor = abs_of_max * std::max(1e-30, max_abs(ref));
+  int bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::abs(static_cast<double>(gpu[i]) - ref[i]);
+    if (err > rel * std::abs(ref[i]) + floor && bad++ < 5)
+      ADD_FAILURE() << what << "[" << i << "]: gpu " << gpu[i] << " ref " << ref[i];
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " elements out of tolerance";
+}
+
+struct LnCase {
+  DType dtype;
+  int64_t rows, H;
+  float p;
+};
+
+class FusedLayerNorm : public ::testing::TestWithParam<LnCase> {};
+
+TEST_P(FusedLayerNorm, ForwardAndBackwardMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const auto [t, rows, H, p] = GetParam();
+  auto gpu = cuda::make_cuda_backend(0);
+  auto cpu = make_cpu_backend(1);
+  const double u = unit_roundoff(t);
+  DropoutSpec drop{p, 1234, (7ull << 16) | 5};
+
+  const auto x = rounded(t, random_vector(rows * H, 1)), res = rounded(t, random_vector(rows * H, 2, 3.0f));
+  const auto dy = rounded(t, random_vector(rows * H, 3));
+  const auto gamma = random_vector(H, 4), beta = random_vector(H, 5);
+  const auto dgamma0 = random_vector(H, 6), dbeta0 = random_vector(H, 7);
+
+  // CPU: the float sum, then the reference LayerNorm of the rounded sum.
+  Tensor cx = upload(*cpu, {rows, H}, x, DType::F32, "x"), cres = upload(*cpu, {rows, H}, res, DType::F32, "res");
+  Tensor cg = upload(*cpu, {H}, gamma, DType::F32, "g"), cb = upload(*cpu, {H}, beta, DType::F32, "b");
+  Tensor csum = upload(*cpu, {rows, H}, std::vector<float>(rows * H), DType::F32, "sum");
+  Tensor cy = upload(*cpu, {rows, H}, std::vector<float>(rows * H), DType::F32, "y");
+  Tensor cm = upload(*cpu, {rows}, std::vector<float>(rows), DType::F32, "m");
+  Tensor cr = upload(*cpu, {rows}, std::vector<float>(rows), DType::F32, "r");
+  cpu->residual_layernorm_forward(cx, cres, drop, cg, cb, 1e-12, csum, cy, cm, cr);
+  const auto sum_float = download(*cpu, csum);
+  const auto sum_rounded = rounded(t, sum_float);
+  Tensor csr = upload(*cpu, {rows, H}, sum_rounded, DType::F32, "sum_rounded");
+  cpu->layernorm_forward(csr, cg, cb, 1e-12, cy, cm, cr);
+  const auto mean_ref = download(*cpu, cm), rstd_ref = download(*cpu, cr);
+  // Backward reference on the rounded sum with the reference statistics.
+  Tensor cdy = upload(*cpu, {rows, H}, dy, DType::F32, "dy");
+  Tensor cdres = upload(*cpu, {rows, H}, std::vector<float>(rows * H), DType::F32, "dres");
+  Tensor cdx = upload(*cpu, {rows, H}, std::vector<float>(rows * H), DType::F32, "dx");
+  Tensor cdg = upload(*cpu, {H}, dgamma0, DType::F32, "dg"), cdb = upload(*cpu, {H}, dbeta0, DType::F32, "db");
+  cpu->residual_layernorm_backward(cdy, csr, cm, cr, cg, drop, cdres, cdx, cdg, cdb);
+  const auto dres_ref = download(*cpu, cdres), dx_ref = download(*cpu, cdx);
+  const auto dg_ref = download(*cpu, cdg), db_ref = download(*cpu, cdb);
+
+  std::vector<float> first[7];
+  for (int run = 0; run < 2; ++run) {
+    Tensor gx = upload(*gpu, {rows, H}, x, t, "x"), gres = upload(*gpu, {rows, H}, res, t, "res");
+    Tensor gg = upload(*gpu, {H}, gamma, DType::F32, "g"), gb = upload(*gpu, {H}, beta, DType::F32, "b");
+    Tensor gsum = upload(*gpu, {rows, H}, std::vector<float>(rows * H), t, "sum");
+    Tensor gy = upload(*gpu, {rows, H}, std::vector<float>(rows * H), t, "y");
+    Tensor gm = upload(*gpu, {rows}, std::vector<float>(rows), DType::F32, "m");
+    Tensor gr = upload(*gpu, {rows}, std::vector<float>(rows), DType::F32, "r");
+    gpu->residual_layernorm_forward(gx, gres, drop, gg, gb, 1e-12, gsum, gy, gm, gr);
+    const auto sum = download(*gpu, gsum), y = download(*gpu, gy), m = download(*gpu, gm), r = download(*gpu, gr);
+    expect_near(sum, sum_float, u, 0.0, "sum");
+    // The LayerNorm of the GPU's own rounded sum (within one rounding of the
+    // reference's, checked above), normalised by the CPU.
+    Tensor cgs = upload(*cpu, {rows, H}, sum, DType::F32, "gpu_sum");
+    cpu->layernorm_forward(cgs, cg, cb, 1e-12, cy, cm, cr);
+    expect_near(y, download(*cpu, cy), u, 1e-5, "y");
+    expect_near(m, download(*cpu, cm), 0.0, 1e-5, "mean");
+    expect_near(r, download(*cpu, cr), 1e-5, 0.0, "rstd");
+
+    // Backward from the reference's rounded sum and statistics; d_residual written over dy (aliasing allowed).
+    Tensor gsr = upload(*gpu, {rows, H}, sum_rounded, t, "sum_rounded");
+    Tensor gm2 = upload(*gpu, {rows}, mean_ref, DType::F32, "m2"), gr2 = upload(*gpu, {rows}, rstd_ref, DType::F32, "r2");
+    Tensor gdy = upload(*gpu, {rows, H}, dy, t, "dy");
+    Tensor gdx = upload(*gpu, {rows, H}, std::vector<float>(rows * H), t, "dx");
+    Tensor gdg = upload(*gpu, {H}, dgamma0, DType::F32, "dg"), gdb = upload(*gpu, {H}, dbeta0, DType::F32, "db");
+    gpu->residual_layernorm_backward(gdy, gsr, gm2, gr2, gg, drop, gdy, gdx, gdg, gdb);
+    const auto dres = download(*gpu, gdy), dx = download(*gpu, gdx), dg = download(*gpu, gdg),
+               db = download(*gpu, gdb);
+    expect_near(dres, dres_ref, u, 1e-4, "d_residual");
+    expect_near(dx, dx_ref, 2 * u, 1.2e-4, "d_x (dropout branch)");
+    expect_near(dg, dg_ref, 0.0, 1e-5, "dgamma");
+    expect_near(db, db_ref, 0.0, 1e-5, "dbeta");
+    const std::vector<float> now[7] = {sum, y, m, r, dres, dx, dg};
+    for (int k = 0; k < 7; ++k) {
+      if (run == 0) first[k] = now[k];
+      else EXPECT_EQ(std::memcmp(first[k].data(), now[k].data(), now[k].size() * 4), 0) << "run-to-run output " << k;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, FusedLayerNorm,
+    ::testing::Values(LnCase{DType::BF16, 37, 1024, 0.1f}, LnCase{DType::BF16, 1, 1024, 0.0f},
+                      LnCase{DType::BF16, 300, 768, 0.1f}, LnCase{DType::F16, 37, 128, 0.1f},
+                      LnCase{DType::F16, 1000, 2048, 0.5f}, LnCase{DType::BF16, 9, 100, 0.1f},  // H % 8 != 0: unfused
+                      LnCase{DType::BF16, 2053, 1024, 0.1f}),
+    [](const ::testing::TestParamInfo<LnCase>& info) {
+      const LnCase& c = info.param;
+      return std::string(c.dtype == DType::BF16 ? "bf16" : "fp16") + "_rows" + std::to_string(c.rows) + "_H" +
+             std::to_string(c.H) + "_p" + std::to_string(static_cast<int>(c.p * 100));
+    });
+
+// cuBLASLt products: the bias epilogue and accumulated input gradients, in
+// float32 and in 16 bits, against the CPU on the same (rounded) values.
+TEST(CudaBackendLt, LinearWithBiasAndAccumulatedDxMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = cuda::make_cuda_backend(0);
+  auto cpu = make_cpu_backend(1);
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    for (auto [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{7, 13, 5}, {513, 1024, 1000}, {2048, 1024, 4096}}) {
+      auto prep = [&](std::vector<float> v) { return t == DType::F32 ? v : rounded(t, std::move(v)); };
+      const auto x = prep(random_vector(M * K, 1)), w = prep(random_vector(N * K, 2, 0.05f)),
+                 bias = prep(random_vector(N, 3)), dy = prep(random_vector(M * N, 4)),
+                 dx0 = prep(random_vector(M * K, 5)), dw0 = random_vector(N * K, 6);
+      std::vector<float> out[2][3];
+      int i = 0;
+      for (Backend* b : {gpu.get(), cpu.get()}) {
+        const DType bt = b == cpu.get() ? DType::F32 : t;
+        Tensor tx = upload(*b, {M, K}, x, bt, "x"), tw = upload(*b, {N, K}, w, bt, "w");
+        Tensor tb = upload(*b, {N}, bias, bt, "b"), ty = upload(*b, {M, N}, std::vector<float>(M * N), bt, "y");
+        Tensor tdy = upload(*b, {M, N}, dy, bt, "dy"), tdx = upload(*b, {M, K}, dx0, bt, "dx");
+        Tensor tdw = upload(*b, {N, K}, dw0, DType::F32, "dw");
+        b->linear_forward(tx, tw, &tb, ty);
+        b->linear_backward(tdy, tx, tw, &tdx, tdw, nullptr, /*accumulate_dx=*/true);
+        out[i][0] = download(*b, ty);
+        out[i][1] = download(*b, tdx);
+        out[i][2] = download(*b, tdw);
+        ++i;
+      }
+      // Products of exactly representable values; the GPU accumulates in float32
+      // in another order (√K·2^-24 of the largest term) and rounds the output
+      // once (u); dx adds its old value before rounding.
+      const double u = t == DType::F32 ? 0.0 : unit_roundoff(t);
+      const double acc = 2e-6 * std::sqrt(static_cast<double>(std::max({K, M, N})));
+      const std::string what = std::string(dtype_name(t)) + " " + std::to_string(M) + "x" + std::to_string(K) + "x" +
+                               std::to_string(N);
+      expect_near(out[0][0], out[1][0], u, acc, what + " y");
+      expect_near(out[0][1], out[1][1], u, acc, what + " dx");
+      expect_near(out[0][2], out[1][2], 0.0, acc, what + " dw");
+    }
+  }
+}
+
+// The multi-tensor AdamW: segments of both parameter groups, odd sizes, gaps
+// that must stay untouched, a 16-bit copy; the GPU's bits equal the CPU's.
+TEST(CudaBackendAdamW, FlatStepEqualsTheCpuBitForBitAndLeavesGapsAlone) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = cuda::make_cuda_backend(0);
+  auto cpu = make_cpu_backend(1);
+  const int64_t n = 70000;
+  const std::vector<ParamSegment> segments = {{0, 1, true}, {64, 8193, false}, {8320, 40000, true}, {48384, 21000, false}};
+  const auto p0 = random_vector(n, 11), g = random_vector(n, 12, 0.1f), m0 = random_vector(n, 13, 0.01f);
+  auto v0 = random_vector(n, 14, 0.01f);
+  for (auto& x : v0) x = x * x;
+  AdamWHyper hp;
+  hp.lr = 1e-3;
+  hp.weight_decay = 0.01;
+  for (DType copy : {DType::F32, DType::BF16, DType::F16}) {
+    std::vector<float> out[2][4];
+    int i = 0;
+    for (Backend* b : {gpu.get(), cpu.get()}) {
+      Tensor tp = upload(*b, {n}, p0, DType::F32, "p"), tg = upload(*b, {n}, g, DType::F32, "g");
+      Tensor tm = upload(*b, {n}, m0, DType::F32, "m"), tv = upload(*b, {n}, v0, DType::F32, "v");
+      Tensor th = copy == DType::F32 ? Tensor() : upload(*b, {n}, std::vector<float>(n), copy, "half");
+      for (int64_t step = 1; step <= 3; ++step) {
+        hp.step = step;
+        b->adamw_step_flat(tp, tg, tm, tv, segments, hp, copy == DType::F32 ? nullptr : &th);
+      }
+      out[i][0] = download(*b, tp);
+      out[i][1] = download(*b, tm);
+      out[i][2] = download(*b, tv);
+      if (copy != DType::F32) out[i][3] = download(*b, th);
+      ++i;
+    }
+    for (int k = 0; k < 4; ++k)
+      EXPECT_EQ(std::memcmp(out[0][k].data(), out[1][k].data(), out[0][k].size() * 4), 0) << "output " << k;
+    // The gaps between segments keep their values; the copy is the rounded parameter.
+    for (int64_t j = 1; j < 64; ++j) EXPECT_EQ(out[0][0][j], p0[j]);
+    for (int64_t j = 8257; j < 8320; ++j) EXPECT_EQ(out[0][0][j], p0[j]);
+    EXPECT_NE(out[0][0][0], p0[0]);
+    if (copy != DType::F32)
+      for (int64_t j = 64; j < 8257; ++j) ASSERT_EQ(out[0][3][j], widen(copy, narrow(copy, out[0][0][j])));
+  }
+}
+
+}  // namespace
+}  // namespace anatomy
