@@ -6,7 +6,8 @@
 // (as 16-bit bits to the GPU, widened to float to the CPU). Tolerances, with
 // u the format's unit roundoff (bf16 2^-8, fp16 2^-11):
 // - the rounded sum: the GPU adds in float and rounds once, the CPU adds in
-//   float: |gpu − cpu| ≤ u·|cpu| (one rounding);
+//   float: |gpu − cpu| ≤ u·|cpu| (one rounding; 2u where the shape is not the
+//   fused kernel's and dropout and add each round);
 // - LayerNorm output: the reference is the CPU LayerNorm of the same rounded
 //   sum (what the GPU normalises), so only float-vs-double statistics and the
 //   final rounding differ: ≤ u·|ref| + 1e-5·max|ref|; mean and rstd to 1e-5;
@@ -149,7 +150,10 @@ TEST_P(FusedLayerNorm, ForwardAndBackwardMatchTheCpu) {
     Tensor gr = upload(*gpu, {rows}, std::vector<float>(rows), DType::F32, "r");
     gpu->residual_layernorm_forward(gx, gres, drop, gg, gb, 1e-12, gsum, gy, gm, gr);
     const auto sum = download(*gpu, gsum), y = download(*gpu, gy), m = download(*gpu, gm), r = download(*gpu, gr);
-    expect_near(sum, sum_float, u, 0.0, "sum");
+    // Shapes the fused kernel does not take (H % 8 != 0) run as dropout, then
+    // add: two roundings of the sum instead of one.
+    const bool fused = H % 8 == 0 && H <= 2048;
+    expect_near(sum, sum_float, fused ? u : 2 * u, 0.0, "sum");
     // The LayerNorm of the GPU's own rounded sum (within one rounding of the
     // reference's, checked above), normalised by the CPU.
     Tensor cgs = upload(*cpu, {rows, H}, sum, DType::F32, "gpu_sum");

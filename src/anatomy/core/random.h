@@ -57,9 +57,33 @@ ANATOMY_HD double random_normal(uint64_t seed, uint64_t stream, uint64_t index) 
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-// Dropout: element `index` of `stream` is kept when its uniform is >= p.
+// Dropout. One Philox call gives the masks of four consecutive elements:
+// element `index` of `stream` is kept when the uniform from word (index & 3)
+// of Philox-4x32-10 at counter (index >> 2, stream) under key `seed` is >= p.
+// (random_uniform, by contrast, uses word 0 of the call at counter `index`.)
+// Groups of four are aligned on the element index, so a kernel that owns the
+// elements 4c .. 4c + 3 makes one generator call for all of them.
+
+// The four Philox words of dropout counter `counter` (elements 4·counter .. 4·counter + 3).
+ANATOMY_HD Philox4 dropout_philox(uint64_t seed, uint64_t stream, uint64_t counter) {
+  return philox4x32(seed, static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32),
+                    static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32));
+}
+
+// Keep bits of elements 4·counter .. 4·counter + 3: bit w (0..3) for element 4·counter + w.
+ANATOMY_HD uint32_t dropout_keep4(uint64_t seed, uint64_t stream, uint64_t counter, float p) {
+  const Philox4 r = dropout_philox(seed, stream, counter);
+  uint32_t bits = 0;
+  for (int w = 0; w < 4; ++w) bits |= static_cast<uint32_t>(uniform_from_bits(r.v[w]) >= p) << w;
+  return bits;
+}
+
+// Whether element `index` of `stream` is kept (dropout probability p).
 ANATOMY_HD bool dropout_keep(uint64_t seed, uint64_t stream, uint64_t index, float p) {
-  return random_uniform(seed, stream, index) >= p;
+  const Philox4 r = dropout_philox(seed, stream, index >> 2);
+  const uint32_t w = static_cast<uint32_t>(index & 3);
+  const uint32_t bits = w == 0 ? r.v[0] : w == 1 ? r.v[1] : w == 2 ? r.v[2] : r.v[3];
+  return uniform_from_bits(bits) >= p;
 }
 
 }  // namespace anatomy

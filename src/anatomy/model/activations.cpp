@@ -28,8 +28,10 @@ std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& c, i
           {"attn_ln_mean", {T}, f32, "attention LayerNorm backward"},
           {"attn_ln_rstd", {T}, f32, "attention LayerNorm backward"},
           {"h1", {B, L, H}, x, "intermediate dense backward"},
-          {"inter_pre", {B, L, I}, x, "activation backward"},
-          {"inter_act", {B, L, I}, x, "output dense backward"},
+          // The activation's output (the output dense layer's input) is not kept:
+          // backward recomputes it from inter_pre, one element-wise pass, and
+          // saves [B, L, intermediate] per layer (a quarter of bert-large's activations).
+          {"inter_pre", {B, L, I}, x, "activation backward; recomputing the output dense layer's input"},
           {"out_ln_in", {B, L, H}, x, "output LayerNorm backward"},
           {"out_ln_mean", {T}, f32, "output LayerNorm backward"},
           {"out_ln_rstd", {T}, f32, "output LayerNorm backward"},

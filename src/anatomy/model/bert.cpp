@@ -5,6 +5,8 @@
 //   layer:      q,k,v = linear(x); ctx = attention(q,k,v, key mask, dropout on probs)
 //               h1  = LayerNorm(dropout(linear(ctx)) + x)
 //               out = LayerNorm(dropout(linear(act(linear(h1)))) + h1)
+//   (residual + dropout + LayerNorm is one fused backend op; the activation's
+//   output is recomputed in backward rather than saved)
 //   head:       pooled = tanh(linear(out[:, 0])); logits = linear(dropout(pooled))
 // Backward walks the same steps in reverse, reading what saved_for_backward()
 // declares, and replays every dropout mask from (seed, step, site).
@@ -197,8 +199,9 @@ void BertForSequenceClassification::encoder_forward(int64_t l, const Tensor& x, 
                                       masters.attn_ln_w, masters.attn_ln_b, config_.layer_norm_eps, s["attn_ln_in"],
                                       s["h1"], s["attn_ln_mean"], s["attn_ln_rstd"]);
   backend_.linear_forward(s["h1"], w.inter_w, &w.inter_b, s["inter_pre"]);
-  backend_.activation_forward(activation_, s["inter_pre"], s["inter_act"]);
-  backend_.linear_forward(s["inter_act"], w.out_w, &w.out_b, projected);
+  Tensor act = temporary({B_, L_, config_.intermediate_size}, "intermediate_act", compute_);
+  backend_.activation_forward(activation_, s["inter_pre"], act);
+  backend_.linear_forward(act, w.out_w, &w.out_b, projected);
   backend_.residual_layernorm_forward(projected, s["h1"], dropout_at(config_.hidden_dropout_prob, site_layer_output(l)),
                                       masters.out_ln_w, masters.out_ln_b, config_.layer_norm_eps, s["out_ln_in"],
                                       s["out"], s["out_ln_mean"], s["out_ln_rstd"]);
@@ -299,7 +302,11 @@ Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& 
                                        dropout_at(config_.hidden_dropout_prob, site_layer_output(l)), d_h1, d_branch,
                                        g.out_ln_w, g.out_ln_b);
   Tensor d_inter = temporary({B_, L_, I}, "d_intermediate", t);
-  backend_.linear_backward(d_branch, s["inter_act"], w.out_w, &d_inter, g.out_w, &g.out_b);
+  {
+    Tensor act = temporary({B_, L_, I}, "intermediate_act", t);  // recomputed, not saved
+    backend_.activation_forward(activation_, s["inter_pre"], act);
+    backend_.linear_backward(d_branch, act, w.out_w, &d_inter, g.out_w, &g.out_b);
+  }
   backend_.activation_backward(activation_, s["inter_pre"], d_inter, d_inter);
   backend_.linear_backward(d_inter, s["h1"], w.inter_w, &d_h1, g.inter_w, &g.inter_b, /*accumulate_dx=*/true);
   d_inter = Tensor();

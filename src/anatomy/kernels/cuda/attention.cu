@@ -90,6 +90,26 @@ __device__ __forceinline__ double warp_max(double x) {
 
 __device__ __forceinline__ bool masked(const int64_t* mask, int64_t j) { return mask != nullptr && mask[j] == 0; }
 
+// out[j] = dropout(in[j]) for the row of L elements whose element j has
+// dropout index base + j, by the whole warp (in == out allowed). One Philox
+// call gives the bits of the four indices 4c .. 4c + 3 (core/random.h), so a
+// lane takes whole groups of four, aligned on the index (a group may straddle
+// rows when L % 4 != 0: each row's warp then uses its own part of it).
+__device__ __forceinline__ void dropout_row(const float* in, float* out, uint64_t base, int64_t L, int lane, float p,
+                                            float keep_scale, uint64_t seed, uint64_t stream) {
+  const uint64_t first = base >> 2, last = (base + static_cast<uint64_t>(L) - 1) >> 2;
+  for (uint64_t c = first + static_cast<uint64_t>(lane); c <= last; c += kWarp) {
+    const uint32_t keep = dropout_keep4(seed, stream, c, p);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint64_t index = 4 * c + static_cast<uint64_t>(w);
+      if (index < base || index - base >= static_cast<uint64_t>(L)) continue;
+      const int64_t j = static_cast<int64_t>(index - base);
+      out[j] = ((keep >> w) & 1u) ? in[j] * keep_scale : 0.0f;
+    }
+  }
+}
+
 // probs holds scale·QKᵀ on entry, row r = (b*heads + h)*L + i, and the softmax
 // on exit. Max, exponentials and sum are in double as on the CPU, so the float
 // probabilities agree with it to the last bit or so. Masked keys get exactly 0;
@@ -124,20 +144,12 @@ __global__ void softmax_rows_kernel(float* probs, float* dropped, const int64_t*
   }
 
   if (dropped) {
-    // Each lane reads back only what it wrote above, so no synchronisation.
-    float* out = dropped + row * L;
-    const uint64_t base = static_cast<uint64_t>(row) * static_cast<uint64_t>(L);
-    for (int64_t j = lane; j < L; j += kWarp)
-      out[j] = dropout_keep(seed, stream, base + static_cast<uint64_t>(j), p) ? x[j] * keep_scale : 0.0f;
+    // Lanes read probabilities other lanes wrote above (groups of four indices
+    // per lane): the warp's writes are made visible first.
+    __syncwarp();
+    dropout_row(x, dropped + row * L, static_cast<uint64_t>(row) * static_cast<uint64_t>(L), L, lane, p, keep_scale,
+                seed, stream);
   }
-}
-
-// y[i] = dropout(x[i]) for i in [0, n), element index i as above.
-__global__ void dropout_kernel(const float* x, float* y, int64_t n, float p, float keep_scale, uint64_t seed,
-                               uint64_t stream) {
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step)
-    y[i] = dropout_keep(seed, stream, static_cast<uint64_t>(i), p) ? x[i] * keep_scale : 0.0f;
 }
 
 // Softmax backward, in place on grad (dP of the dropped probabilities on
@@ -154,15 +166,14 @@ __global__ void softmax_backward_rows_kernel(const float* probs, float* grad, in
   float* g = grad + row * L;
   const uint64_t base = static_cast<uint64_t>(row) * static_cast<uint64_t>(L);
 
-  double dot = 0.0;
-  for (int64_t j = lane; j < L; j += kWarp) {
-    float gj = g[j];
-    if (use_dropout) {
-      gj = dropout_keep(seed, stream, base + static_cast<uint64_t>(j), p) ? gj * keep_scale : 0.0f;
-      g[j] = gj;  // kept for the second pass, which this lane alone reads
-    }
-    dot += static_cast<double>(pr[j]) * gj;
+  if (use_dropout) {
+    // dP through the mask, in place (lanes take groups of four indices), made
+    // visible to the warp before the lane-strided passes below read it.
+    dropout_row(g, g, base, L, lane, p, keep_scale, seed, stream);
+    __syncwarp();
   }
+  double dot = 0.0;
+  for (int64_t j = lane; j < L; j += kWarp) dot += static_cast<double>(pr[j]) * g[j];
   dot = warp_sum(dot);
   for (int64_t j = lane; j < L; j += kWarp) g[j] = static_cast<float>(pr[j] * (g[j] - dot) * scale);
 }
@@ -227,11 +238,9 @@ void attention_backward(cudaStream_t s, cublasHandle_t cublas, const float* dctx
   // (column-major: dVᵀ = dctxᵀ · W).
   const float* weights = probs;
   if (use_dropout) {
-    const int threads = 256;
-    const int64_t blocks = std::min<int64_t>((n + threads - 1) / threads, 65536);
-    dropout_kernel<<<static_cast<unsigned>(blocks), threads, 0, s>>>(probs, buffer, n, dropout.p, keep_scale,
-                                                                      dropout.seed, dropout.stream);
-    ANATOMY_CUDA_CHECK(cudaGetLastError());
+    // Element i of the [B, heads, L, L] probabilities has dropout index i: the
+    // element-wise dropout (elementwise.cu), which scales by the same float 1/(1-p).
+    cuda::dropout(s, probs, buffer, n, dropout);
     weights = buffer;
   }
   gemm_per_head(cublas, CUBLAS_OP_N, CUBLAS_OP_T, D, L, L, 1.0f, {dctx, H, L * H, D}, {weights, L, heads * LL, LL},

@@ -260,13 +260,71 @@ struct TanhBackward {
   }
 };
 
-struct DropoutOp {
+// ---- dropout ----
+// y[i] = keep(index_base + i) ? x[i]·scale : 0, the mask core/random.h's:
+// one Philox call gives the keep bits of the four elements 4c .. 4c + 3 of the
+// global index, so a thread takes whole groups of four (aligned on the global
+// index, not on i) and makes one call per group.
+
+struct DropoutArgs {
   uint64_t seed, stream, index_base;
   float p, scale;
-  __device__ float operator()(float v, int64_t i) const {
-    return dropout_keep(seed, stream, index_base + static_cast<uint64_t>(i), p) ? v * scale : 0.0f;
-  }
 };
+
+// With index_base % 4 == 0 and x, y 16-byte aligned: 8 elements per thread,
+// loaded and stored 16 bytes at a time (two groups, two Philox calls); a
+// partial last chunk goes element by element with the same bits.
+template <typename T>
+__global__ void dropout_vec8_kernel(const T* x, T* y, int64_t n, DropoutArgs a) {
+  const int64_t chunks = (n + 7) / 8;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < chunks; c += stride) {
+    const int64_t i = c * 8;
+    const uint64_t counter = (a.index_base + static_cast<uint64_t>(i)) >> 2;
+    const uint32_t keep = dropout_keep4(a.seed, a.stream, counter, a.p) |
+                          dropout_keep4(a.seed, a.stream, counter + 1, a.p) << 4;
+    if (i + 8 <= n) {
+      float v[8];
+      load8(x + i, v);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) v[k] = ((keep >> k) & 1u) ? v[k] * a.scale : 0.0f;
+      store8(y + i, v);
+    } else {
+      for (int k = 0; k < 8 && i + k < n; ++k)
+        y[i + k] = from_float<T>(((keep >> k) & 1u) ? to_float(x[i + k]) * a.scale : 0.0f);
+    }
+  }
+}
+
+// Any index_base and alignment: a thread per group of four global indices
+// 4c .. 4c + 3 that meets [index_base, index_base + n), scalar accesses.
+template <typename T>
+__global__ void dropout_group_kernel(const T* x, T* y, int64_t n, DropoutArgs a) {
+  const uint64_t first = a.index_base >> 2, last = (a.index_base + static_cast<uint64_t>(n) - 1) >> 2;
+  const int64_t groups = static_cast<int64_t>(last - first) + 1;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < groups; c += stride) {
+    const uint64_t counter = first + static_cast<uint64_t>(c);
+    const uint32_t keep = dropout_keep4(a.seed, a.stream, counter, a.p);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint64_t index = counter * 4 + static_cast<uint64_t>(w);
+      if (index < a.index_base || index - a.index_base >= static_cast<uint64_t>(n)) continue;
+      const int64_t i = static_cast<int64_t>(index - a.index_base);
+      y[i] = from_float<T>(((keep >> w) & 1u) ? to_float(x[i]) * a.scale : 0.0f);
+    }
+  }
+}
+
+template <typename T>
+void launch_dropout(cudaStream_t s, const T* x, T* y, int64_t n, const DropoutArgs& a) {
+  if (n <= 0) return;
+  if (a.index_base % 4 == 0 && aligned16(x) && aligned16(y))
+    dropout_vec8_kernel<T><<<blocks_for((n + 7) / 8), kThreads, 0, s>>>(x, y, n, a);
+  else
+    dropout_group_kernel<T><<<blocks_for(n / 4 + 2), kThreads, 0, s>>>(x, y, n, a);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
 
 // ---- rows and columns ----
 
@@ -352,7 +410,7 @@ void dropout(cudaStream_t s, const float* x, float* y, int64_t n, const DropoutS
     return;
   }
   const float scale = 1.0f / (1.0f - spec.p);  // in float, as the CPU computes it
-  launch_map1(s, x, y, n, DropoutOp{spec.seed, spec.stream, index_base, spec.p, scale});
+  launch_dropout(s, x, y, n, DropoutArgs{spec.seed, spec.stream, index_base, spec.p, scale});
 }
 
 void select_row(cudaStream_t s, const float* x, int64_t B, int64_t L, int64_t H, int64_t row, float* out) {
@@ -445,8 +503,8 @@ void dropout_half(cudaStream_t s, Half h, const void* x, void* y, int64_t n, con
   const float scale = 1.0f / (1.0f - spec.p);  // in float, as the float32 dropout
   with_half_type(h, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    launch_map1_typed(s, static_cast<const T*>(x), static_cast<T*>(y), n,
-                      DropoutOp{spec.seed, spec.stream, index_base, spec.p, scale});
+    launch_dropout(s, static_cast<const T*>(x), static_cast<T*>(y), n,
+                   DropoutArgs{spec.seed, spec.stream, index_base, spec.p, scale});
   });
 }
 

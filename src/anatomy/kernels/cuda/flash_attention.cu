@@ -23,11 +23,17 @@
 // splits depends only on the shapes, so results are bit-reproducible, on any
 // device.
 //
-// Dropout's mask is the reference's: one Philox-4x32-10 per element, of which
-// one word is used. At B = 32, L = 512, 16 heads that is 134M generator calls
-// per pass, about 0.4 ms of integer multiplies on an H100 in the forward,
-// where little else hides them (the backward overlaps most of its copy with
-// its latency-bound products).
+// Dropout's mask is the reference's, one Philox-4x32-10 call per four
+// consecutive elements (core/random.h). A thread's accumulator elements are
+// not four consecutive ones, so when L % 4 == 0 the lanes that own the
+// elements of a call share it: in the forward a pair of lanes (each makes the
+// calls of one of their two rows and passes the other lane its words by a
+// shuffle), in the backward, where keys are the rows, a group of four lanes
+// (each makes a quarter of the calls, three shuffles). That is one call per
+// four elements: at B = 32, L = 512, 16 heads 34M per pass instead of 134M
+// (about 0.4 ms of integer multiplies on an H100 in the forward, where little
+// else hides them). For L % 4 != 0 (groups straddle rows) each element makes
+// its own call, of which it uses one word.
 //
 // The reference (CPU backend) semantics: masked keys get probability exactly
 // 0; a batch entry whose keys are all masked attends uniformly to all L keys,
@@ -219,21 +225,23 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// The reference's dropout mask (anatomy/core/random.h: element `index` of `stream` is
-// kept when the uniform from word 0 of Philox-4x32-10 at counter (index,
-// stream) under key `seed` is >= p), with everything that does not depend on
-// the index worked out once on the host: the round keys (kernel parameters,
-// so that they are operands from the constant bank rather than additions per
-// round), the first round's product of the constant counter word (the stream),
-// and the comparison turned into an integer one. It costs about 18 wide
-// multiplies per element instead of 20 and no key additions; the bits are the
-// reference's (checked against dropout_keep for millions of indices).
+// The reference's dropout mask (anatomy/core/random.h): element `index` of
+// `stream` is kept when the uniform from word (index & 3) of Philox-4x32-10 at
+// counter (index >> 2, stream) under key `seed` is >= p, so one generator call
+// gives the bits of the four elements 4c .. 4c + 3. Everything that does not
+// depend on the counter is worked out once on the host: the round keys (kernel
+// parameters, so that they are operands from the constant bank rather than
+// additions per round), the first round's product of the constant counter
+// word (the stream), and the comparison turned into an integer one. A call
+// costs 19 wide multiplies (20 in philox4x32) and no key additions; the bits
+// are the reference's (checked against dropout_keep4 / dropout_keep for
+// millions of counters and indices, on the host, where this compiles too).
 struct DropoutKeys {
   uint32_t k0[10], k1[10];  // round keys
-  uint32_t r0_c0;           // hi(M1 · stream_lo) ^ k0[0]: round 0's new word 0, before ^ index_hi
+  uint32_t r0_c0;           // hi(M1 · stream_lo) ^ k0[0]: round 0's new word 0, before ^ counter_hi
   uint32_t r0_c1;           // lo(M1 · stream_lo): round 0's new word 1
   uint32_t r0_c3k1;         // stream_hi ^ k1[0]
-  uint32_t keep_min;        // kept iff word 0 >= keep_min
+  uint32_t keep_min;        // kept iff the element's word >= keep_min
 };
 
 constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u;
@@ -258,20 +266,70 @@ DropoutKeys make_dropout_keys(const DropoutSpec& d) {
   return k;
 }
 
-__device__ __forceinline__ bool keep_element(const DropoutKeys& K, uint64_t index) {
-  const uint32_t c0 = static_cast<uint32_t>(index), c1 = static_cast<uint32_t>(index >> 32);
+__host__ __device__ __forceinline__ uint32_t mulhi32(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __umulhi(a, b);
+#else
+  return static_cast<uint32_t>((static_cast<uint64_t>(a) * b) >> 32);
+#endif
+}
+
+// Keep bits of elements 4·counter .. 4·counter + 3: bit w for element 4·counter + w
+// (dropout_keep4 of core/random.h).
+__host__ __device__ __forceinline__ uint32_t keep4(const DropoutKeys& K, uint64_t counter) {
+  const uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
   uint32_t x0 = K.r0_c0 ^ c1, x1 = K.r0_c1;
-  uint32_t x2 = __umulhi(kPhiloxM0, c0) ^ K.r0_c3k1, x3 = kPhiloxM0 * c0;
+  uint32_t x2 = mulhi32(kPhiloxM0, c0) ^ K.r0_c3k1, x3 = kPhiloxM0 * c0;
 #pragma unroll
-  for (int r = 1; r < 9; ++r) {
-    const uint32_t n0 = __umulhi(kPhiloxM1, x2) ^ x1 ^ K.k0[r];
-    const uint32_t n2 = __umulhi(kPhiloxM0, x0) ^ x3 ^ K.k1[r];
+  for (int r = 1; r < 10; ++r) {
+    const uint32_t n0 = mulhi32(kPhiloxM1, x2) ^ x1 ^ K.k0[r];
+    const uint32_t n2 = mulhi32(kPhiloxM0, x0) ^ x3 ^ K.k1[r];
     x1 = kPhiloxM1 * x2;
     x3 = kPhiloxM0 * x0;
     x0 = n0;
     x2 = n2;
   }
-  return (__umulhi(kPhiloxM1, x2) ^ x1 ^ K.k0[9]) >= K.keep_min;  // word 0 after round 9
+  return static_cast<uint32_t>(x0 >= K.keep_min) | static_cast<uint32_t>(x1 >= K.keep_min) << 1 |
+         static_cast<uint32_t>(x2 >= K.keep_min) << 2 | static_cast<uint32_t>(x3 >= K.keep_min) << 3;
+}
+
+// Whether element `index` is kept: its own call, of which one word is used
+// (the kernels' fallback when L % 4 != 0).
+__host__ __device__ __forceinline__ bool keep_element(const DropoutKeys& K, uint64_t index) {
+  return (keep4(K, index >> 2) >> (index & 3)) & 1u;
+}
+
+// Spreading the nibbles of calls over the lanes that own their elements. A
+// thread's mask has bit 4n + e for its accumulator element s[n][e]; its
+// elements, in both kernels, pair up with those of its neighbours in groups of
+// four consecutive dropout indices (when L % 4 == 0, so that no group
+// straddles a row), one call per group, and each lane computes a share of the
+// calls of its group of lanes and hands out the bits:
+//
+// Forward (rows = queries, columns = keys 8n + 2·t4 + {0, 1}): keys
+// 8n + 4c + {0..3} are the elements of lanes t4 = 2c (words 0, 1) and 2c + 1
+// (words 2, 3) in the same row. Lane j = t4 & 1 makes the 8 calls of its row
+// j (row_a or row_b), n = 0..7, into nibble n of `calls`; bits 4n + 2j + {0, 1}
+// (its row's elements) are its own, and its words of row j go to the partner
+// at the partner's bits for that row, 4n + 2j + {0, 1}.
+__device__ __forceinline__ uint32_t share_pairs(uint32_t calls, int j) {
+  const uint32_t own = calls & (0x33333333u << (2 * j));
+  const uint32_t give = j ? (calls << 2) & 0xCCCCCCCCu : (calls >> 2) & 0x33333333u;
+  return own | __shfl_xor_sync(0xffffffffu, give, 1);
+}
+// Backward (rows = keys key_a = 16w + g and key_b = key_a + 8, columns =
+// queries 8n + 2·t4 + {0, 1}): keys 4m .. 4m + 3 of one query are the elements
+// of the four lanes g = 4m' + {0..3} (same t4, lane ids 4 apart), word g & 3,
+// at the same bit 4n + e in each. Lane j = g & 3 makes the 8 calls of its
+// element e = j, n = 0..7, into nibble n of `calls`: bit 4n + w of it is lane
+// w's bit 4n + j. So lane j keeps bits w = j and sends lane j ^ d (d = 1..3,
+// lane id ^ 4d) bits w = j ^ d, each moved to 4n + j.
+__device__ __forceinline__ uint32_t share_quads(uint32_t calls, int j) {
+  uint32_t keep = calls & (0x11111111u << j);
+#pragma unroll
+  for (int d = 1; d < 4; ++d)
+    keep |= __shfl_xor_sync(0xffffffffu, ((calls >> (j ^ d)) & 0x11111111u) << j, 4 * d);
+  return keep;
 }
 
 // ---------------------------------------------------------------------------
@@ -365,16 +423,26 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1) flash_fwd_kernel(co
 
     // This tile's dropout mask first, while few registers are live: bit 4n + e
     // is accumulator element s[n][e] (row e < 2 ? row_a : row_b, key
-    // jt*64 + 8n + 2·t4 + (e & 1)).
-    const uint64_t base_a = drop_a + static_cast<uint64_t>(jt * kTile + 2 * t4);
-    const uint64_t base_b = drop_b + static_cast<uint64_t>(jt * kTile + 2 * t4);
+    // jt*64 + 8n + 2·t4 + (e & 1)). With L % 4 == 0 a lane pair shares the
+    // calls (share_pairs): 8 per lane, one per 4 elements; otherwise a call per element.
     auto dropout_bits = [&]() {
       uint32_t bits = 0u;
+      if (L % 4 == 0) {
+        const int j = t4 & 1;  // this lane's calls are for row j (row_a, row_b), keys 8n + 4·(t4 >> 1) + {0..3}
+        const uint64_t c0 = ((j ? drop_b : drop_a) + static_cast<uint64_t>(jt * kTile + 4 * (t4 >> 1))) >> 2;
+        uint32_t calls = 0u;
 #pragma unroll 4
-      for (int i = 0; i < 32; ++i) {
-        const int n = i >> 2, e = i & 3;
-        const uint64_t idx = ((e >> 1) ? base_b : base_a) + static_cast<uint64_t>(n * 8 + (e & 1));
-        bits |= static_cast<uint32_t>(keep_element(p.dropout, idx)) << i;
+        for (int n = 0; n < 8; ++n) calls |= keep4(p.dropout, c0 + 2 * n) << (4 * n);
+        bits = share_pairs(calls, j);
+      } else {
+        const uint64_t base_a = drop_a + static_cast<uint64_t>(jt * kTile + 2 * t4);
+        const uint64_t base_b = drop_b + static_cast<uint64_t>(jt * kTile + 2 * t4);
+#pragma unroll 4
+        for (int i = 0; i < 32; ++i) {
+          const int n = i >> 2, e = i & 3;
+          const uint64_t idx = ((e >> 1) ? base_b : base_a) + static_cast<uint64_t>(n * 8 + (e & 1));
+          bits |= static_cast<uint32_t>(keep_element(p.dropout, idx)) << i;
+        }
       }
       return bits;
     };
@@ -644,16 +712,31 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_bwd_kernel(co
 
       // The forward's dropout mask for this warp's 16 keys x 64 queries, first,
       // while few registers are live: bit 4n + e is element s[n][e] below (key
-      // e < 2 ? key_a : key_b, query it*64 + 8n + 2·t4 + (e & 1)).
+      // e < 2 ? key_a : key_b, query it*64 + 8n + 2·t4 + (e & 1)). With
+      // L % 4 == 0 four lanes share the calls (share_quads): 8 per lane, one per
+      // 4 elements; otherwise a call per element.
       const uint64_t row0 = head_base + static_cast<uint64_t>(it * kTile + 2 * t4) * static_cast<uint64_t>(L);
       auto dropout_bits = [&]() {
         uint32_t bits = 0u;
+        if (L % 4 == 0) {
+          // This lane's calls: element e = j of every n, i.e. query it*64 + 8n + 2·t4 + (j & 1) and the
+          // keys of key_a's group (j < 2) or key_b's, k0 + 16·warp + 4·(g >> 2) (+ 8).
+          const int j = g & 3;
+          const uint64_t c0 = (row0 + static_cast<uint64_t>(j & 1) * static_cast<uint64_t>(L) +
+                               static_cast<uint64_t>(k0 + warp * 16 + 4 * (g >> 2) + 8 * (j >> 1))) >> 2;
+          const uint64_t step = 2 * static_cast<uint64_t>(L);  // 8 queries of L elements, in groups of 4
+          uint32_t calls = 0u;
 #pragma unroll 4
-        for (int i = 0; i < 32; ++i) {
-          const int n = i >> 2, e = i & 3;
-          const uint64_t idx = row0 + static_cast<uint64_t>(n * 8 + (e & 1)) * static_cast<uint64_t>(L) +
-                               static_cast<uint64_t>((e >> 1) ? key_b : key_a);
-          bits |= static_cast<uint32_t>(keep_element(p.dropout, idx)) << i;
+          for (int n = 0; n < 8; ++n) calls |= keep4(p.dropout, c0 + step * n) << (4 * n);
+          bits = share_quads(calls, j);
+        } else {
+#pragma unroll 4
+          for (int i = 0; i < 32; ++i) {
+            const int n = i >> 2, e = i & 3;
+            const uint64_t idx = row0 + static_cast<uint64_t>(n * 8 + (e & 1)) * static_cast<uint64_t>(L) +
+                                 static_cast<uint64_t>((e >> 1) ? key_b : key_a);
+            bits |= static_cast<uint32_t>(keep_element(p.dropout, idx)) << i;
+          }
         }
         return bits;
       };
