@@ -257,12 +257,14 @@ TEST_P(CudaFixture, Fp16ForwardAndBackwardNearHuggingFace) {
 }
 
 // A learnable task (the label is the parity of the second token) trained 300
-// steps from the same initial weights: float32 with seed 1, float32 with seed 2
-// (another shuffling and other dropout masks), and bf16 with seed 1. Rounding
-// makes the bf16 run drift from its float32 twin step by step, as a change of
-// seed does, so "tracks" is measured against that yardstick: over windows of
-// 20 steps, |bf16 − fp32| may not exceed twice the seed-to-seed difference
-// plus 0.02 (of a loss that starts near ln 2 ≈ 0.69). And the runs must learn.
+// steps from the same initial weights: float32 with seed 1, float32 with seeds
+// 2, 3 and 4 (other shufflings and dropout masks), and bf16 with seed 1.
+// Rounding makes the bf16 run drift from its float32 twin step by step, as a
+// change of seed does, so "tracks" is measured against that yardstick: over
+// windows of 20 steps, |bf16 − fp32| may not exceed twice the largest
+// seed-to-seed difference plus 0.02 (of a loss that starts near ln 2 ≈ 0.69).
+// (With a single other seed the yardstick is one sample of the spread, and two
+// seeds that happen to agree over a window make it near zero.) And the runs must learn.
 TEST(CudaMixedPrecision, Bf16LossCurveTracksFloat32Over300Steps) {
   SKIP_WITHOUT_GPU();
   BertConfig config = *bert_preset("bert-tiny");
@@ -291,7 +293,9 @@ TEST(CudaMixedPrecision, Bf16LossCurveTracksFloat32Over300Steps) {
     args.progress = false;
     return Trainer(*backend, model, data, args).train().losses;
   };
-  const auto fp32 = train(DType::F32, 1), fp32_other_seed = train(DType::F32, 2), bf16 = train(DType::BF16, 1);
+  const auto fp32 = train(DType::F32, 1), bf16 = train(DType::BF16, 1);
+  const std::vector<std::vector<double>> other_seeds = {train(DType::F32, 2), train(DType::F32, 3),
+                                                        train(DType::F32, 4)};
   ASSERT_EQ(bf16.size(), 300u);
   auto window = [](const std::vector<double>& c, int w) {
     double m = 0;
@@ -299,10 +303,11 @@ TEST(CudaMixedPrecision, Bf16LossCurveTracksFloat32Over300Steps) {
     return m;
   };
   for (int w = 0; w < 15; ++w) {
-    const double yardstick = std::abs(window(fp32_other_seed, w) - window(fp32, w));
+    double yardstick = 0.0;
+    for (const auto& other : other_seeds) yardstick = std::max(yardstick, std::abs(window(other, w) - window(fp32, w)));
     EXPECT_LE(std::abs(window(bf16, w) - window(fp32, w)), 2 * yardstick + 0.02)
-        << "window " << w << ": fp32 " << window(fp32, w) << ", other seed " << window(fp32_other_seed, w)
-        << ", bf16 " << window(bf16, w);
+        << "window " << w << ": fp32 " << window(fp32, w) << ", largest seed difference " << yardstick << ", bf16 "
+        << window(bf16, w);
   }
   EXPECT_LT(window(fp32, 14), window(fp32, 0) - 0.2) << "float32 did not learn the task";
   EXPECT_LT(window(bf16, 14), window(bf16, 0) - 0.2) << "bf16 did not learn the task";

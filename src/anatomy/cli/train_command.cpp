@@ -202,7 +202,7 @@ Command add_train_command(CLI::App& app, bool profile_command) {
     if (!std::all_of(result.losses.begin(), result.losses.end(), [](double l) { return std::isfinite(l); }))
       fmt::print("warning: the loss was not finite at some step\n");
 
-    if (!args.output_dir.empty()) save_pretrained(model, backend, args.output_dir);
+    if (!args.output_dir.empty() && !profile_command) save_pretrained(model, backend, args.output_dir);
 
     fmt::print("Time: {:.2f}\n", result.seconds);
     fmt::print("Samples/second: {:.2f}\n", result.samples_per_second);

@@ -8,13 +8,12 @@
 // lane partials in float, the warp's sum in double in a fixed butterfly
 // order) are those of the rounded sum, which is what backward sees.
 //
-// Backward: blocks of 8 warps own a contiguous chunk of rows, a warp every
-// 8th row of it. A warp computes its row's input gradient from registers and
-// writes it twice: as is (the residual branch's gradient) and through the
-// dropout mask (the other branch's). Each lane keeps its columns' partial
-// dgamma, dbeta over the warp's rows; the block adds its warps in warp order
-// into one partial per chunk, and a second kernel adds the chunks in order
-// (in double) into dgamma and dbeta. No atomics: bit-reproducible.
+// Backward: dgamma and dbeta first, as column sums over chunks of rows (a
+// thread per 8 columns, rows in order, one float partial per chunk), then the
+// input gradient, one warp per row from registers, written twice: as is (the
+// residual branch's gradient) and through the dropout mask (the other
+// branch's); last, the chunks' partials are added in order (in double) into
+// dgamma and dbeta. No atomics: bit-reproducible.
 //
 // Dropout masks are core/random.h's: element r·H + h of the stream, four
 // elements per Philox call (8 aligned elements are two calls).
@@ -39,7 +38,7 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int kWarpsPerBlock = 8;
 constexpr int kMaxGroups = 8;        // H <= 256 * 8
-constexpr int64_t kMaxChunks = 528;  // backward partials: blocks at most
+constexpr int64_t kMaxChunks = 512;  // backward: row chunks of the dgamma/dbeta partials, at most
 
 template <typename T>
 __device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
@@ -133,82 +132,96 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   }
 }
 
+// The input gradient: one warp per row, the row's 16-bit dy and sum held
+// packed in registers (few registers, so many warps hide the latency).
 template <typename T, int kGroups>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
-    residual_ln_backward_kernel(const T* dy, const T* x, const float* mean, const float* rstd, const float* gamma,
-                                const DropoutSpec d, float keep_scale, T* d_residual, T* d_x, float* partial_gamma,
-                                float* partial_beta, int64_t rows, int H, int64_t rows_per_chunk) {
-  extern __shared__ float shared[];  // [2][H]: the block's dgamma, dbeta
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    residual_ln_backward_dx_kernel(const T* dy, const T* x, const float* mean, const float* rstd, const float* gamma,
+                                   const DropoutSpec d, float keep_scale, T* d_residual, T* d_x, int64_t rows, int H) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  const int64_t base = r * H;
+  const float m = mean[r], s = rstd[r];
+  uint4 raw_x[kGroups], raw_dy[kGroups];
+  float lane_dyg = 0.0f, lane_dyg_xh = 0.0f;
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    const int h = 8 * lane + 256 * g;
+    if (h >= H) continue;
+    raw_x[g] = *reinterpret_cast<const uint4*>(x + base + h);
+    raw_dy[g] = *reinterpret_cast<const uint4*>(dy + base + h);
+  }
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    const int h = 8 * lane + 256 * g;
+    if (h >= H) continue;
+    const T* xe = reinterpret_cast<const T*>(&raw_x[g]);
+    const T* ge = reinterpret_cast<const T*>(&raw_dy[g]);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float xh = (to_float(xe[j]) - m) * s;
+      const float dyg = to_float(ge[j]) * gamma[h + j];
+      lane_dyg += dyg;
+      lane_dyg_xh += dyg * xh;
+    }
+  }
+  const float mean_dyg = static_cast<float>(warp_sum(static_cast<double>(lane_dyg)) / H);
+  const float mean_dyg_xh = static_cast<float>(warp_sum(static_cast<double>(lane_dyg_xh)) / H);
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    const int h = 8 * lane + 256 * g;
+    if (h >= H) continue;
+    const T* xe = reinterpret_cast<const T*>(&raw_x[g]);
+    const T* ge = reinterpret_cast<const T*>(&raw_dy[g]);
+    float o[8], od[8];
+    const uint32_t keep = d.p > 0.0f ? keep_bits8(d, static_cast<uint64_t>(base + h)) : 0xffu;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float xh = (to_float(xe[j]) - m) * s;
+      const float dyg = to_float(ge[j]) * gamma[h + j];
+      o[j] = to_float(from_float<T>(s * (dyg - mean_dyg - xh * mean_dyg_xh)));
+      od[j] = d.p > 0.0f ? (((keep >> j) & 1u) ? o[j] * keep_scale : 0.0f) : o[j];
+    }
+    store8(d_residual + base + h, o);
+    store8(d_x + base + h, od);
+  }
+}
+
+// dgamma, dbeta partials: block (chunk of rows, group of 8·kColThreads
+// columns); a thread sums its 8 columns over the chunk's rows in row order.
+// Reads dy and the sum again (after the dx kernel, which may have written
+// d_residual over dy: so this kernel runs first).
+constexpr int kColThreads = 128;
+template <typename T>
+__global__ void __launch_bounds__(kColThreads)
+    ln_param_partials_kernel(const T* dy, const T* x, const float* mean, const float* rstd, float* partial_gamma,
+                             float* partial_beta, int64_t rows, int H, int64_t rows_per_chunk) {
+  const int h = 8 * (blockIdx.y * kColThreads + threadIdx.x);
+  if (h >= H) return;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
   const int64_t r1 = min(rows, r0 + rows_per_chunk);
-  float acc_g[kGroups][8], acc_b[kGroups][8];
+  float acc_g[8], acc_b[8];
 #pragma unroll
-  for (int g = 0; g < kGroups; ++g)
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc_g[g][j] = acc_b[g][j] = 0.0f;
-
-  for (int64_t r = r0 + warp; r < r1; r += kWarpsPerBlock) {
-    const int64_t base = r * H;
+  for (int j = 0; j < 8; ++j) acc_g[j] = acc_b[j] = 0.0f;
+#pragma unroll 4
+  for (int64_t r = r0; r < r1; ++r) {
+    float a[8], gy[8];
+    load8(x + r * H + h, a);
+    load8(dy + r * H + h, gy);
     const float m = mean[r], s = rstd[r];
-    float xh[kGroups][8], dyg[kGroups][8];
-    float lane_dyg = 0.0f, lane_dyg_xh = 0.0f;
 #pragma unroll
-    for (int g = 0; g < kGroups; ++g) {
-      const int h = 8 * lane + 256 * g;
-      if (h >= H) continue;
-      float a[8], gy[8];
-      load8(x + base + h, a);
-      load8(dy + base + h, gy);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        xh[g][j] = (a[j] - m) * s;
-        dyg[g][j] = gy[j] * gamma[h + j];
-        lane_dyg += dyg[g][j];
-        lane_dyg_xh += dyg[g][j] * xh[g][j];
-        acc_g[g][j] += gy[j] * xh[g][j];
-        acc_b[g][j] += gy[j];
-      }
-    }
-    const float mean_dyg = static_cast<float>(warp_sum(static_cast<double>(lane_dyg)) / H);
-    const float mean_dyg_xh = static_cast<float>(warp_sum(static_cast<double>(lane_dyg_xh)) / H);
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) {
-      const int h = 8 * lane + 256 * g;
-      if (h >= H) continue;
-      float o[8], od[8];
-      const uint32_t keep = d.p > 0.0f ? keep_bits8(d, static_cast<uint64_t>(base + h)) : 0xffu;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        o[j] = to_float(from_float<T>(s * (dyg[g][j] - mean_dyg - xh[g][j] * mean_dyg_xh)));
-        od[j] = d.p > 0.0f ? (((keep >> j) & 1u) ? o[j] * keep_scale : 0.0f) : o[j];
-      }
-      store8(d_residual + base + h, o);
-      store8(d_x + base + h, od);
+    for (int j = 0; j < 8; ++j) {
+      acc_g[j] += gy[j] * ((a[j] - m) * s);
+      acc_b[j] += gy[j];
     }
   }
-
-  // The block's column sums, warp by warp in warp order.
-  float* sg = shared;
-  float* sb = shared + H;
-  for (int w = 0; w < kWarpsPerBlock; ++w) {
-    if (warp == w) {
+  float* pg = partial_gamma + static_cast<int64_t>(blockIdx.x) * H + h;
+  float* pb = partial_beta + static_cast<int64_t>(blockIdx.x) * H + h;
 #pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
-        const int h = 8 * lane + 256 * g;
-        if (h >= H) continue;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          sg[h + j] = w == 0 ? acc_g[g][j] : sg[h + j] + acc_g[g][j];
-          sb[h + j] = w == 0 ? acc_b[g][j] : sb[h + j] + acc_b[g][j];
-        }
-      }
-    }
-    __syncthreads();
-  }
-  for (int h = threadIdx.x; h < H; h += blockDim.x) {
-    partial_gamma[static_cast<int64_t>(blockIdx.x) * H + h] = sg[h];
-    partial_beta[static_cast<int64_t>(blockIdx.x) * H + h] = sb[h];
+  for (int j = 0; j < 8; ++j) {
+    pg[j] = acc_g[j];
+    pb[j] = acc_b[j];
   }
 }
 
@@ -241,9 +254,7 @@ void with_groups(int64_t H, F&& f) {
   }
 }
 
-int64_t chunk_count(int64_t rows) {
-  return std::clamp<int64_t>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock, 1, kMaxChunks);
-}
+int64_t chunk_count(int64_t rows) { return std::clamp<int64_t>((rows + 31) / 32, 1, kMaxChunks); }
 
 float keep_scale_of(const DropoutSpec& d) { return d.p > 0.0f ? 1.0f / (1.0f - d.p) : 1.0f; }
 
@@ -289,15 +300,21 @@ void residual_layernorm_backward_half(cudaStream_t s, Half half, const void* dy,
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   float* partial_gamma = static_cast<float*>(scratch);
   float* partial_beta = partial_gamma + chunks * H;
-  const size_t smem = static_cast<size_t>(2 * H) * sizeof(float);
+  const int64_t row_blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  ANATOMY_CHECK(row_blocks <= 0x7fffffff, "residual_layernorm_backward: {} rows are too many", rows);
   with_half_type(half, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    // Parameter partials first: the input-gradient kernel may overwrite dy.
+    const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>((H / 8 + kColThreads - 1) / kColThreads));
+    ln_param_partials_kernel<T><<<grid, kColThreads, 0, s>>>(static_cast<const T*>(dy), static_cast<const T*>(sum),
+                                                             mean, rstd, partial_gamma, partial_beta, rows,
+                                                             static_cast<int>(H), rows_per_chunk);
+    ANATOMY_CUDA_CHECK(cudaGetLastError());
     with_groups(H, [&](auto groups) {
-      residual_ln_backward_kernel<T, decltype(groups)::value>
-          <<<static_cast<unsigned>(chunks), kWarp * kWarpsPerBlock, smem, s>>>(
+      residual_ln_backward_dx_kernel<T, decltype(groups)::value>
+          <<<static_cast<unsigned>(row_blocks), kWarp * kWarpsPerBlock, 0, s>>>(
               static_cast<const T*>(dy), static_cast<const T*>(sum), mean, rstd, gamma, dropout,
-              keep_scale_of(dropout), static_cast<T*>(d_residual), static_cast<T*>(d_x), partial_gamma, partial_beta,
-              rows, static_cast<int>(H), rows_per_chunk);
+              keep_scale_of(dropout), static_cast<T*>(d_residual), static_cast<T*>(d_x), rows, static_cast<int>(H));
     });
   });
   ANATOMY_CUDA_CHECK(cudaGetLastError());
