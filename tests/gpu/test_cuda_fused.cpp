@@ -299,5 +299,30 @@ TEST(CudaBackendAdamW, FlatStepEqualsTheCpuBitForBitAndLeavesGapsAlone) {
   }
 }
 
+// The recomputing activation backward gives the bits of activation_forward
+// and activation_backward run separately (same element functions, one
+// rounding each), with odd sizes (partial 8-element groups) and dx written over dy.
+TEST(CudaBackendActivation, RecomputeEqualsForwardAndBackwardBitForBit) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = cuda::make_cuda_backend(0);
+  for (DType t : {DType::BF16, DType::F16}) {
+    for (ActivationKind kind : {ActivationKind::GeluErf, ActivationKind::GeluTanh, ActivationKind::Relu}) {
+      for (int64_t n : {int64_t{1}, int64_t{1001}, int64_t{4096 * 33 + 5}}) {
+        const auto x = random_vector(n, 21, 4.0f), dy = random_vector(n, 22);
+        Tensor tx = upload(*gpu, {n}, x, t, "x"), tdy = upload(*gpu, {n}, dy, t, "dy");
+        Tensor y1 = upload(*gpu, {n}, std::vector<float>(n), t, "y1"), dx1 = upload(*gpu, {n}, std::vector<float>(n), t, "dx1");
+        gpu->activation_forward(kind, tx, y1);
+        gpu->activation_backward(kind, tx, tdy, dx1);
+        Tensor y2 = upload(*gpu, {n}, std::vector<float>(n), t, "y2");
+        gpu->activation_backward_recompute(kind, tx, tdy, tdy, y2);  // dx over dy
+        const std::string what = std::string(dtype_name(t)) + " kind " + std::to_string(static_cast<int>(kind)) +
+                                 " n " + std::to_string(n);
+        EXPECT_EQ(download(*gpu, y1), download(*gpu, y2)) << what << " y";
+        EXPECT_EQ(download(*gpu, dx1), download(*gpu, tdy)) << what << " dx";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace anatomy

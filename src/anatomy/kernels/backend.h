@@ -65,8 +65,9 @@ class Backend {
   // y[M,N] = x[M,K] · w[N,K]^T (+ b[N]). Mixed precision: x, w, b and y all
   // 16-bit of one type, products accumulated in float32.
   virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) = 0;
-  // dx = dy · w (when dx is given; dx += dy · w with accumulate_dx); dw += dy^T · x;
-  // db += Σ_rows dy (when db is given). Mixed precision: dy, x, w, dx 16-bit; dw and db float32.
+  // dx = dy · w (when dx is given; dx += dy · w with accumulate_dx); dw += dy^T · x
+  // (when dw is defined); db += Σ_rows dy (when db is given). Mixed precision:
+  // dy, x, w, dx 16-bit; dw and db float32.
   virtual void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx,
                                const Tensor& dw, const Tensor* db, bool accumulate_dx = false) = 0;
 
@@ -105,6 +106,11 @@ class Backend {
   virtual void activation_forward(ActivationKind kind, const Tensor& x, const Tensor& y) = 0;
   // dx = dy * f'(x) where `saved` is x (for GELU, ReLU) or y = f(x) (for tanh).
   virtual void activation_backward(ActivationKind kind, const Tensor& saved, const Tensor& dy, const Tensor& dx) = 0;
+  // Backward that recomputes the forward in the same pass: y = f(x) and
+  // dx = dy * f'(x), x the saved input (not for Tanh, which saves its output).
+  // dx may be dy. Lets a layer keep only x and rebuild f(x) when backward needs it.
+  virtual void activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy,
+                                             const Tensor& dx, const Tensor& y) = 0;
   // y = x * keep / (1 - p); in place allowed. Backward is the same call on dy.
   virtual void dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) = 0;
   // out[b, :] = x[b, row, :] for every batch entry b (x is [B, L, H], out [B, H]).

@@ -145,8 +145,9 @@ void ProfilingBackend::linear_backward(const Tensor& dy, const Tensor& x, const 
                                        const Tensor& dw, const Tensor* db, bool accumulate_dx) {
   const double M = numel_of(x) / static_cast<double>(x.dim(-1)), K = static_cast<double>(x.dim(-1)),
                N = static_cast<double>(w.dim(0));
-  const double flops = 2.0 * M * N * K * (dx ? 2.0 : 1.0) + (db ? M * N : 0.0);
-  const double bytes = bytes_of(dy) * (dx ? 2.0 : 1.0) + bytes_of(x) + bytes_of(dx) * (accumulate_dx ? 2.0 : 1.0) +
+  const double flops = 2.0 * M * N * K * ((dx ? 1.0 : 0.0) + (dw.defined() ? 1.0 : 0.0)) + (db ? M * N : 0.0);
+  const double bytes = bytes_of(dy) * ((dx ? 1.0 : 0.0) + (dw.defined() || db ? 1.0 : 0.0)) +
+                       (dw.defined() ? bytes_of(x) : 0.0) + bytes_of(dx) * (accumulate_dx ? 2.0 : 1.0) +
                        (dx ? bytes_of(w) : 0.0) + 2.0 * bytes_of(dw) + 2.0 * bytes_of(db);
   timed("linear_backward", operand_name(w.name()), OpClass::Contraction, flops, bytes,
         [&] { inner_.linear_backward(dy, x, w, dx, dw, db, accumulate_dx); });
@@ -212,6 +213,12 @@ void ProfilingBackend::activation_backward(ActivationKind kind, const Tensor& sa
                                            const Tensor& dx) {
   timed("activation_backward", activation_name(kind), OpClass::Elementwise, numel_of(dx),
         bytes_of(saved) + bytes_of(dy) + bytes_of(dx), [&] { inner_.activation_backward(kind, saved, dy, dx); });
+}
+void ProfilingBackend::activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy,
+                                                     const Tensor& dx, const Tensor& y) {
+  timed("activation_backward", activation_name(kind), OpClass::Elementwise, 2.0 * numel_of(dx),
+        bytes_of(x) + bytes_of(dy) + bytes_of(dx) + bytes_of(y),
+        [&] { inner_.activation_backward_recompute(kind, x, dy, dx, y); });
 }
 void ProfilingBackend::dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) {
   timed("dropout", operand_name(y.name()), OpClass::Elementwise, numel_of(y), bytes_of(x) + bytes_of(y),

@@ -80,6 +80,8 @@ class ProfilingBackend final : public Backend {
   void add_inplace(const Tensor& dst, const Tensor& src) override;
   void activation_forward(ActivationKind kind, const Tensor& x, const Tensor& y) override;
   void activation_backward(ActivationKind kind, const Tensor& saved, const Tensor& dy, const Tensor& dx) override;
+  void activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                                     const Tensor& y) override;
   void dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) override;
   void select_row(const Tensor& x, int64_t row, const Tensor& out) override;
   void select_row_backward(const Tensor& dout, int64_t row, const Tensor& dx) override;

@@ -301,13 +301,16 @@ Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& 
   backend_.residual_layernorm_backward(dout, s["out_ln_in"], s["out_ln_mean"], s["out_ln_rstd"], masters.out_ln_w,
                                        dropout_at(config_.hidden_dropout_prob, site_layer_output(l)), d_h1, d_branch,
                                        g.out_ln_w, g.out_ln_b);
+  // The output dense layer's input act(inter_pre) was not saved: its input
+  // gradient comes first, then one pass recomputes act and applies act' to
+  // that gradient, then the weight gradient reads the recomputed act.
   Tensor d_inter = temporary({B_, L_, I}, "d_intermediate", t);
   {
-    Tensor act = temporary({B_, L_, I}, "intermediate_act", t);  // recomputed, not saved
-    backend_.activation_forward(activation_, s["inter_pre"], act);
-    backend_.linear_backward(d_branch, act, w.out_w, &d_inter, g.out_w, &g.out_b);
+    Tensor act = temporary({B_, L_, I}, "intermediate_act", t);
+    backend_.linear_backward(d_branch, act, w.out_w, &d_inter, Tensor(), nullptr);
+    backend_.activation_backward_recompute(activation_, s["inter_pre"], d_inter, d_inter, act);
+    backend_.linear_backward(d_branch, act, w.out_w, nullptr, g.out_w, &g.out_b);
   }
-  backend_.activation_backward(activation_, s["inter_pre"], d_inter, d_inter);
   backend_.linear_backward(d_inter, s["h1"], w.inter_w, &d_h1, g.inter_w, &g.inter_b, /*accumulate_dx=*/true);
   d_inter = Tensor();
 

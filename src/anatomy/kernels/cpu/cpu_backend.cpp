@@ -87,14 +87,15 @@ class CpuBackend final : public Backend {
   void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor& dw,
                        const Tensor* db, bool accumulate_dx) override {
     const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
-    ANATOMY_CHECK(dy.numel() == M * N && dw.numel() == N * K, "linear_backward: shapes of {} {}", dy.name(),
-                  dw.name());
+    ANATOMY_CHECK(dy.numel() == M * N && (!dw.defined() || dw.numel() == N * K), "linear_backward: shapes of {} {}",
+                  dy.name(), dw.name());
     if (dx) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, dy.data<float>(), N, w.data<float>(), K,
                   accumulate_dx ? 1.0f : 0.0f, dx->data<float>(), K);
     }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dy.data<float>(), N, x.data<float>(), K, 1.0f,
-                dw.data<float>(), K);
+    if (dw.defined())
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dy.data<float>(), N, x.data<float>(), K,
+                  1.0f, dw.data<float>(), K);
     if (db) {
       const float* g = dy.data<float>();
       float* out = db->data<float>();
@@ -258,6 +259,13 @@ class CpuBackend final : public Backend {
       }
       out[i] = static_cast<float>(g[i] * d);
     }
+  }
+
+  void activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                                     const Tensor& y) override {
+    ANATOMY_CHECK(kind != ActivationKind::Tanh, "activation_backward_recompute: tanh saves its output, not its input");
+    activation_forward(kind, x, y);  // y first: dx may be dy, never x or y
+    activation_backward(kind, x, dy, dx);
   }
 
   void dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) override {

@@ -44,11 +44,6 @@ __global__ void broadcast_rows_kernel(const float* bias, float* out, int64_t M, 
     out[i] = bias[i % N];
 }
 
-void expect_gpu_f32(const Tensor& t, const char* op) {
-  ANATOMY_CHECK(t.defined() && t.dtype() == DType::F32 && t.device().type == DeviceType::CUDA,
-                "{}: '{}' must be a float32 tensor on the GPU", op, t.name());
-}
-
 int64_t rows_of(const Tensor& t) { return t.numel() / t.dim(-1); }
 
 class CudaBackend final : public Backend {
@@ -122,10 +117,11 @@ class CudaBackend final : public Backend {
   void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor& dw,
                        const Tensor* db, bool accumulate_dx) override {
     const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
-    ANATOMY_CHECK(dy.numel() == M * N && dw.numel() == N * K, "linear_backward: shapes of {} {}", dy.name(),
-                  dw.name());
+    ANATOMY_CHECK(dy.numel() == M * N && (!dw.defined() || dw.numel() == N * K), "linear_backward: shapes of {} {}",
+                  dy.name(), dw.name());
     const DType t = x.dtype();
-    ANATOMY_CHECK(dy.dtype() == t && w.dtype() == t && (!dx || dx->dtype() == t) && dw.dtype() == DType::F32,
+    ANATOMY_CHECK(dy.dtype() == t && w.dtype() == t && (!dx || dx->dtype() == t) &&
+                      (!dw.defined() || dw.dtype() == DType::F32),
                   "linear_backward: {} {} {} share one dtype and {} is float32", dy.name(), x.name(), w.name(),
                   dw.name());
     const float dx_beta = accumulate_dx ? 1.0f : 0.0f;
@@ -133,8 +129,8 @@ class CudaBackend final : public Backend {
                        nullptr))  // dxᵀ[K,M] = wᵀ[K,N] · dyᵀ[N,M]
       gemm(CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, w.raw(), t, K, dy.raw(), t, N, dx_beta, dx->raw(), t, K);
     // dwᵀ[K,N] += xᵀ[K,M] · dy[M,N], accumulated in float32 whatever the inputs' type.
-    if (!lt_gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x.raw(), t, K, dy.raw(), N, 1.0f, dw.raw(), DType::F32, K,
-                 nullptr))
+    if (dw.defined() &&
+        !lt_gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x.raw(), t, K, dy.raw(), N, 1.0f, dw.raw(), DType::F32, K, nullptr))
       gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x.raw(), t, K, dy.raw(), t, N, 1.0f, dw.raw(), DType::F32, K);
     if (db) {
       if (t == DType::F32) column_sums_accumulate(stream_, dy.data<float>(), M, N, db->data<float>());
@@ -241,6 +237,20 @@ class CudaBackend final : public Backend {
                                       saved.numel());
     cuda::activation_backward(stream_, kind, saved.data<float>(), dy.data<float>(), dx.data<float>(), saved.numel());
   }
+  void activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                                     const Tensor& y) override {
+    ANATOMY_CHECK(kind != ActivationKind::Tanh, "activation_backward_recompute: tanh saves its output, not its input");
+    ANATOMY_CHECK(x.numel() == dy.numel() && x.numel() == dx.numel() && x.numel() == y.numel() &&
+                      dy.dtype() == x.dtype() && dx.dtype() == x.dtype() && y.dtype() == x.dtype(),
+                  "activation_backward_recompute: {} {} {} {} differ in size or dtype", x.name(), dy.name(), dx.name(),
+                  y.name());
+    if (x.dtype() != DType::F32)
+      return activation_backward_recompute_half(stream_, half_type(x.dtype()), kind, x.raw(), dy.raw(), dx.raw(),
+                                                y.raw(), x.numel());
+    activation_forward(kind, x, y);
+    activation_backward(kind, x, dy, dx);
+  }
+
   void dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) override {
     if (x.dtype() != DType::F32) return dropout_half(stream_, half_type(x.dtype()), x.raw(), y.raw(), x.numel(), spec);
     cuda::dropout(stream_, x.data<float>(), y.data<float>(), x.numel(), spec);

@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "anatomy/core/random.h"
+#include "anatomy/kernels/cuda/activation_math.cuh"
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda/half_types.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
@@ -199,66 +200,7 @@ struct ScaleOp {
   __device__ float operator()(float v, int64_t) const { return v * factor; }
 };
 
-constexpr float kSqrt1_2 = 0.70710678118654752440f;
-constexpr float kSqrt2OverPi = 0.79788456080286535588f;
-constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
-constexpr float kGeluCubic = 0.044715f;
-
-// 0.5·x·(1 + erf(x/√2)) written with erfc, which keeps full relative precision
-// for large negative x where 1 + erf(·) would cancel.
-struct GeluErfForward {
-  __device__ float operator()(float v, int64_t) const { return 0.5f * v * erfcf(-v * kSqrt1_2); }
-};
-struct GeluErfBackward {
-  __device__ float operator()(float v, float g) const {
-    const float d = 0.5f * erfcf(-v * kSqrt1_2) + v * kInvSqrt2Pi * expf(-0.5f * v * v);
-    return g * d;
-  }
-};
-
-// The tanh approximation: 0.5·x·(1 + tanh(u)) = x·σ(2u), u = √(2/π)(x + 0.044715x³);
-// the sigmoid form has no cancellation for negative x.
-struct GeluTanhForward {
-  __device__ float operator()(float v, int64_t) const {
-    const float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
-    return v / (1.0f + expf(-2.0f * u));
-  }
-};
-struct GeluTanhBackward {
-  // With s = σ(2u): 1 + tanh(u) = 2s and 1 − tanh²(u) = 4s(1 − s), so the
-  // CPU's 0.5(1 + t) + 0.5x(1 − t²)·u' becomes s + 2x·s(1 − s)·u'. For s near
-  // 1, 1 − s cancels; there it is taken as e·s (e = e^−2u) instead.
-  __device__ float operator()(float v, float g) const {
-    const float u = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
-    const float e = expf(-2.0f * u);
-    const float sig = 1.0f / (1.0f + e);
-    const float one_minus_sig = sig < 0.5f ? 1.0f - sig : e * sig;  // e may be inf only when sig is 0
-    const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
-    return g * (sig + 2.0f * v * sig * one_minus_sig * du);
-  }
-};
-
-struct ReluForward {
-  // Written as the CPU writes it, so that NaN maps to 0 on both.
-  __device__ float operator()(float v, int64_t) const { return v > 0.0f ? v : 0.0f; }
-};
-struct ReluBackward {
-  __device__ float operator()(float v, float g) const { return g * (v > 0.0f ? 1.0f : 0.0f); }
-};
-
-struct TanhForward {
-  __device__ float operator()(float v, int64_t) const { return tanhf(v); }
-};
-struct TanhBackward {
-  // `v` is y = tanh(x). 1 − y² cancels badly near |y| = 1 in float, so it is
-  // computed in double exactly as the CPU does (the _rn intrinsics keep nvcc
-  // from fusing into an FMA the CPU does not use), which makes it bit-exact.
-  __device__ float operator()(float v, float g) const {
-    const double y = v;
-    const double d = __dsub_rn(1.0, __dmul_rn(y, y));
-    return static_cast<float>(__dmul_rn(static_cast<double>(g), d));
-  }
-};
+// The activation functions and derivatives: activation_math.cuh.
 
 // ---- dropout ----
 // y[i] = keep(index_base + i) ? x[i]·scale : 0, the mask core/random.h's:

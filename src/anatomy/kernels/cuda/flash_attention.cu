@@ -191,19 +191,19 @@ __device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const T* x, int ld, 
   ldsm_x4_trans(b, x + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8);
 }
 
-// 64 rows of D 16-bit values, starting at token row0 of one (batch, head),
-// into a shared tile of stride D + 8. g points at token 0 of that head; rows
-// are `rs` elements apart (heads*D).
-template <typename T, int D>
+// kRows rows of D 16-bit values, starting at token row0 of one (batch, head),
+// into a shared tile of stride D + 8, by kBy threads (tid < kBy). g points at
+// token 0 of that head; rows are `rs` elements apart (heads*D).
+template <typename T, int D, int kRows = kTile, int kBy = kThreads>
 __device__ __forceinline__ void load_tile(T* sm, const T* g, int64_t rs, int row0, int L, int tid) {
   constexpr int kChunks = D / 8;                 // 16-byte pieces per row
-  constexpr int kRowsPerPass = kThreads / kChunks;
-  static_assert(kThreads % kChunks == 0 && kTile % kRowsPerPass == 0);
+  constexpr int kRowsPerPass = kBy / kChunks;
+  static_assert(kBy % kChunks == 0 && kRows % kRowsPerPass == 0);
   const int r = tid / kChunks, col = (tid % kChunks) * 8;
   const T* src = g + static_cast<int64_t>(row0 + r) * rs + col;
   const int64_t step = static_cast<int64_t>(kRowsPerPass) * rs;
 #pragma unroll
-  for (int i = 0; i < kTile / kRowsPerPass; ++i) {
+  for (int i = 0; i < kRows / kRowsPerPass; ++i) {
     const bool valid = row0 + r + i * kRowsPerPass < L;
     cp_async16(sm + (r + i * kRowsPerPass) * (D + 8) + col, valid ? src + i * step : g, valid);
   }
@@ -347,6 +347,9 @@ struct FwdParams {
   float scale_log2;  // scale · log2(e): scores in base 2, exp2 on the hardware unit
   float keep_scale;   // 1/(1-p), or 1 without dropout
   DropoutKeys dropout;
+  float abs_scale_log2;  // |scale| · log2(e)
+  uint32_t q_sign;       // 0x80008000 when scale < 0 (q's signs flipped instead), else 0
+  int slow_tiles;        // 1: every key tile takes the masked path (scale == 0)
 };
 
 template <int D>
@@ -550,6 +553,291 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1) flash_fwd_kernel(co
     float* lse = p.lse + static_cast<int64_t>(bh) * L;
     if (row_a < L) lse[row_a] = (m[0] + log2f(l[0])) * kLn2;
     if (row_b < L) lse[row_b] = (m[1] + log2f(l[1])) * kLn2;
+  }
+}
+
+// Forward, 128 query rows per block (D <= 64): each warp owns 32 rows as two
+// m16 tiles, so that every K and V fragment fetched from shared memory feeds
+// two products (with 16 rows a warp, ldmatrix traffic rather than the tensor
+// cores bounded the kernel). Key tiles of 64 with no key past L and no masked
+// key (the usual case, found by the tile's barrier) skip the masking, and the
+// scores stay unscaled until the exponential, which takes
+// 2^(s·scale·log2e − max) as one FFMA. A negative scale is |scale| with the
+// signs of q flipped (exact), so that the running max of the unscaled scores
+// scales to the max of the scaled ones.
+template <int D>
+constexpr int fwd2_mtiles() {
+  return D <= 64 ? 2 : 1;
+}
+template <int D>
+constexpr int fwd2_rows() {
+  return 4 * 16 * fwd2_mtiles<D>();
+}
+template <int D>
+constexpr int fwd2_smem_bytes() {
+  return (fwd2_rows<D>() + 4 * kTile) * (D + 8) * 2 + 2 * kTile * static_cast<int>(sizeof(int64_t));
+}
+
+template <typename T, int D, bool kDropout>
+__global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_fwd2_kernel(const FwdParams p) {
+  constexpr int MT = fwd2_mtiles<D>();
+  constexpr int BM = fwd2_rows<D>();
+  constexpr int ld = D + 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sQ = reinterpret_cast<T*>(smem);
+  T* sK = sQ + BM * ld;         // 2 buffers
+  T* sV = sK + 2 * kTile * ld;  // 2 buffers
+  // 2 x 64 key-mask entries (0 past L), fetched with the keys.
+  int64_t* sMask = reinterpret_cast<int64_t*>(sV + 2 * kTile * ld);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int L = p.L;
+  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  const int q0 = blockIdx.x * BM;
+  const int64_t rs = static_cast<int64_t>(p.heads) * D;
+  const int64_t off = static_cast<int64_t>(b) * L * rs + static_cast<int64_t>(h) * D;
+  const T* gq = static_cast<const T*>(p.q) + off;
+  const T* gk = static_cast<const T*>(p.k) + off;
+  const T* gv = static_cast<const T*>(p.v) + off;
+  const int64_t* mrow = p.mask ? p.mask + static_cast<int64_t>(b) * L : nullptr;
+  const bool all_masked = !any_key_kept(mrow, L);
+  const bool always_slow = all_masked || p.slow_tiles != 0;
+
+  auto load_kv = [&](int tile, int buf) {
+    const int k0 = tile * kTile;
+    load_tile<T, D>(sK + buf * kTile * ld, gk, rs, k0, L, tid);
+    load_tile<T, D>(sV + buf * kTile * ld, gv, rs, k0, L, tid);
+    if (mrow != nullptr && tid < kTile) cp_async_small<8>(sMask + buf * kTile + tid, mrow + k0 + tid, k0 + tid < L);
+  };
+
+#pragma unroll
+  for (int i = 0; i < BM / kTile; ++i) load_tile<T, D>(sQ + i * kTile * ld, gq, rs, q0 + i * kTile, L, tid);
+  load_kv(0, 0);
+  cp_async_commit();
+
+  const int nk = (L + kTile - 1) / kTile;
+  // This thread's query rows: row(mt, r) = wrow + 16·mt + g + 8·r.
+  const int wrow = q0 + warp * 16 * MT;
+  // Dropout index of (row, key 0): (b*heads + h)*L*L + row*L.
+  const uint64_t head_base = static_cast<uint64_t>(bh) * static_cast<uint64_t>(L) * static_cast<uint64_t>(L);
+  auto drop_row = [&](int mt, int r) {
+    return head_base + static_cast<uint64_t>(wrow + 16 * mt + g + 8 * r) * static_cast<uint64_t>(L);
+  };
+
+  uint32_t qa[MT][D / 16][4];
+  float o[MT][D / 8][4];
+  float m[MT][2], l[MT][2];  // running max of base-2 scores per row; this thread's part of the running sum
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+    m[mt][0] = m[mt][1] = -INFINITY;
+    l[mt][0] = l[mt][1] = 0.0f;
+  }
+
+  for (int jt = 0; jt < nk; ++jt) {
+    const int buf = jt & 1;
+    // Tile jt has landed for every thread, and every warp is done with tile
+    // jt - 1, whose buffer the next tile then fills while this one is used:
+    // one barrier per tile, which also tells whether any of the tile's keys
+    // is past L or masked.
+    cp_async_wait<0>();
+    int need = 0;
+    if (tid < kTile) {
+      const int key = jt * kTile + tid;
+      need = key >= L || (mrow != nullptr && sMask[buf * kTile + tid] == 0);
+    }
+    const bool masked_tile = __syncthreads_or(need) != 0 || always_slow;
+    if (jt + 1 < nk) {
+      load_kv(jt + 1, buf ^ 1);
+      cp_async_commit();
+    }
+    if (jt == 0) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          load_a(qa[mt][kk], sQ, ld, warp * 16 * MT + mt * 16, kk * 16, lane);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) qa[mt][kk][j] ^= p.q_sign;
+        }
+    }
+    const T* ks = sK + buf * kTile * ld;
+    const T* vs = sV + buf * kTile * ld;
+    const int64_t* kmask = sMask + buf * kTile;
+
+    // This tile's dropout mask first, while few registers are live: bit 4n + e
+    // of keep[mt] is accumulator element s[mt][n][e] (row (mt, e >> 1), key
+    // jt*64 + 8n + 2·t4 + (e & 1)). With L % 4 == 0 a lane pair shares the
+    // calls (share_pairs): 8 per lane and m-tile, one per 4 elements;
+    // otherwise a call per element.
+    uint32_t keep[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) keep[mt] = 0xffffffffu;
+    if constexpr (kDropout) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        uint32_t bits = 0u;
+        if (L % 4 == 0) {
+          const int j = t4 & 1;  // this lane's calls: row (mt, j), keys 8n + 4·(t4 >> 1) + {0..3}
+          const uint64_t c0 = (drop_row(mt, j) + static_cast<uint64_t>(jt * kTile + 4 * (t4 >> 1))) >> 2;
+          uint32_t calls = 0u;
+#pragma unroll 4
+          for (int n = 0; n < 8; ++n) calls |= keep4(p.dropout, c0 + 2 * n) << (4 * n);
+          bits = share_pairs(calls, j);
+        } else {
+          const uint64_t base_a = drop_row(mt, 0) + static_cast<uint64_t>(jt * kTile + 2 * t4);
+          const uint64_t base_b = drop_row(mt, 1) + static_cast<uint64_t>(jt * kTile + 2 * t4);
+#pragma unroll 4
+          for (int i = 0; i < 32; ++i) {
+            const int n = i >> 2, e = i & 3;
+            const uint64_t idx = ((e >> 1) ? base_b : base_a) + static_cast<uint64_t>(n * 8 + (e & 1));
+            bits |= static_cast<uint32_t>(keep_element(p.dropout, idx)) << i;
+          }
+        }
+        keep[mt] = bits;
+      }
+    }
+
+    // S = Q·Kᵀ: 32 rows (two m-tiles) x 64 keys per warp; each K fragment feeds both m-tiles.
+    float s[MT][8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int n = 0; n < 8; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t bb[4];
+        load_b_nk(bb, ks, ld, np * 16, kk * 16, lane);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma16816<T>(s[mt][2 * np], qa[mt][kk], bb[0], bb[1]);
+          mma16816<T>(s[mt][2 * np + 1], qa[mt][kk], bb[2], bb[3]);
+        }
+      }
+    }
+
+    // Fast tiles keep the unscaled scores (cs = |scale|·log2e applied in the
+    // exponential); masked tiles scale them here, -inf for keys past L and
+    // masked keys (0 for all keys of an all-masked entry), and use cs = 1.
+    float cs = p.abs_scale_log2;
+    if (masked_tile) {
+      cs = 1.0f;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = n * 8 + 2 * t4 + (e & 1);
+          const bool key_ok = jt * kTile + col < L && (all_masked || mrow == nullptr || kmask[col] != 0);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+            s[mt][n][e] = key_ok ? (all_masked ? 0.0f : s[mt][n][e] * p.abs_scale_log2) : -INFINITY;
+        }
+      }
+    }
+
+    // The new running max (rows shared by the 4 lanes of a quad), in base-2 units.
+    float ref[MT][2], alpha[MT][2];
+    bool rescale = false;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < 8; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * r], s[mt][n][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float new_m = fmaxf(m[mt][r], mx * cs);
+        // A row whose keys so far are all masked has max -inf: subtract 0 instead
+        // (its exponentials are 0 anyway) so that no -inf - -inf = NaN appears.
+        ref[mt][r] = new_m == -INFINITY ? 0.0f : new_m;
+        alpha[mt][r] = new_m == m[mt][r] ? 1.0f : fast_exp2(m[mt][r] - ref[mt][r]);
+        rescale |= new_m != m[mt][r];
+        m[mt][r] = new_m;
+        l[mt][r] *= alpha[mt][r];
+      }
+    }
+    // Rows whose max did not move keep their accumulators (alpha = 1 exactly);
+    // after the first tiles that is most tiles, for the whole warp.
+    if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          o[mt][i][0] *= alpha[mt][0];
+          o[mt][i][1] *= alpha[mt][0];
+          o[mt][i][2] *= alpha[mt][1];
+          o[mt][i][3] *= alpha[mt][1];
+        }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float pv = fast_exp2(fmaf(s[mt][n][e], cs, -ref[mt][e >> 1]));
+          l[mt][e >> 1] += pv;  // the softmax sum is over undropped probabilities
+          // Dropped elements become 0; kept ones are scaled by 1/(1-p) once, at the end.
+          s[mt][n][e] = (!kDropout || ((keep[mt] >> (n * 4 + e)) & 1u)) ? pv : 0.0f;
+        }
+      }
+    }
+
+    // O += P·V: P's accumulator fragments are, pairwise, A fragments over 16
+    // keys; each V fragment feeds both m-tiles.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        a[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t bb[4];
+        load_b_kn(bb, vs, ld, kk * 16, dp * 16, lane);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma16816<T>(o[mt][2 * dp], a[mt], bb[0], bb[1]);
+          mma16816<T>(o[mt][2 * dp + 1], a[mt], bb[2], bb[3]);
+        }
+      }
+    }
+  }
+
+  // Row sums across the quad, normalise, write ctx and the log-sum-exp.
+  T* gctx = static_cast<T*>(p.ctx) + off;
+  float* lse = p.lse + static_cast<int64_t>(bh) * L;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 1);
+      l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 2);
+    }
+    const int row_a = wrow + 16 * mt + g, row_b = row_a + 8;
+    // Every row has at least one unmasked key (or attends uniformly), so l >= 1.
+    const float inv_a = p.keep_scale / l[mt][0], inv_b = p.keep_scale / l[mt][1];
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      const int d = i * 8 + 2 * t4;
+      if (row_a < L)
+        *reinterpret_cast<uint32_t*>(gctx + row_a * rs + d) = pack2<T>(o[mt][i][0] * inv_a, o[mt][i][1] * inv_a);
+      if (row_b < L)
+        *reinterpret_cast<uint32_t*>(gctx + row_b * rs + d) = pack2<T>(o[mt][i][2] * inv_b, o[mt][i][3] * inv_b);
+    }
+    if (t4 == 0) {
+      if (row_a < L) lse[row_a] = (m[mt][0] + log2f(l[mt][0])) * kLn2;
+      if (row_b < L) lse[row_b] = (m[mt][1] + log2f(l[mt][1])) * kLn2;
+    }
   }
 }
 

@@ -34,6 +34,11 @@ void residual_layernorm_backward_half(cudaStream_t s, Half h, const void* dy, co
                                       void* d_residual, void* d_x, float* dgamma, float* dbeta, int64_t rows,
                                       int64_t H, void* scratch);
 
+// y = round(f(x)) and dx = round(f'(x)·dy) in one pass (16-bit x, dy, dx, y;
+// dx may be dy): the activation's output recomputed where backward needs it.
+void activation_backward_recompute_half(cudaStream_t s, Half h, ActivationKind kind, const void* x, const void* dy,
+                                        void* dx, void* y, int64_t n);
+
 // Multi-tensor AdamW (optimizer.cu): the segments cut into chunks of one
 // parameter group each, as a table for the device (built once, uploaded by the caller).
 int64_t adamw_chunk_table(const std::vector<ParamSegment>& segments, std::vector<unsigned char>& table);

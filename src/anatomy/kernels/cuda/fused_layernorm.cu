@@ -225,17 +225,37 @@ __global__ void __launch_bounds__(kColThreads)
   }
 }
 
-__global__ void partials_finish_kernel(const float* partial_gamma, const float* partial_beta, float* dgamma,
-                                       float* dbeta, int64_t chunks, int H) {
-  const int h = blockIdx.x * blockDim.x + threadIdx.x;
-  if (h >= H) return;
+// Adds the chunks' partials into dgamma and dbeta: block of 32 columns × 8
+// lanes; lane y sums chunks y, y + 8, ... in double, then the 8 lane sums are
+// added in a fixed tree. Same order every run.
+constexpr int kFinishCols = 32, kFinishLanes = 8;
+__global__ void __launch_bounds__(kFinishCols* kFinishLanes)
+    partials_finish_kernel(const float* partial_gamma, const float* partial_beta, float* dgamma, float* dbeta,
+                           int64_t chunks, int H) {
+  __shared__ double sg[kFinishLanes][kFinishCols], sb[kFinishLanes][kFinishCols];
+  const int tx = threadIdx.x % kFinishCols, ty = threadIdx.x / kFinishCols;
+  const int h = blockIdx.x * kFinishCols + tx;
   double g = 0.0, b = 0.0;
-  for (int64_t c = 0; c < chunks; ++c) {
-    g += partial_gamma[c * H + h];
-    b += partial_beta[c * H + h];
+  if (h < H) {
+    for (int64_t c = ty; c < chunks; c += kFinishLanes) {
+      g += partial_gamma[c * H + h];
+      b += partial_beta[c * H + h];
+    }
   }
-  dgamma[h] += static_cast<float>(g);
-  dbeta[h] += static_cast<float>(b);
+  sg[ty][tx] = g;
+  sb[ty][tx] = b;
+  __syncthreads();
+  for (int half = kFinishLanes / 2; half > 0; half /= 2) {
+    if (ty < half) {
+      sg[ty][tx] += sg[ty + half][tx];
+      sb[ty][tx] += sb[ty + half][tx];
+    }
+    __syncthreads();
+  }
+  if (ty == 0 && h < H) {
+    dgamma[h] += static_cast<float>(sg[0][tx]);
+    dbeta[h] += static_cast<float>(sb[0][tx]);
+  }
 }
 
 // Runs f(std::integral_constant<int, G>) for G = ceil(H / 256) in 1..8.
@@ -318,9 +338,8 @@ void residual_layernorm_backward_half(cudaStream_t s, Half half, const void* dy,
     });
   });
   ANATOMY_CUDA_CHECK(cudaGetLastError());
-  constexpr int kThreads = 256;
-  partials_finish_kernel<<<static_cast<unsigned>((H + kThreads - 1) / kThreads), kThreads, 0, s>>>(
-      partial_gamma, partial_beta, dgamma, dbeta, chunks, static_cast<int>(H));
+  partials_finish_kernel<<<static_cast<unsigned>((H + kFinishCols - 1) / kFinishCols), kFinishCols * kFinishLanes, 0,
+                           s>>>(partial_gamma, partial_beta, dgamma, dbeta, chunks, static_cast<int>(H));
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 
