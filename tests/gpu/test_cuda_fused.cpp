@@ -215,20 +215,21 @@ TEST(CudaBackendLt, LinearWithBiasAndAccumulatedDxMatchTheCpu) {
       auto prep = [&](std::vector<float> v) { return t == DType::F32 ? v : rounded(t, std::move(v)); };
       const auto x = prep(random_vector(M * K, 1)), w = prep(random_vector(N * K, 2, 0.05f)),
                  bias = prep(random_vector(N, 3)), dy = prep(random_vector(M * N, 4)),
-                 dx0 = prep(random_vector(M * K, 5)), dw0 = random_vector(N * K, 6);
-      std::vector<float> out[2][3];
+                 dx0 = prep(random_vector(M * K, 5)), dw0 = random_vector(N * K, 6), db0 = random_vector(N, 7);
+      std::vector<float> out[2][4];
       int i = 0;
       for (Backend* b : {gpu.get(), cpu.get()}) {
         const DType bt = b == cpu.get() ? DType::F32 : t;
         Tensor tx = upload(*b, {M, K}, x, bt, "x"), tw = upload(*b, {N, K}, w, bt, "w");
         Tensor tb = upload(*b, {N}, bias, bt, "b"), ty = upload(*b, {M, N}, std::vector<float>(M * N), bt, "y");
         Tensor tdy = upload(*b, {M, N}, dy, bt, "dy"), tdx = upload(*b, {M, K}, dx0, bt, "dx");
-        Tensor tdw = upload(*b, {N, K}, dw0, DType::F32, "dw");
+        Tensor tdw = upload(*b, {N, K}, dw0, DType::F32, "dw"), tdb = upload(*b, {N}, db0, DType::F32, "db");
         b->linear_forward(tx, tw, &tb, ty);
-        b->linear_backward(tdy, tx, tw, &tdx, tdw, nullptr, /*accumulate_dx=*/true);
+        b->linear_backward(tdy, tx, tw, &tdx, tdw, &tdb, /*accumulate_dx=*/true);
         out[i][0] = download(*b, ty);
         out[i][1] = download(*b, tdx);
         out[i][2] = download(*b, tdw);
+        out[i][3] = download(*b, tdb);
         ++i;
       }
       // Products of exactly representable values; the GPU accumulates in float32
@@ -253,6 +254,9 @@ TEST(CudaBackendLt, LinearWithBiasAndAccumulatedDxMatchTheCpu) {
         EXPECT_EQ(bad, 0) << what << " dx: " << bad << " elements out of tolerance";
       }
       expect_near(out[0][2], out[1][2], 0.0, acc, what + " dw");
+      // db: sums of M exactly representable values in float (chunks of <= 32
+      // rows, then double): far inside 1e-5 of the largest.
+      expect_near(out[0][3], out[1][3], 0.0, 1e-5, what + " db");
     }
   }
 }

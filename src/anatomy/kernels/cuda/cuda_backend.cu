@@ -134,6 +134,9 @@ class CudaBackend final : public Backend {
       gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x.raw(), t, K, dy.raw(), t, N, 1.0f, dw.raw(), DType::F32, K);
     if (db) {
       if (t == DType::F32) column_sums_accumulate(stream_, dy.data<float>(), M, N, db->data<float>());
+      else if (column_sums_half_supported(N, dy.raw()))
+        column_sums_accumulate_half_fast(stream_, half_type(t), dy.raw(), M, N, db->data<float>(),
+                                         scratch_bytes(column_sums_half_scratch_bytes(M, N)));
       else column_sums_accumulate_half(stream_, half_type(t), dy.raw(), M, N, db->data<float>());
     }
   }

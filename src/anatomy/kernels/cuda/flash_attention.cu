@@ -891,6 +891,7 @@ struct BwdParams {
   float scale_log2, scale;
   float keep_scale;   // 1/(1-p), or 1 without dropout
   DropoutKeys dropout;
+  void* dq;  // written directly by the resident variant of flash_bwd2_kernel
 };
 
 template <int D>
@@ -1195,6 +1196,380 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_bwd_kernel(co
         *reinterpret_cast<uint32_t*>(gdv + key_b * rs + d) =
             pack2<T>(dv[i][2] * p.keep_scale, dv[i][3] * p.keep_scale);
       }
+    }
+  }
+}
+
+// Backward with key tiles of 16 keys a warp, 8 warps (128 keys) for D <= 64,
+// 4 warps (64 keys) for D = 128; query tiles of 64. dQ = dS·K for a query
+// tile is shared out over all warps (warp w: queries 16·(w % 4), columns
+// (w / 4)·D/2 .. for 8 warps). Twice the keys per block halve the dQ traffic
+// and the Q, dO loads per key. Two ways of summing dQ over key tiles:
+// kResident: the block owns a whole (batch entry, head) and keeps the float32
+// dQ of all its query rows in shared memory (rows of D floats, 8-float
+// groups swizzled by row so that a warp's float2 accesses spread over the
+// banks), each element read-added-written by the one thread that owns it, in
+// key-tile order; at the end the block writes dq itself. Otherwise the split
+// accumulators in scratch as in flash_bwd_kernel.
+template <int D>
+constexpr int bwd2_warps() {
+  return D <= 64 ? 8 : 4;
+}
+template <int D>
+constexpr int bwd2_base_bytes() {
+  constexpr int kN = 16 * bwd2_warps<D>();
+  // K, V; 2 x Q, 2 x dO; dSᵀ (kN x 72); 2 x (lse, Δ) of 64 floats.
+  return (2 * kN + 4 * kTile) * (D + 8) * 2 + kN * (kTile + 8) * 2 + 4 * kTile * static_cast<int>(sizeof(float));
+}
+
+template <typename T, int D, bool kDropout, bool kResident>
+__global__ void __launch_bounds__(32 * bwd2_warps<D>(), 1) flash_bwd2_kernel(const BwdParams p) {
+  constexpr int kW = bwd2_warps<D>();
+  constexpr int kNT = 32 * kW;            // threads
+  constexpr int kN = 16 * kW;             // keys per tile
+  constexpr int ld = D + 8;
+  constexpr int lds = kTile + 8;          // dSᵀ stride
+  constexpr int kDqCols = D / (kW / 4);   // dQ columns per warp
+  constexpr int kDqN = kDqCols / 8;       // and n-tiles
+  static_assert(kW % 4 == 0 && kDqN % 2 == 0 && kNT >= 2 * kTile);
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sK = reinterpret_cast<T*>(smem);
+  T* sV = sK + kN * ld;
+  T* sQ = sV + kN * ld;           // 2 buffers
+  T* sdO = sQ + 2 * kTile * ld;   // 2 buffers
+  T* sdS = sdO + 2 * kTile * ld;  // [kN keys][64 queries + 8]
+  float* sLse = reinterpret_cast<float*>(sdS + kN * lds);  // 2 x 64, base 2 (lse · log2 e), 0 past L
+  float* sDelta = sLse + 2 * kTile;                            // 2 x 64
+  // kResident: [ceil(L/64)·64 rows][D], element (r, c) at r·D + (c ^ 8·(r & 3)).
+  // Otherwise 2 x [64 query rows][D + 8]: this split's dQ sums so far for the
+  // query tile, fetched with it (the padding spreads a warp's rows over the banks).
+  float* sAcc = sDelta + 2 * kTile;
+  constexpr int lda = D + 8;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int L = p.L;
+  const int split = kResident ? 0 : static_cast<int>(blockIdx.x);
+  const int splits = kResident ? 1 : p.splits;
+  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  const int64_t rs = static_cast<int64_t>(p.heads) * D;
+  const int64_t off = static_cast<int64_t>(b) * L * rs + static_cast<int64_t>(h) * D;
+  const T* gq = static_cast<const T*>(p.q) + off;
+  const T* gk = static_cast<const T*>(p.k) + off;
+  const T* gv = static_cast<const T*>(p.v) + off;
+  const T* gdo = static_cast<const T*>(p.dout) + off;
+  const float* glse = p.lse2 + static_cast<int64_t>(bh) * L;
+  const float* gdelta = p.delta + static_cast<int64_t>(bh) * L;
+  float* acc = kResident ? nullptr
+                         : p.dq_accum + (static_cast<int64_t>(split) * p.bh_count + bh) * static_cast<int64_t>(L) * D;
+  const int64_t* mrow = p.mask ? p.mask + static_cast<int64_t>(b) * L : nullptr;
+  const bool all_masked = !any_key_kept(mrow, L);
+  const uint64_t head_base = static_cast<uint64_t>(bh) * static_cast<uint64_t>(L) * static_cast<uint64_t>(L);
+  const float c2 = p.scale_log2;
+
+  auto load_q = [&](int tile, int buf, bool with_sums) {
+    const int q0 = tile * kTile;
+    load_tile<T, D, kTile, kNT>(sQ + buf * kTile * ld, gq, rs, q0, L, tid);
+    load_tile<T, D, kTile, kNT>(sdO + buf * kTile * ld, gdo, rs, q0, L, tid);
+    if constexpr (!kResident) {
+      if (with_sums) {
+        constexpr int kChunks = D / 4;  // 16-byte pieces per row of floats
+        constexpr int kRowsPerPass = kNT / kChunks;
+        const int r = tid / kChunks, col = (tid % kChunks) * 4;
+        const float* src = acc + static_cast<int64_t>(q0 + r) * D + col;
+        float* dst = sAcc + (buf * kTile + r) * lda + col;
+#pragma unroll
+        for (int i = 0; i < kTile / kRowsPerPass; ++i) {
+          const bool valid = q0 + r + i * kRowsPerPass < L;
+          cp_async16(dst + i * kRowsPerPass * lda, valid ? src + i * kRowsPerPass * D : acc, valid);
+        }
+      }
+    }
+    // Query rows past L get lse = Δ = 0 (and q = dO = 0): whatever their
+    // probabilities, they meet dO = 0 in dV, dP = 0 and Δ = 0 in dS, so they add nothing.
+    if (tid < kTile) {
+      const bool valid = q0 + tid < L;
+      cp_async_small<4>(sLse + buf * kTile + tid, valid ? glse + q0 + tid : glse, valid);
+    } else if (tid < 2 * kTile) {
+      const int i = tid - kTile;
+      const bool valid = q0 + i < L;
+      cp_async_small<4>(sDelta + buf * kTile + i, valid ? gdelta + q0 + i : gdelta, valid);
+    }
+  };
+
+  const int nq = (L + kTile - 1) / kTile;
+  const int nkt = (L + kN - 1) / kN;
+  const int qr = 16 * (warp & 3);             // dQ: this warp's query rows within the tile
+  const int dc = (warp >> 2) * kDqCols;       // and first column
+  for (int jt = split; jt < nkt; jt += splits) {
+    const int k0 = jt * kN;
+    const int key_a = k0 + warp * 16 + g, key_b = key_a + 8;  // this thread's two keys
+    const bool valid_a = key_a < L && (all_masked || mrow == nullptr || mrow[key_a] != 0);
+    const bool valid_b = key_b < L && (all_masked || mrow == nullptr || mrow[key_b] != 0);
+    // Whether this warp's keys need the masked path (some key past L or masked, or all masked).
+    const bool slow = all_masked || __any_sync(0xffffffffu, !(valid_a && valid_b));
+    const bool first = jt == split;  // first key tile of this block: write the dQ sums, later ones add
+    __syncthreads();  // every warp is done with the previous key tile's K, V and buffers
+
+    load_tile<T, D, kN, kNT>(sK, gk, rs, k0, L, tid);
+    load_tile<T, D, kN, kNT>(sV, gv, rs, k0, L, tid);
+    load_q(0, 0, !first);
+    cp_async_commit();
+
+    float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
+
+    for (int it = 0; it < nq; ++it) {
+      const int buf = it & 1;
+      // Query tile it has landed, and every warp is done with tile it - 1 (its
+      // buffers and dSᵀ), so the next tile can fill them while this one is used.
+      cp_async_wait<0>();
+      __syncthreads();
+      if (it + 1 < nq) {
+        load_q(it + 1, buf ^ 1, !first);
+        cp_async_commit();
+      }
+      const T* qs = sQ + buf * kTile * ld;
+      const T* dos = sdO + buf * kTile * ld;
+      const float* lse_s = sLse + buf * kTile;
+      const float* delta_s = sDelta + buf * kTile;
+
+      // The forward's dropout mask for this warp's 16 keys x 64 queries, first,
+      // while few registers are live: bit 4n + e is element s[n][e] below (key
+      // e < 2 ? key_a : key_b, query it*64 + 8n + 2·t4 + (e & 1)). With
+      // L % 4 == 0 four lanes share the calls (share_quads): 8 per lane, one per
+      // 4 elements; otherwise a call per element.
+      uint32_t keep = 0xffffffffu;
+      if constexpr (kDropout) {
+        const uint64_t row0 = head_base + static_cast<uint64_t>(it * kTile + 2 * t4) * static_cast<uint64_t>(L);
+        uint32_t bits = 0u;
+        if (L % 4 == 0) {
+          // This lane's calls: element e = j of every n, i.e. query it*64 + 8n + 2·t4 + (j & 1) and the
+          // keys of key_a's group (j < 2) or key_b's, k0 + 16·warp + 4·(g >> 2) (+ 8).
+          const int j = g & 3;
+          const uint64_t c0 = (row0 + static_cast<uint64_t>(j & 1) * static_cast<uint64_t>(L) +
+                               static_cast<uint64_t>(k0 + warp * 16 + 4 * (g >> 2) + 8 * (j >> 1))) >> 2;
+          const uint64_t step = 2 * static_cast<uint64_t>(L);  // 8 queries of L elements, in groups of 4
+          uint32_t calls = 0u;
+#pragma unroll 4
+          for (int n = 0; n < 8; ++n) calls |= keep4(p.dropout, c0 + step * n) << (4 * n);
+          bits = share_quads(calls, j);
+        } else {
+#pragma unroll 4
+          for (int i = 0; i < 32; ++i) {
+            const int n = i >> 2, e = i & 3;
+            const uint64_t idx = row0 + static_cast<uint64_t>(n * 8 + (e & 1)) * static_cast<uint64_t>(L) +
+                                 static_cast<uint64_t>((e >> 1) ? key_b : key_a);
+            bits |= static_cast<uint32_t>(keep_element(p.dropout, idx)) << i;
+          }
+        }
+        keep = bits;
+      }
+
+      // Sᵀ = K·Qᵀ: this warp's 16 keys x 64 queries.
+      float s[8][4];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t a[4];
+        load_a(a, sK, ld, warp * 16, kk * 16, lane);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t bb[4];
+          load_b_nk(bb, qs, ld, np * 16, kk * 16, lane);
+          mma16816<T>(s[2 * np], a, bb[0], bb[1]);
+          mma16816<T>(s[2 * np + 1], a, bb[2], bb[3]);
+        }
+      }
+      // Pᵀ = 2^(scale·log2e·S − lse·log2e) in place, 0 for masked keys (and
+      // keys past L); an all-masked entry has scores 0.
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        const float2 lv = *reinterpret_cast<const float2*>(lse_s + n * 8 + 2 * t4);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float lse2 = (e & 1) ? lv.y : lv.x;
+          if (!slow) {
+            s[n][e] = fast_exp2(fmaf(s[n][e], c2, -lse2));
+          } else {
+            const float x = all_masked ? -lse2 : fmaf(s[n][e], c2, -lse2);
+            s[n][e] = ((e >> 1) ? valid_b : valid_a) ? fast_exp2(x) : 0.0f;
+          }
+        }
+      }
+
+      // dPᵀ = V·dOᵀ.
+      float dpt[8][4];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t a[4];
+        load_a(a, sV, ld, warp * 16, kk * 16, lane);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t bb[4];
+          load_b_nk(bb, dos, ld, np * 16, kk * 16, lane);
+          mma16816<T>(dpt[2 * np], a, bb[0], bb[1]);
+          mma16816<T>(dpt[2 * np + 1], a, bb[2], bb[3]);
+        }
+      }
+
+      // dSᵀ = Pᵀ∘(dPᵀ∘keep/(1-p) − Δ) and (P∘keep)ᵀ, both packed as A
+      // fragments (register j of [kk]: elements s[2kk + (j >> 1)][2(j & 1) ..]).
+      uint32_t dsp[4][4], pk[4][4];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        const float2 dl = *reinterpret_cast<const float2*>(delta_s + n * 8 + 2 * t4);
+        float dsv[4], pkv[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float delta = (e & 1) ? dl.y : dl.x;
+          if constexpr (kDropout) {
+            const bool kept = (keep >> (n * 4 + e)) & 1u;
+            dsv[e] = s[n][e] * fmaf(dpt[n][e], kept ? p.keep_scale : 0.0f, -delta);
+            pkv[e] = kept ? s[n][e] : 0.0f;
+          } else {
+            dsv[e] = s[n][e] * (dpt[n][e] - delta);
+            pkv[e] = s[n][e];
+          }
+        }
+        dsp[n >> 1][(n & 1) * 2] = pack2<T>(dsv[0], dsv[1]);
+        dsp[n >> 1][(n & 1) * 2 + 1] = pack2<T>(dsv[2], dsv[3]);
+        pk[n >> 1][(n & 1) * 2] = pack2<T>(pkv[0], pkv[1]);
+        pk[n >> 1][(n & 1) * 2 + 1] = pack2<T>(pkv[2], pkv[3]);
+      }
+
+      // dV += (P∘keep)ᵀ·dO (1/(1-p) applied once at the end).
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t bb[4];
+          load_b_kn(bb, dos, ld, kk * 16, dp * 16, lane);
+          mma16816<T>(dv[2 * dp], pk[kk], bb[0], bb[1]);
+          mma16816<T>(dv[2 * dp + 1], pk[kk], bb[2], bb[3]);
+        }
+      }
+
+      // dK += dSᵀ·Q (the scale applied at the end); dSᵀ to shared memory for dQ.
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint32_t(&a)[4] = dsp[kk];
+        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g) * lds + kk * 16 + 2 * t4) = a[0];
+        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g + 8) * lds + kk * 16 + 2 * t4) = a[1];
+        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g) * lds + kk * 16 + 8 + 2 * t4) = a[2];
+        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g + 8) * lds + kk * 16 + 8 + 2 * t4) = a[3];
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t bb[4];
+          load_b_kn(bb, qs, ld, kk * 16, dp * 16, lane);
+          mma16816<T>(dk[2 * dp], a, bb[0], bb[1]);
+          mma16816<T>(dk[2 * dp + 1], a, bb[2], bb[3]);
+        }
+      }
+      __syncthreads();
+
+      // dQ (this tile's part) = dS·K over the tile's kN keys: this warp's 16
+      // queries x kDqCols columns.
+      float dq[kDqN][4];
+#pragma unroll
+      for (int i = 0; i < kDqN; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < kN / 16; ++kk) {
+        uint32_t a[4];
+        load_a_trans(a, sdS, lds, kk * 16, qr, lane);
+#pragma unroll
+        for (int dp = 0; dp < kDqN / 2; ++dp) {
+          uint32_t bb[4];
+          load_b_kn(bb, sK, ld, kk * 16, dc + dp * 16, lane);
+          mma16816<T>(dq[2 * dp], a, bb[0], bb[1]);
+          mma16816<T>(dq[2 * dp + 1], a, bb[2], bb[3]);
+        }
+      }
+      const int ra = qr + g, rb = ra + 8;  // rows within the tile
+      if constexpr (kResident) {
+        // Each element has one owner thread for every key tile, which adds in key-tile order.
+        float* rowa = sAcc + (it * kTile + ra) * D;
+        float* rowb = sAcc + (it * kTile + rb) * D;
+        const int swz = 8 * (g & 3);  // (row & 3) == (g & 3) for both rows
+#pragma unroll
+        for (int i = 0; i < kDqN; ++i) {
+          const int d = (dc + i * 8 + 2 * t4) ^ swz;
+          float2* pa = reinterpret_cast<float2*>(rowa + d);
+          float2* pb = reinterpret_cast<float2*>(rowb + d);
+          float2 va = make_float2(dq[i][0], dq[i][1]), vb = make_float2(dq[i][2], dq[i][3]);
+          if (!first) {
+            const float2 xa = *pa, xb = *pb;
+            va.x += xa.x;
+            va.y += xa.y;
+            vb.x += xb.x;
+            vb.y += xb.y;
+          }
+          *pa = va;
+          *pb = vb;
+        }
+      } else {
+        // Into this split's accumulator: only this block touches it, in key-tile
+        // order; the sums so far came in with this query tile (sAcc), so no load
+        // waits here.
+        const int qa_row = it * kTile + ra, qb_row = it * kTile + rb;
+        const float* prev = sAcc + buf * kTile * lda;
+#pragma unroll
+        for (int i = 0; i < kDqN; ++i) {
+          const int d = dc + i * 8 + 2 * t4;
+          float2 va = make_float2(dq[i][0], dq[i][1]), vb = make_float2(dq[i][2], dq[i][3]);
+          if (!first) {
+            const float2 pa = *reinterpret_cast<const float2*>(prev + ra * lda + d);
+            const float2 pb = *reinterpret_cast<const float2*>(prev + rb * lda + d);
+            va.x += pa.x;
+            va.y += pa.y;
+            vb.x += pb.x;
+            vb.y += pb.y;
+          }
+          if (qa_row < L) *reinterpret_cast<float2*>(acc + static_cast<int64_t>(qa_row) * D + d) = va;
+          if (qb_row < L) *reinterpret_cast<float2*>(acc + static_cast<int64_t>(qb_row) * D + d) = vb;
+        }
+      }
+    }
+
+    // dK = scale · Σ dSᵀQ, dV = 1/(1-p) · Σ (P∘keep)ᵀdO for this warp's keys.
+    T* gdk = static_cast<T*>(p.dk) + off;
+    T* gdv = static_cast<T*>(p.dv) + off;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      const int d = i * 8 + 2 * t4;
+      if (key_a < L) {
+        *reinterpret_cast<uint32_t*>(gdk + key_a * rs + d) = pack2<T>(dk[i][0] * p.scale, dk[i][1] * p.scale);
+        *reinterpret_cast<uint32_t*>(gdv + key_a * rs + d) =
+            pack2<T>(dv[i][0] * p.keep_scale, dv[i][1] * p.keep_scale);
+      }
+      if (key_b < L) {
+        *reinterpret_cast<uint32_t*>(gdk + key_b * rs + d) = pack2<T>(dk[i][2] * p.scale, dk[i][3] * p.scale);
+        *reinterpret_cast<uint32_t*>(gdv + key_b * rs + d) =
+            pack2<T>(dv[i][2] * p.keep_scale, dv[i][3] * p.keep_scale);
+      }
+    }
+  }
+
+  if constexpr (kResident) {
+    // dq = scale · Σ over key tiles, 8 consecutive columns (16 bytes) a thread.
+    __syncthreads();
+    T* gdq = static_cast<T*>(p.dq) + off;
+    constexpr int kChunks = D / 8;
+    for (int i = tid; i < L * kChunks; i += kNT) {
+      const int r = i / kChunks, c = (i % kChunks) * 8;
+      const float* src = sAcc + r * D + (c ^ (8 * (r & 3)));
+      const float4 x = *reinterpret_cast<const float4*>(src);
+      const float4 y = *reinterpret_cast<const float4*>(src + 4);
+      const float sc = p.scale;
+      *reinterpret_cast<uint4*>(gdq + r * rs + c) =
+          make_uint4(pack2<T>(x.x * sc, x.y * sc), pack2<T>(x.z * sc, x.w * sc), pack2<T>(y.x * sc, y.y * sc),
+                     pack2<T>(y.z * sc, y.w * sc));
     }
   }
 }

@@ -34,6 +34,14 @@ void residual_layernorm_backward_half(cudaStream_t s, Half h, const void* dy, co
                                       void* d_residual, void* d_x, float* dgamma, float* dbeta, int64_t rows,
                                       int64_t H, void* scratch);
 
+// db[n] += Σ_rows dy[row, n] for a 16-bit dy [rows, N] with N % 8 == 0 and
+// 16-byte alignment: float partials over chunks of rows (16-byte loads), the
+// chunks added in order in double. `scratch`: column_sums_half_scratch_bytes.
+bool column_sums_half_supported(int64_t N, const void* dy);
+size_t column_sums_half_scratch_bytes(int64_t rows, int64_t N);
+void column_sums_accumulate_half_fast(cudaStream_t s, Half h, const void* dy, int64_t rows, int64_t N, float* db,
+                                      void* scratch);
+
 // y = round(f(x)) and dx = round(f'(x)·dy) in one pass (16-bit x, dy, dx, y;
 // dx may be dy): the activation's output recomputed where backward needs it.
 void activation_backward_recompute_half(cudaStream_t s, Half h, ActivationKind kind, const void* x, const void* dy,

@@ -225,37 +225,61 @@ __global__ void __launch_bounds__(kColThreads)
   }
 }
 
-// Adds the chunks' partials into dgamma and dbeta: block of 32 columns × 8
-// lanes; lane y sums chunks y, y + 8, ... in double, then the 8 lane sums are
-// added in a fixed tree. Same order every run.
+// Adds the chunks' partials into out0 (and out1 when given): block of 32
+// columns × 8 lanes; lane y sums chunks y, y + 8, ... in double, then the 8
+// lane sums are added in a fixed tree. Same order every run.
 constexpr int kFinishCols = 32, kFinishLanes = 8;
 __global__ void __launch_bounds__(kFinishCols* kFinishLanes)
-    partials_finish_kernel(const float* partial_gamma, const float* partial_beta, float* dgamma, float* dbeta,
-                           int64_t chunks, int H) {
-  __shared__ double sg[kFinishLanes][kFinishCols], sb[kFinishLanes][kFinishCols];
+    partials_finish_kernel(const float* partial0, const float* partial1, float* out0, float* out1, int64_t chunks,
+                           int H) {
+  __shared__ double s0[kFinishLanes][kFinishCols], s1[kFinishLanes][kFinishCols];
   const int tx = threadIdx.x % kFinishCols, ty = threadIdx.x / kFinishCols;
   const int h = blockIdx.x * kFinishCols + tx;
-  double g = 0.0, b = 0.0;
+  double a = 0.0, b = 0.0;
   if (h < H) {
     for (int64_t c = ty; c < chunks; c += kFinishLanes) {
-      g += partial_gamma[c * H + h];
-      b += partial_beta[c * H + h];
+      a += partial0[c * H + h];
+      if (partial1) b += partial1[c * H + h];
     }
   }
-  sg[ty][tx] = g;
-  sb[ty][tx] = b;
+  s0[ty][tx] = a;
+  s1[ty][tx] = b;
   __syncthreads();
   for (int half = kFinishLanes / 2; half > 0; half /= 2) {
     if (ty < half) {
-      sg[ty][tx] += sg[ty + half][tx];
-      sb[ty][tx] += sb[ty + half][tx];
+      s0[ty][tx] += s0[ty + half][tx];
+      s1[ty][tx] += s1[ty + half][tx];
     }
     __syncthreads();
   }
   if (ty == 0 && h < H) {
-    dgamma[h] += static_cast<float>(sg[0][tx]);
-    dbeta[h] += static_cast<float>(sb[0][tx]);
+    out0[h] += static_cast<float>(s0[0][tx]);
+    if (out1) out1[h] += static_cast<float>(s1[0][tx]);
   }
+}
+
+// Column sums of a 16-bit [rows, N] matrix into float partials per chunk of
+// rows: a thread per 8 columns (16-byte loads), rows in order.
+template <typename T>
+__global__ void __launch_bounds__(kColThreads)
+    column_partials_kernel(const T* dy, float* partial, int64_t rows, int N, int64_t rows_per_chunk) {
+  const int n = 8 * (blockIdx.y * kColThreads + threadIdx.x);
+  if (n >= N) return;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
+  const int64_t r1 = min(rows, r0 + rows_per_chunk);
+  float acc[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
+#pragma unroll 4
+  for (int64_t r = r0; r < r1; ++r) {
+    float v[8];
+    load8(dy + r * N + n, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j] += v[j];
+  }
+  float* out = partial + static_cast<int64_t>(blockIdx.x) * N + n;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) out[j] = acc[j];
 }
 
 // Runs f(std::integral_constant<int, G>) for G = ceil(H / 256) in 1..8.
@@ -340,6 +364,33 @@ void residual_layernorm_backward_half(cudaStream_t s, Half half, const void* dy,
   ANATOMY_CUDA_CHECK(cudaGetLastError());
   partials_finish_kernel<<<static_cast<unsigned>((H + kFinishCols - 1) / kFinishCols), kFinishCols * kFinishLanes, 0,
                            s>>>(partial_gamma, partial_beta, dgamma, dbeta, chunks, static_cast<int>(H));
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+bool column_sums_half_supported(int64_t N, const void* dy) {
+  return N > 0 && N % 8 == 0 && N <= 0x7fffffff && (reinterpret_cast<uintptr_t>(dy) & 15u) == 0;
+}
+
+size_t column_sums_half_scratch_bytes(int64_t rows, int64_t N) {
+  if (rows <= 0 || N <= 0) return 0;
+  return static_cast<size_t>(chunk_count(rows) * N) * sizeof(float);
+}
+
+void column_sums_accumulate_half_fast(cudaStream_t s, Half half, const void* dy, int64_t rows, int64_t N, float* db,
+                                      void* scratch) {
+  if (rows <= 0 || N <= 0) return;
+  const int64_t chunks = chunk_count(rows);
+  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
+  float* partial = static_cast<float*>(scratch);
+  with_half_type(half, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>((N / 8 + kColThreads - 1) / kColThreads));
+    column_partials_kernel<T><<<grid, kColThreads, 0, s>>>(static_cast<const T*>(dy), partial, rows,
+                                                           static_cast<int>(N), rows_per_chunk);
+  });
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+  partials_finish_kernel<<<static_cast<unsigned>((N + kFinishCols - 1) / kFinishCols), kFinishCols * kFinishLanes, 0,
+                           s>>>(partial, nullptr, db, nullptr, chunks, static_cast<int>(N));
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 
