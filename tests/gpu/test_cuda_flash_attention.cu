@@ -78,13 +78,14 @@ struct FlashCase {
   MaskKind mask;
   float p;
   AttnType type;
+  bool negative_scale = false;  // scale −1/√D instead of 1/√D
 };
 
 std::string case_name(const FlashCase& c) {
   const char* mask = c.mask == MaskKind::None ? "NoMask" : c.mask == MaskKind::Padding ? "Padding" : "PaddingAndEmpty";
   return std::string(c.type == AttnType::BF16 ? "BF16" : "F16") + "_B" + std::to_string(c.B) + "_L" +
          std::to_string(c.L) + "_H" + std::to_string(c.heads) + "_D" + std::to_string(c.D) + "_" + mask +
-         (c.p > 0.0f ? "_Dropout" : "_NoDropout");
+         (c.p > 0.0f ? "_Dropout" : "_NoDropout") + (c.negative_scale ? "_NegativeScale" : "");
 }
 
 void PrintTo(const FlashCase& c, std::ostream* os) { *os << case_name(c); }
@@ -142,7 +143,7 @@ Inputs make_inputs(const FlashCase& c) {
   in.v = random_rounded(c.type, n, 1.0f, 23);
   in.dctx = random_rounded(c.type, n, 1.0f, 24);
   if (c.mask != MaskKind::None) in.mask = make_mask(c);
-  in.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.D)));
+  in.scale = static_cast<float>((c.negative_scale ? -1.0 : 1.0) / std::sqrt(static_cast<double>(c.D)));
   in.dropout = DropoutSpec{c.p, 0x5eedULL, 7};
   return in;
 }
@@ -360,8 +361,11 @@ TEST_P(CudaFlashAttention, MatchesCpuBackendAndIsDeterministic) {
 
 std::vector<FlashCase> all_cases() {
   // (B, L, heads, D): odd L with a partial tile; BERT-base-like; BERT-large at
-  // L = 512; D = 32 with an odd L; D = 128.
-  const int64_t sizes[][4] = {{2, 33, 2, 64}, {3, 128, 4, 64}, {2, 512, 16, 64}, {1, 77, 3, 32}, {1, 64, 2, 128}};
+  // L = 512; D = 32 with an odd L; D = 128; and with B·heads = 128, where the
+  // backward keeps dq in shared memory (one block per batch entry and head),
+  // at D = 64 and at D = 32 with L % 4 != 0.
+  const int64_t sizes[][4] = {{2, 33, 2, 64},   {3, 128, 4, 64},  {2, 512, 16, 64}, {1, 77, 3, 32},
+                              {1, 64, 2, 128},  {8, 128, 16, 64}, {2, 301, 64, 32}};
   std::vector<FlashCase> cases;
   for (AttnType t : {AttnType::BF16, AttnType::F16}) {
     for (const auto& s : sizes) {
@@ -371,6 +375,9 @@ std::vector<FlashCase> all_cases() {
       cases.push_back({s[0], s[1], s[2], s[3], MaskKind::Padding, 0.1f, t});
       cases.push_back({s[0], s[1], s[2], s[3], MaskKind::PaddingAndEmpty, 0.1f, t});
     }
+    // A negative scale (the kernels flip q's signs rather than the scale's).
+    cases.push_back({2, 33, 2, 64, MaskKind::Padding, 0.1f, t, true});
+    cases.push_back({8, 128, 16, 64, MaskKind::None, 0.0f, t, true});
   }
   return cases;
 }

@@ -328,5 +328,43 @@ TEST(CudaBackendActivation, RecomputeEqualsForwardAndBackwardBitForBit) {
   }
 }
 
+// The loader's double buffering: batch k + 1 is uploaded into the buffer
+// that batch k − 1 used while batch k computes (slow products keep the
+// device busy). Every batch must be seen whole by the op after upload_wait(),
+// and no upload may overwrite a buffer before the compute queue is done with
+// it: the accumulated sum tells.
+TEST(CudaBackendUpload, DoubleBufferedUploadsAreOrderedWithCompute) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = cuda::make_cuda_backend(0);
+  const int64_t n = 1 << 20, M = 2048;
+  Tensor slots[2] = {upload(*gpu, {n}, std::vector<float>(n), DType::F32, "slot0"),
+                     upload(*gpu, {n}, std::vector<float>(n), DType::F32, "slot1")};
+  Tensor acc = upload(*gpu, {n}, std::vector<float>(n), DType::F32, "acc");
+  Tensor x = upload(*gpu, {M, M}, random_vector(M * M, 1), DType::F32, "x");
+  Tensor y = upload(*gpu, {M, M}, std::vector<float>(M * M), DType::F32, "y");
+  std::vector<float> host(n);
+  auto fill = [&](int k) {
+    for (int64_t i = 0; i < n; ++i) host[i] = static_cast<float>(k + 1 + (i % 7));
+  };
+  const int steps = 50;
+  fill(0);
+  gpu->upload_async(slots[0], host.data());
+  for (int k = 0; k < steps; ++k) {
+    gpu->upload_wait();
+    gpu->linear_forward(x, x, nullptr, y);  // keeps the device busy before the add reads the slot
+    gpu->add_inplace(acc, slots[k % 2]);
+    if (k + 1 < steps) {
+      fill(k + 1);  // the host buffer is reused at once: upload_async staged it
+      gpu->upload_async(slots[(k + 1) % 2], host.data());
+    }
+  }
+  const auto result = download(*gpu, acc);
+  for (int64_t i = 0; i < n; i += 4099) {
+    double expected = 0;
+    for (int k = 0; k < steps; ++k) expected += k + 1 + (i % 7);
+    ASSERT_EQ(result[i], static_cast<float>(expected)) << "element " << i;
+  }
+}
+
 }  // namespace
 }  // namespace anatomy

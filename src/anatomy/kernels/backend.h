@@ -55,6 +55,18 @@ class Backend {
 
   // --- memory ---
   virtual void zero(const Tensor& t) = 0;
+  // Asynchronous input upload, for a loader that copies the next batch while
+  // the current one computes. upload_async queues a copy of dst.nbytes() host
+  // bytes from src into dst on a copy queue of its own, through pinned staging
+  // memory (src is read before the call returns). The copy waits until the
+  // compute queue has finished everything queued before the latest
+  // upload_wait(); upload_wait() makes the ops queued after it wait for every
+  // upload issued so far. So with two sets of input buffers, batch k + 1 is
+  // uploaded into the set batch k − 1 used while batch k computes. dst must not
+  // be memory that the compute queue may still reuse (fixed buffers, not
+  // temporaries).
+  virtual void upload_async(const Tensor& dst, const void* src) = 0;
+  virtual void upload_wait() = 0;
   virtual void copy_from_host(const Tensor& dst, const void* src) = 0;
   virtual void copy_to_host(const Tensor& src, void* dst) = 0;
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;

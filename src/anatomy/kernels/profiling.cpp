@@ -118,6 +118,10 @@ StepTiming ProfilingBackend::end_step() {
 void ProfilingBackend::zero(const Tensor& t) {
   timed("zero", operand_name(t.name()), OpClass::Elementwise, 0.0, bytes_of(t), [&] { inner_.zero(t); });
 }
+void ProfilingBackend::upload_async(const Tensor& dst, const void* src) {
+  timed("upload_async", operand_name(dst.name()), OpClass::Data, 0.0, bytes_of(dst),
+        [&] { inner_.upload_async(dst, src); });
+}
 void ProfilingBackend::copy_from_host(const Tensor& dst, const void* src) {
   timed("copy_from_host", operand_name(dst.name()), OpClass::Data, 0.0, bytes_of(dst),
         [&] { inner_.copy_from_host(dst, src); });

@@ -57,6 +57,8 @@ class ProfilingBackend final : public Backend {
   Ledger& ledger() override { return inner_.ledger(); }
 
   void zero(const Tensor& t) override;
+  void upload_async(const Tensor& dst, const void* src) override;
+  void upload_wait() override { inner_.upload_wait(); }
   void copy_from_host(const Tensor& dst, const void* src) override;
   void copy_to_host(const Tensor& src, void* dst) override;
   void copy(const Tensor& dst, const Tensor& src) override;

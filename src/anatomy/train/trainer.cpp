@@ -70,6 +70,63 @@ BertInputs upload_batch(Backend& backend, const HostBatch& b, DType label_dtype,
   return in;
 }
 
+namespace {
+
+// The loader's device side: two fixed sets of input buffers (category data),
+// so that batch k + 1 is uploaded (Backend::upload_async, pinned memory, its
+// own copy queue) into one set while batch k computes from the other.
+class InputSlots {
+ public:
+  InputSlots(Backend& backend, const Dataset& data, int64_t max_batch) : backend_(backend), data_(data) {
+    Ledger& ledger = backend.ledger();
+    const int64_t n = max_batch * data.seq_len;
+    for (int s = 0; s < 2; ++s) {
+      Slot& slot = slots_[s];
+      const std::string tag = fmt::format("batch_slot{}.", s);
+      slot.ids = Tensor::empty(ledger, {n}, DType::I64, Category::Data, tag + "input_ids");
+      if (!data.token_type_ids.empty())
+        slot.types = Tensor::empty(ledger, {n}, DType::I64, Category::Data, tag + "token_type_ids");
+      if (!data.attention_mask.empty())
+        slot.mask = Tensor::empty(ledger, {n}, DType::I64, Category::Data, tag + "attention_mask");
+      if (data.label_width > 0)
+        slot.labels = Tensor::empty(ledger, {max_batch * data.label_width}, data.label_dtype, Category::Data,
+                                    tag + "labels");
+    }
+  }
+
+  // Queues the upload of `b` into slot `s` and returns the inputs as views of it.
+  BertInputs upload(int s, const HostBatch& b) {
+    Slot& slot = slots_[s];
+    BertInputs in;
+    auto tokens = [&](const Tensor& buffer, const std::vector<int64_t>& host, const char* name) {
+      if (host.empty()) return Tensor();
+      Tensor t = buffer.slice(0, {b.batch, b.seq_len}, name);
+      backend_.upload_async(t, host.data());
+      return t;
+    };
+    in.input_ids = tokens(slot.ids, b.input_ids, "input_ids");
+    in.token_type_ids = tokens(slot.types, b.token_type_ids, "token_type_ids");
+    in.attention_mask = tokens(slot.mask, b.attention_mask, "attention_mask");
+    if (data_.label_width > 0) {
+      const Shape shape = data_.label_width == 1 ? Shape{b.batch} : Shape{b.batch, data_.label_width};
+      in.labels = slot.labels.slice(0, shape, "labels");
+      if (data_.label_dtype == DType::I64) backend_.upload_async(in.labels, b.labels_i64.data());
+      else backend_.upload_async(in.labels, b.labels_f32.data());
+    }
+    return in;
+  }
+
+ private:
+  struct Slot {
+    Tensor ids, types, mask, labels;
+  };
+  Backend& backend_;
+  const Dataset& data_;
+  Slot slots_[2];
+};
+
+}  // namespace
+
 BertInputs upload_dataset(Backend& backend, const Dataset& data) {
   const std::vector<int64_t> order = epoch_order(data.size, /*shuffle=*/false, 0, 0);
   return upload_batch(backend, gather_batch(data, order, 0, data.size), data.label_dtype, data.label_width);
@@ -114,6 +171,19 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   const int64_t B = args_.per_device_train_batch_size;
   std::vector<int64_t> order;
   int64_t order_epoch = -1;
+  // The samples [begin, end) of the epoch order that step `step` trains on.
+  auto batch_of = [&](int64_t step) {
+    const int64_t epoch = step / steps_per_epoch_;
+    if (epoch != order_epoch) {
+      order = epoch_order(data_.size, args_.shuffle, args_.seed, epoch);
+      order_epoch = epoch;
+    }
+    const int64_t begin = (step % steps_per_epoch_) * B;
+    return gather_batch(data_, order, begin, std::min(data_.size, begin + B));
+  };
+  ledger.set_phase("data");
+  InputSlots slots(backend_, data_, std::min(B, data_.size));
+  BertInputs next_inputs = slots.upload(0, batch_of(0));
   double window_loss = 0.0;
   int64_t window_steps = 0, window_samples = 0;
   auto window_start = Clock::now();
@@ -124,17 +194,11 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   int64_t clean_steps = 0, updates = 0;
 
   for (int64_t step = 0; step < total_steps_; ++step) {
-    const int64_t epoch = step / steps_per_epoch_;
-    const int64_t in_epoch = step % steps_per_epoch_;
-    if (epoch != order_epoch) {
-      order = epoch_order(data_.size, args_.shuffle, args_.seed, epoch);
-      order_epoch = epoch;
-    }
-    const int64_t begin = in_epoch * B, end = std::min(data_.size, begin + B);
+    const int64_t begin = (step % steps_per_epoch_) * B, end = std::min(data_.size, begin + B);
     if (hooks_.before) hooks_.before(step);
     ledger.set_phase("data");
-    const BertInputs inputs =
-        upload_batch(backend_, gather_batch(data_, order, begin, end), data_.label_dtype, data_.label_width);
+    backend_.upload_wait();  // this step's batch, uploaded during the previous step
+    const BertInputs inputs = next_inputs;
 
     model_.zero_gradients();
     ForwardOptions options;
@@ -167,6 +231,10 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
     if (!skip) {
       optimizer.step(model_.weights(), grads, lr, model_.half_weights());  // refreshes the 16-bit copy too
       ++updates;
+    }
+    if (step + 1 < total_steps_) {  // the next batch's upload overlaps this step's work on the device
+      ledger.set_phase("data");
+      next_inputs = slots.upload(static_cast<int>((step + 1) % 2), batch_of(step + 1));
     }
     if (hooks_.after) hooks_.after(step);
 

@@ -42,6 +42,8 @@ class CpuBackend final : public Backend {
   Ledger& ledger() override { return ledger_; }
 
   void zero(const Tensor& t) override { std::memset(t.raw(), 0, t.nbytes()); }
+  void upload_async(const Tensor& dst, const void* src) override { std::memcpy(dst.raw(), src, dst.nbytes()); }
+  void upload_wait() override {}
   void copy_from_host(const Tensor& dst, const void* src) override { std::memcpy(dst.raw(), src, dst.nbytes()); }
   void copy_to_host(const Tensor& src, void* dst) override { std::memcpy(dst, src.raw(), src.nbytes()); }
   void copy(const Tensor& dst, const Tensor& src) override {

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -64,6 +65,16 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    if (copy_stream_) {
+      cudaStreamSynchronize(copy_stream_);
+      cudaStreamDestroy(copy_stream_);
+      cudaEventDestroy(compute_mark_);
+      cudaEventDestroy(uploads_done_);
+    }
+    for (Staging& st : staging_) {
+      if (st.event) cudaEventDestroy(st.event);
+      if (st.host) cudaFreeHost(st.host);
+    }
     for (cudaEvent_t event : markers_) cudaEventDestroy(event);
     for (auto& [key, plan] : lt_plans_) plan.destroy();
     cublasLtDestroy(lt_);
@@ -75,6 +86,41 @@ class CudaBackend final : public Backend {
   Ledger& ledger() override { return ledger_; }
 
   void zero(const Tensor& t) override { ANATOMY_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), stream_)); }
+
+  // Uploads go through a ring of pinned staging buffers on copy_stream_; a
+  // buffer is refilled only after the copy that last used it has completed.
+  void upload_async(const Tensor& dst, const void* src) override {
+    const size_t bytes = dst.nbytes();
+    if (bytes == 0) return;
+    if (!copy_stream_) {
+      ANATOMY_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+      ANATOMY_CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
+      ANATOMY_CUDA_CHECK(cudaEventRecord(compute_mark_, stream_));
+      ANATOMY_CUDA_CHECK(cudaEventCreateWithFlags(&uploads_done_, cudaEventDisableTiming));
+    }
+    Staging& st = staging_[next_staging_];
+    next_staging_ = (next_staging_ + 1) % staging_.size();
+    if (st.event) ANATOMY_CUDA_CHECK(cudaEventSynchronize(st.event));  // its previous copy is done
+    else ANATOMY_CUDA_CHECK(cudaEventCreateWithFlags(&st.event, cudaEventDisableTiming));
+    if (st.bytes < bytes) {
+      if (st.host) ANATOMY_CUDA_CHECK(cudaFreeHost(st.host));
+      st.host = nullptr;
+      ANATOMY_CUDA_CHECK(cudaHostAlloc(&st.host, bytes, cudaHostAllocDefault));
+      st.bytes = bytes;
+    }
+    std::memcpy(st.host, src, bytes);
+    ANATOMY_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, compute_mark_, 0));
+    ANATOMY_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), st.host, bytes, cudaMemcpyHostToDevice, copy_stream_));
+    ANATOMY_CUDA_CHECK(cudaEventRecord(st.event, copy_stream_));
+    ANATOMY_CUDA_CHECK(cudaEventRecord(uploads_done_, copy_stream_));
+    uploads_pending_ = true;
+  }
+  void upload_wait() override {
+    if (!copy_stream_) return;
+    if (uploads_pending_) ANATOMY_CUDA_CHECK(cudaStreamWaitEvent(stream_, uploads_done_, 0));
+    uploads_pending_ = false;
+    ANATOMY_CUDA_CHECK(cudaEventRecord(compute_mark_, stream_));
+  }
   void copy_from_host(const Tensor& dst, const void* src) override {
     ANATOMY_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
     ANATOMY_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host buffer may go away after return
@@ -577,6 +623,18 @@ class CudaBackend final : public Backend {
   std::vector<cudaEvent_t> markers_;
   size_t markers_used_ = 0;
   cublasLtHandle_t lt_ = nullptr;
+  // Asynchronous uploads: the copy stream, the compute stream's mark at the
+  // latest upload_wait(), the last upload's completion, pinned staging.
+  struct Staging {
+    void* host = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t event = nullptr;
+  };
+  cudaStream_t copy_stream_ = nullptr;
+  cudaEvent_t compute_mark_ = nullptr, uploads_done_ = nullptr;
+  bool uploads_pending_ = false;
+  std::vector<Staging> staging_ = std::vector<Staging>(16);
+  size_t next_staging_ = 0;
   Tensor adamw_table_;
   std::vector<unsigned char> adamw_table_host_;
   using LtKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, bool, int, int>;

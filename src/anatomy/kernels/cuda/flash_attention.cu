@@ -51,10 +51,15 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 
 #include "anatomy/core/error.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
+
+#ifndef FA_PHILOX_WIDE
+#define FA_PHILOX_WIDE 0
+#endif
 
 namespace anatomy::cuda {
 
@@ -282,10 +287,18 @@ __host__ __device__ __forceinline__ uint32_t keep4(const DropoutKeys& K, uint64_
   uint32_t x2 = mulhi32(kPhiloxM0, c0) ^ K.r0_c3k1, x3 = kPhiloxM0 * c0;
 #pragma unroll
   for (int r = 1; r < 10; ++r) {
+#if FA_PHILOX_WIDE
+    const uint64_t p1 = static_cast<uint64_t>(kPhiloxM1) * x2, p0 = static_cast<uint64_t>(kPhiloxM0) * x0;
+    const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ x1 ^ K.k0[r];
+    const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ x3 ^ K.k1[r];
+    x1 = static_cast<uint32_t>(p1);
+    x3 = static_cast<uint32_t>(p0);
+#else
     const uint32_t n0 = mulhi32(kPhiloxM1, x2) ^ x1 ^ K.k0[r];
     const uint32_t n2 = mulhi32(kPhiloxM0, x0) ^ x3 ^ K.k1[r];
     x1 = kPhiloxM1 * x2;
     x3 = kPhiloxM0 * x0;
+#endif
     x0 = n0;
     x2 = n2;
   }
@@ -566,15 +579,15 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1) flash_fwd_kernel(co
 // signs of q flipped (exact), so that the running max of the unscaled scores
 // scales to the max of the scaled ones.
 template <int D>
-constexpr int fwd2_mtiles() {
+__host__ __device__ constexpr int fwd2_mtiles() {
   return D <= 64 ? 2 : 1;
 }
 template <int D>
-constexpr int fwd2_rows() {
+__host__ __device__ constexpr int fwd2_rows() {
   return 4 * 16 * fwd2_mtiles<D>();
 }
 template <int D>
-constexpr int fwd2_smem_bytes() {
+__host__ __device__ constexpr int fwd2_smem_bytes() {
   return (fwd2_rows<D>() + 4 * kTile) * (D + 8) * 2 + 2 * kTile * static_cast<int>(sizeof(int64_t));
 }
 
@@ -1212,11 +1225,11 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_bwd_kernel(co
 // key-tile order; at the end the block writes dq itself. Otherwise the split
 // accumulators in scratch as in flash_bwd_kernel.
 template <int D>
-constexpr int bwd2_warps() {
+__host__ __device__ constexpr int bwd2_warps() {
   return D <= 64 ? 8 : 4;
 }
 template <int D>
-constexpr int bwd2_base_bytes() {
+__host__ __device__ constexpr int bwd2_base_bytes() {
   constexpr int kN = 16 * bwd2_warps<D>();
   // K, V; 2 x Q, 2 x dO; dSᵀ (kN x 72); 2 x (lse, Δ) of 64 floats.
   return (2 * kN + 4 * kTile) * (D + 8) * 2 + kN * (kTile + 8) * 2 + 4 * kTile * static_cast<int>(sizeof(float));
@@ -1397,8 +1410,32 @@ __global__ void __launch_bounds__(32 * bwd2_warps<D>(), 1) flash_bwd2_kernel(con
             s[n][e] = fast_exp2(fmaf(s[n][e], c2, -lse2));
           } else {
             const float x = all_masked ? -lse2 : fmaf(s[n][e], c2, -lse2);
-            s[n][e] = ((e >> 1) ? valid_b : valid_a) ? fast_exp2(x) : 0.0f;
+            s[n][e] = fast_exp2(((e >> 1) ? valid_b : valid_a) ? x : -INFINITY);
           }
+        }
+      }
+
+      // dV += (P∘keep)ᵀ·dO (1/(1-p) applied once at the end), first, so that
+      // the packed P is dead before dPᵀ is live.
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        uint32_t pk[4];  // register j: elements s[2kk + (j >> 1)][2(j & 1) ..]
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int n = 2 * kk + (j >> 1), e = 2 * (j & 1);
+          float p0 = s[n][e], p1 = s[n][e + 1];
+          if constexpr (kDropout) {
+            p0 = ((keep >> (n * 4 + e)) & 1u) ? p0 : 0.0f;
+            p1 = ((keep >> (n * 4 + e + 1)) & 1u) ? p1 : 0.0f;
+          }
+          pk[j] = pack2<T>(p0, p1);
+        }
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t bb[4];
+          load_b_kn(bb, dos, ld, kk * 16, dp * 16, lane);
+          mma16816<T>(dv[2 * dp], pk, bb[0], bb[1]);
+          mma16816<T>(dv[2 * dp + 1], pk, bb[2], bb[3]);
         }
       }
 
@@ -1419,41 +1456,24 @@ __global__ void __launch_bounds__(32 * bwd2_warps<D>(), 1) flash_bwd2_kernel(con
         }
       }
 
-      // dSᵀ = Pᵀ∘(dPᵀ∘keep/(1-p) − Δ) and (P∘keep)ᵀ, both packed as A
-      // fragments (register j of [kk]: elements s[2kk + (j >> 1)][2(j & 1) ..]).
-      uint32_t dsp[4][4], pk[4][4];
+      // dSᵀ = Pᵀ∘(dPᵀ∘keep/(1-p) − Δ), packed as A fragments like P.
+      uint32_t dsp[4][4];
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
         const float2 dl = *reinterpret_cast<const float2*>(delta_s + n * 8 + 2 * t4);
-        float dsv[4], pkv[4];
+        float dsv[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float delta = (e & 1) ? dl.y : dl.x;
           if constexpr (kDropout) {
             const bool kept = (keep >> (n * 4 + e)) & 1u;
             dsv[e] = s[n][e] * fmaf(dpt[n][e], kept ? p.keep_scale : 0.0f, -delta);
-            pkv[e] = kept ? s[n][e] : 0.0f;
           } else {
             dsv[e] = s[n][e] * (dpt[n][e] - delta);
-            pkv[e] = s[n][e];
           }
         }
         dsp[n >> 1][(n & 1) * 2] = pack2<T>(dsv[0], dsv[1]);
         dsp[n >> 1][(n & 1) * 2 + 1] = pack2<T>(dsv[2], dsv[3]);
-        pk[n >> 1][(n & 1) * 2] = pack2<T>(pkv[0], pkv[1]);
-        pk[n >> 1][(n & 1) * 2 + 1] = pack2<T>(pkv[2], pkv[3]);
-      }
-
-      // dV += (P∘keep)ᵀ·dO (1/(1-p) applied once at the end).
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-        for (int dp = 0; dp < D / 16; ++dp) {
-          uint32_t bb[4];
-          load_b_kn(bb, dos, ld, kk * 16, dp * 16, lane);
-          mma16816<T>(dv[2 * dp], pk[kk], bb[0], bb[1]);
-          mma16816<T>(dv[2 * dp + 1], pk[kk], bb[2], bb[3]);
-        }
       }
 
       // dK += dSᵀ·Q (the scale applied at the end); dSᵀ to shared memory for dQ.
@@ -1610,6 +1630,35 @@ int64_t backward_splits(int64_t bh, int64_t L) {
   return std::clamp<int64_t>(want, 1, tiles);
 }
 
+// flash_bwd2_kernel: keys per tile, splits of the key tiles (as above, with
+// its tiles), and whether dQ stays in shared memory: when the whole dQ of a
+// (batch entry, head) fits next to the tiles in the 227 KB a block may have on
+// an sm_90 device, and there are enough (batch entry, head) pairs to fill the
+// GPU with one block each. Functions of the shapes only.
+constexpr int64_t kMaxSmem = 232448;
+int64_t bwd2_keys(int64_t D) { return D <= 64 ? 128 : 64; }
+int64_t bwd2_base_bytes_host(int64_t D) {
+  const int64_t kN = bwd2_keys(D);
+  return (2 * kN + 4 * kTile) * (D + 8) * 2 + kN * (kTile + 8) * 2 + 4 * kTile * 4;
+}
+int64_t bwd2_splits(int64_t bh, int64_t L, int64_t D) {
+  const int64_t tiles = (L + bwd2_keys(D) - 1) / bwd2_keys(D);
+  const int64_t want = (264 + bh - 1) / bh;
+  return std::clamp<int64_t>(want, 1, tiles);
+}
+int64_t bwd2_resident_bytes(int64_t L, int64_t D) {
+  return bwd2_base_bytes_host(D) + (L + kTile - 1) / kTile * kTile * D * 4;
+}
+bool bwd2_resident(int64_t bh, int64_t L, int64_t D) {
+  return D <= 64 && bh >= 128 && bwd2_resident_bytes(L, D) <= kMaxSmem;
+}
+
+// Development switch (FA_FWD / FA_BWD environment variables): 1 = the old kernels.
+int env_variant(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : 0;
+}
+
 size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 void check_args(const char* what, int64_t B, int64_t L, int64_t heads, int64_t D, const DropoutSpec& dropout,
@@ -1627,7 +1676,9 @@ void check_args(const char* what, int64_t B, int64_t L, int64_t heads, int64_t D
 // fit fewer blocks per SM than the registers allow). Once per device: the
 // calls cost microseconds, which would show in every launch on an idle GPU.
 // `done` (one bit per device) must belong to this one kernel: callers keep it
-// as a static of their own template instantiation, one per kernel.
+// as a static of their own template instantiation, one per kernel. The
+// dynamic limit set is the largest the kernel may ask for (kMaxSmem for the
+// resident backward, whose size depends on L).
 template <typename K>
 void configure(K kernel, int bytes, std::atomic<uint64_t>& done) {
   int device = 0;
@@ -1642,17 +1693,28 @@ void configure(K kernel, int bytes, std::atomic<uint64_t>& done) {
 
 template <typename T, int D, bool kDropout>
 void launch_forward(cudaStream_t s, const FwdParams& p, int64_t B) {
-  constexpr int bytes = fwd_smem_bytes<D>();
-  auto kernel = flash_fwd_kernel<T, D, kDropout>;
+  if (env_variant("FA_FWD") == 1) {
+    constexpr int bytes = fwd_smem_bytes<D>();
+    auto kernel = flash_fwd_kernel<T, D, kDropout>;
+    static std::atomic<uint64_t> configured{0};  // per <T, D, kDropout>, i.e. per kernel
+    configure(kernel, bytes, configured);
+    const dim3 grid(static_cast<unsigned>((p.L + kTile - 1) / kTile), static_cast<unsigned>(B * p.heads));
+    kernel<<<grid, kThreads, bytes, s>>>(p);
+    ANATOMY_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  constexpr int bytes = fwd2_smem_bytes<D>();
+  auto kernel = flash_fwd2_kernel<T, D, kDropout>;
   static std::atomic<uint64_t> configured{0};  // per <T, D, kDropout>, i.e. per kernel
   configure(kernel, bytes, configured);
-  const dim3 grid(static_cast<unsigned>((p.L + kTile - 1) / kTile), static_cast<unsigned>(B * p.heads));
+  const dim3 grid(static_cast<unsigned>((p.L + fwd2_rows<D>() - 1) / fwd2_rows<D>()),
+                  static_cast<unsigned>(B * p.heads));
   kernel<<<grid, kThreads, bytes, s>>>(p);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename T, int D, bool kDropout>
-void launch_backward(cudaStream_t s, const BwdParams& p, const void* dctx, const void* ctx, float* delta, void* dq,
+void launch_backward(cudaStream_t s, BwdParams p, const void* dctx, const void* ctx, float* delta, void* dq,
                      int64_t B) {
   const int64_t rows = B * p.L * p.heads;
   {
@@ -1663,13 +1725,34 @@ void launch_backward(cudaStream_t s, const BwdParams& p, const void* dctx, const
         p.heads);
     ANATOMY_CUDA_CHECK(cudaGetLastError());
   }
-  {
+  const int variant = env_variant("FA_BWD");
+  const bool resident = variant == 0 && bwd2_resident(p.bh_count, p.L, D);
+  if (variant == 1) {
+    p.splits = static_cast<int>(backward_splits(p.bh_count, p.L));
     constexpr int bytes = bwd_smem_bytes<D>();
     auto kernel = flash_bwd_kernel<T, D, kDropout>;
     static std::atomic<uint64_t> configured{0};  // per <T, D, kDropout>, i.e. per kernel
     configure(kernel, bytes, configured);
     const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.bh_count));
     kernel<<<grid, kThreads, bytes, s>>>(p);
+    ANATOMY_CUDA_CHECK(cudaGetLastError());
+  } else if (resident) {
+    const int bytes = static_cast<int>(bwd2_resident_bytes(p.L, D));
+    auto kernel = flash_bwd2_kernel<T, D, kDropout, true>;
+    static std::atomic<uint64_t> configured{0};
+    configure(kernel, static_cast<int>(kMaxSmem), configured);
+    const dim3 grid(1, static_cast<unsigned>(p.bh_count));
+    kernel<<<grid, 32 * bwd2_warps<D>(), bytes, s>>>(p);
+    ANATOMY_CUDA_CHECK(cudaGetLastError());
+    return;  // dq written by the kernel
+  } else {
+    p.splits = static_cast<int>(bwd2_splits(p.bh_count, p.L, D));
+    constexpr int bytes = bwd2_base_bytes<D>() + 2 * kTile * (D + 8) * static_cast<int>(sizeof(float));
+    auto kernel = flash_bwd2_kernel<T, D, kDropout, false>;
+    static std::atomic<uint64_t> configured{0};
+    configure(kernel, bytes, configured);
+    const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.bh_count));
+    kernel<<<grid, 32 * bwd2_warps<D>(), bytes, s>>>(p);
     ANATOMY_CUDA_CHECK(cudaGetLastError());
   }
   {
@@ -1710,7 +1793,9 @@ size_t flash_attention_scratch_bytes(int64_t B, int64_t L, int64_t heads, int64_
   const int64_t bh = B * heads;
   if (bh <= 0 || L <= 0 || D <= 0) return 0;
   const size_t rows = align256(static_cast<size_t>(bh * L) * sizeof(float));  // Δ, then lse · log2 e
-  return 2 * rows + static_cast<size_t>(backward_splits(bh, L) * bh * L * D) * sizeof(float);
+  // (development: room for either kernel's accumulators)
+  const int64_t splits = std::max(backward_splits(bh, L), bwd2_splits(bh, L, D));
+  return 2 * rows + static_cast<size_t>(splits * bh * L * D) * sizeof(float);
 }
 
 void flash_attention_forward(cudaStream_t s, AttnType t, const void* q, const void* k, const void* v,
@@ -1731,6 +1816,9 @@ void flash_attention_forward(cudaStream_t s, AttnType t, const void* q, const vo
   p.scale_log2 = scale * kLog2e;
   p.keep_scale = use_dropout ? 1.0f / (1.0f - dropout.p) : 1.0f;  // as the reference, in float
   p.dropout = make_dropout_keys(dropout);
+  p.abs_scale_log2 = std::fabs(scale) * kLog2e;
+  p.q_sign = scale < 0.0f ? 0x80008000u : 0u;
+  p.slow_tiles = scale == 0.0f ? 1 : 0;
   dispatch(t, D, use_dropout, [&]<typename T, int kD, bool kDrop>() { launch_forward<T, kD, kDrop>(s, p, B); });
 }
 
@@ -1758,6 +1846,7 @@ void flash_attention_backward(cudaStream_t s, AttnType t, const void* dctx, cons
   p.dq_accum = accum;
   p.dk = dk;
   p.dv = dv;
+  p.dq = dq;
   p.L = static_cast<int>(L);
   p.heads = static_cast<int>(heads);
   p.splits = static_cast<int>(backward_splits(bh, L));
