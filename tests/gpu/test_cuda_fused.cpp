@@ -1,5 +1,6 @@
 // test_cuda_fused.cpp: the CUDA backend's fused ops against the CPU backend:
-// residual + dropout + LayerNorm (forward and backward) in bf16 and fp16, and
+// residual + dropout + LayerNorm (forward and backward) in bf16, fp16 and
+// float32 (u = 2^-24: the same bounds, where the absolute terms dominate), and
 // the cuBLASLt products (bias epilogue, accumulated input gradients).
 //
 // 16-bit inputs are rounded on the host and the same values go to both sides
@@ -45,10 +46,13 @@ std::vector<float> random_vector(int64_t n, uint32_t seed, float scale = 1.0f) {
 
 uint16_t narrow(DType t, float f) { return t == DType::BF16 ? float_to_bf16(f) : float_to_f16(f); }
 float widen(DType t, uint16_t h) { return t == DType::BF16 ? bf16_to_float(h) : f16_to_float(h); }
-double unit_roundoff(DType t) { return t == DType::BF16 ? 1.0 / 256.0 : 1.0 / 2048.0; }
+double unit_roundoff(DType t) {
+  return t == DType::BF16 ? 1.0 / 256.0 : t == DType::F16 ? 1.0 / 2048.0 : 1.0 / 16777216.0;
+}
 
-// Rounds to the 16-bit format and back.
+// Rounds to the 16-bit format and back (float32: unchanged).
 std::vector<float> rounded(DType t, std::vector<float> v) {
+  if (t == DType::F32) return v;
   for (auto& x : v) x = widen(t, narrow(t, x));
   return v;
 }
@@ -197,10 +201,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(LnCase{DType::BF16, 37, 1024, 0.1f}, LnCase{DType::BF16, 1, 1024, 0.0f},
                       LnCase{DType::BF16, 300, 768, 0.1f}, LnCase{DType::F16, 37, 128, 0.1f},
                       LnCase{DType::F16, 1000, 2048, 0.5f}, LnCase{DType::BF16, 9, 100, 0.1f},  // H % 8 != 0: unfused
-                      LnCase{DType::BF16, 2053, 1024, 0.1f}),
+                      LnCase{DType::BF16, 2053, 1024, 0.1f}, LnCase{DType::F32, 37, 1024, 0.1f},
+                      LnCase{DType::F32, 300, 128, 0.0f}),
     [](const ::testing::TestParamInfo<LnCase>& info) {
       const LnCase& c = info.param;
-      return std::string(c.dtype == DType::BF16 ? "bf16" : "fp16") + "_rows" + std::to_string(c.rows) + "_H" +
+      return std::string(c.dtype == DType::BF16 ? "bf16" : c.dtype == DType::F16 ? "fp16" : "fp32") + "_rows" +
+             std::to_string(c.rows) + "_H" +
              std::to_string(c.H) + "_p" + std::to_string(static_cast<int>(c.p * 100));
     });
 

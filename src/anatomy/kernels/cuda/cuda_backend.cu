@@ -195,8 +195,8 @@ class CudaBackend final : public Backend {
                   "residual_layernorm_forward: {} {} {} {} differ in size or dtype", x.name(), residual.name(),
                   sum.name(), y.name());
     const int64_t H = sum.dim(-1);
-    if (sum.dtype() != DType::F32 && fused_layernorm_supported(H, {x.raw(), residual.raw(), sum.raw(), y.raw()}))
-      return residual_layernorm_forward_half(stream_, half_type(sum.dtype()), x.raw(), residual.raw(), dropout,
+    if (fused_layernorm_supported(H, {x.raw(), residual.raw(), sum.raw(), y.raw()}))
+      return residual_layernorm_forward_fused(stream_, sum.dtype(), x.raw(), residual.raw(), dropout,
                                              gamma.data<float>(), beta.data<float>(), eps, sum.raw(), y.raw(),
                                              mean.data<float>(), rstd.data<float>(), rows_of(sum), H);
     this->dropout(x, sum, dropout);
@@ -212,10 +212,9 @@ class CudaBackend final : public Backend {
                   "residual_layernorm_backward: {} {} {} {} differ in size or dtype", dy.name(), sum.name(),
                   d_residual.name(), d_x.name());
     const int64_t H = sum.dim(-1);
-    if (sum.dtype() != DType::F32 &&
-        fused_layernorm_supported(H, {dy.raw(), sum.raw(), d_residual.raw(), d_x.raw()})) {
+    if (fused_layernorm_supported(H, {dy.raw(), sum.raw(), d_residual.raw(), d_x.raw()})) {
       void* scratch = scratch_bytes(residual_layernorm_backward_scratch_bytes(rows_of(sum), H));
-      return residual_layernorm_backward_half(stream_, half_type(sum.dtype()), dy.raw(), sum.raw(),
+      return residual_layernorm_backward_fused(stream_, sum.dtype(), dy.raw(), sum.raw(),
                                               mean.data<float>(), rstd.data<float>(), gamma.data<float>(), dropout,
                                               d_residual.raw(), d_x.raw(), dgamma.data<float>(),
                                               dbeta.data<float>(), rows_of(sum), H, scratch);

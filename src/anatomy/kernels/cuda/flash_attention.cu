@@ -57,8 +57,8 @@
 #include "anatomy/core/error.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
 
-#ifndef FA_PHILOX_WIDE
-#define FA_PHILOX_WIDE 0
+#ifndef FA_DROP_UNROLL
+#define FA_DROP_UNROLL 8
 #endif
 
 namespace anatomy::cuda {
@@ -87,22 +87,6 @@ template <>
 __device__ __forceinline__ uint32_t pack2<__half>(float a, float b) {
   __half2 v = __floats2half2_rn(a, b);
   return *reinterpret_cast<uint32_t*>(&v);
-}
-
-template <typename T>
-__device__ __forceinline__ void unpack2(uint32_t v, float& a, float& b);
-
-template <>
-__device__ __forceinline__ void unpack2<__nv_bfloat16>(uint32_t v, float& a, float& b) {
-  a = __uint_as_float(v << 16);
-  b = __uint_as_float(v & 0xFFFF0000u);
-}
-
-template <>
-__device__ __forceinline__ void unpack2<__half>(uint32_t v, float& a, float& b) {
-  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&v));
-  a = f.x;
-  b = f.y;
 }
 
 // c (16x8, f32) += a (16x16, row) · b (16x8, col). Fragment layouts (PTX ISA,
@@ -271,34 +255,22 @@ DropoutKeys make_dropout_keys(const DropoutSpec& d) {
   return k;
 }
 
-__host__ __device__ __forceinline__ uint32_t mulhi32(uint32_t a, uint32_t b) {
-#if defined(__CUDA_ARCH__)
-  return __umulhi(a, b);
-#else
-  return static_cast<uint32_t>((static_cast<uint64_t>(a) * b) >> 32);
-#endif
-}
 
 // Keep bits of elements 4·counter .. 4·counter + 3: bit w for element 4·counter + w
 // (dropout_keep4 of core/random.h).
 __host__ __device__ __forceinline__ uint32_t keep4(const DropoutKeys& K, uint64_t counter) {
   const uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
   uint32_t x0 = K.r0_c0 ^ c1, x1 = K.r0_c1;
-  uint32_t x2 = mulhi32(kPhiloxM0, c0) ^ K.r0_c3k1, x3 = kPhiloxM0 * c0;
+  // A 32x32 -> 64-bit product gives both halves in one instruction (IMAD.WIDE.U32).
+  const uint64_t p3 = static_cast<uint64_t>(kPhiloxM0) * c0;
+  uint32_t x2 = static_cast<uint32_t>(p3 >> 32) ^ K.r0_c3k1, x3 = static_cast<uint32_t>(p3);
 #pragma unroll
   for (int r = 1; r < 10; ++r) {
-#if FA_PHILOX_WIDE
     const uint64_t p1 = static_cast<uint64_t>(kPhiloxM1) * x2, p0 = static_cast<uint64_t>(kPhiloxM0) * x0;
     const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ x1 ^ K.k0[r];
     const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ x3 ^ K.k1[r];
     x1 = static_cast<uint32_t>(p1);
     x3 = static_cast<uint32_t>(p0);
-#else
-    const uint32_t n0 = mulhi32(kPhiloxM1, x2) ^ x1 ^ K.k0[r];
-    const uint32_t n2 = mulhi32(kPhiloxM0, x0) ^ x3 ^ K.k1[r];
-    x1 = kPhiloxM1 * x2;
-    x3 = kPhiloxM0 * x0;
-#endif
     x0 = n0;
     x2 = n2;
   }
@@ -345,6 +317,14 @@ __device__ __forceinline__ uint32_t share_quads(uint32_t calls, int j) {
   return keep;
 }
 
+// Dropout modes of the kernels (a template parameter, so that the mask's
+// generator calls are straight-line code in the same block as the products).
+constexpr int kDropUnroll = FA_DROP_UNROLL;  // generator calls unrolled (8: all of them)
+constexpr int kNoDrop = 0;      // no dropout
+constexpr int kDropGroups = 1;  // L % 4 == 0: the lanes holding a call's four elements share it
+constexpr int kDropEach = 2;    // otherwise: a call per element
+constexpr int kDropLoad = 3;    // backward: the bits were computed beforehand (bwd_dropout_bits_kernel)
+
 // ---------------------------------------------------------------------------
 // Forward.
 // ---------------------------------------------------------------------------
@@ -357,217 +337,12 @@ struct FwdParams {
   void* ctx;
   float* lse;
   int L, heads;
-  float scale_log2;  // scale · log2(e): scores in base 2, exp2 on the hardware unit
-  float keep_scale;   // 1/(1-p), or 1 without dropout
-  DropoutKeys dropout;
-  float abs_scale_log2;  // |scale| · log2(e)
+  float abs_scale_log2;  // |scale| · log2(e): scores in base 2, exp2 on the hardware unit
   uint32_t q_sign;       // 0x80008000 when scale < 0 (q's signs flipped instead), else 0
   int slow_tiles;        // 1: every key tile takes the masked path (scale == 0)
+  float keep_scale;      // 1/(1-p), or 1 without dropout
+  DropoutKeys dropout;
 };
-
-template <int D>
-constexpr int fwd_smem_bytes() {
-  return 5 * kTile * (D + 8) * 2 + 2 * kTile * static_cast<int>(sizeof(int64_t));
-}
-
-template <typename T, int D, bool kDropout>
-__global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1) flash_fwd_kernel(const FwdParams p) {
-  constexpr int ld = D + 8;
-  extern __shared__ __align__(16) unsigned char smem[];
-  T* sQ = reinterpret_cast<T*>(smem);
-  T* sK = sQ + kTile * ld;      // 2 buffers
-  T* sV = sK + 2 * kTile * ld;  // 2 buffers
-  // 2 x 64 key-mask entries (0 past L), fetched with the keys.
-  int64_t* sMask = reinterpret_cast<int64_t*>(sV + 2 * kTile * ld);
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t4 = lane & 3;
-  const int L = p.L;
-  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
-  const int q0 = blockIdx.x * kTile;
-  const int64_t rs = static_cast<int64_t>(p.heads) * D;
-  const int64_t off = static_cast<int64_t>(b) * L * rs + static_cast<int64_t>(h) * D;
-  const T* gq = static_cast<const T*>(p.q) + off;
-  const T* gk = static_cast<const T*>(p.k) + off;
-  const T* gv = static_cast<const T*>(p.v) + off;
-  const int64_t* mrow = p.mask ? p.mask + static_cast<int64_t>(b) * L : nullptr;
-  const bool all_masked = !any_key_kept(mrow, L);
-
-  auto load_kv = [&](int tile, int buf) {
-    const int k0 = tile * kTile;
-    load_tile<T, D>(sK + buf * kTile * ld, gk, rs, k0, L, tid);
-    load_tile<T, D>(sV + buf * kTile * ld, gv, rs, k0, L, tid);
-    if (mrow != nullptr && tid < kTile) cp_async_small<8>(sMask + buf * kTile + tid, mrow + k0 + tid, k0 + tid < L);
-  };
-
-  load_tile<T, D>(sQ, gq, rs, q0, L, tid);
-  load_kv(0, 0);
-  cp_async_commit();
-
-  const int nk = (L + kTile - 1) / kTile;
-  const int row_a = q0 + warp * 16 + g, row_b = row_a + 8;  // this thread's two query rows
-  // Dropout index of (row, key 0): (b*heads + h)*L*L + row*L.
-  const uint64_t head_base = static_cast<uint64_t>(bh) * static_cast<uint64_t>(L) * static_cast<uint64_t>(L);
-  const uint64_t drop_a = head_base + static_cast<uint64_t>(row_a) * static_cast<uint64_t>(L);
-  const uint64_t drop_b = head_base + static_cast<uint64_t>(row_b) * static_cast<uint64_t>(L);
-
-  uint32_t qa[D / 16][4];
-  float o[D / 8][4];
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY};  // running max of base-2 scores per row
-  float l[2] = {0.0f, 0.0f};            // this thread's part of the running sum per row
-
-  for (int jt = 0; jt < nk; ++jt) {
-    const int buf = jt & 1;
-    // Tile jt has landed for every thread, and every warp is done with tile
-    // jt - 1, whose buffer the next tile then fills while this one is used:
-    // one barrier per tile.
-    cp_async_wait<0>();
-    __syncthreads();
-    if (jt + 1 < nk) {
-      load_kv(jt + 1, buf ^ 1);
-      cp_async_commit();
-    }
-    if (jt == 0) {
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) load_a(qa[kk], sQ, ld, warp * 16, kk * 16, lane);
-    }
-    const T* ks = sK + buf * kTile * ld;
-    const T* vs = sV + buf * kTile * ld;
-    const int64_t* kmask = sMask + buf * kTile;
-
-    // This tile's dropout mask first, while few registers are live: bit 4n + e
-    // is accumulator element s[n][e] (row e < 2 ? row_a : row_b, key
-    // jt*64 + 8n + 2·t4 + (e & 1)). With L % 4 == 0 a lane pair shares the
-    // calls (share_pairs): 8 per lane, one per 4 elements; otherwise a call per element.
-    auto dropout_bits = [&]() {
-      uint32_t bits = 0u;
-      if (L % 4 == 0) {
-        const int j = t4 & 1;  // this lane's calls are for row j (row_a, row_b), keys 8n + 4·(t4 >> 1) + {0..3}
-        const uint64_t c0 = ((j ? drop_b : drop_a) + static_cast<uint64_t>(jt * kTile + 4 * (t4 >> 1))) >> 2;
-        uint32_t calls = 0u;
-#pragma unroll 4
-        for (int n = 0; n < 8; ++n) calls |= keep4(p.dropout, c0 + 2 * n) << (4 * n);
-        bits = share_pairs(calls, j);
-      } else {
-        const uint64_t base_a = drop_a + static_cast<uint64_t>(jt * kTile + 2 * t4);
-        const uint64_t base_b = drop_b + static_cast<uint64_t>(jt * kTile + 2 * t4);
-#pragma unroll 4
-        for (int i = 0; i < 32; ++i) {
-          const int n = i >> 2, e = i & 3;
-          const uint64_t idx = ((e >> 1) ? base_b : base_a) + static_cast<uint64_t>(n * 8 + (e & 1));
-          bits |= static_cast<uint32_t>(keep_element(p.dropout, idx)) << i;
-        }
-      }
-      return bits;
-    };
-    uint32_t keep = 0xffffffffu;
-    if constexpr (kDropout) keep = dropout_bits();
-
-    // S = Q·Kᵀ: 16 rows x 64 keys per warp, 8 n-tiles of 8 keys.
-    float s[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t bb[4];
-        load_b_nk(bb, ks, ld, np * 16, kk * 16, lane);
-        mma16816<T>(s[2 * np], qa[kk], bb[0], bb[1]);
-        mma16816<T>(s[2 * np + 1], qa[kk], bb[2], bb[3]);
-      }
-    }
-
-    // Scale to base 2, mask, and the new running max (rows shared by the 4 lanes of a quad).
-    float mx[2] = {m[0], m[1]};
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        // Keys past L and masked keys (unless all are) get -inf.
-        const int col = n * 8 + 2 * t4 + (e & 1);
-        const bool key_ok = jt * kTile + col < L && (all_masked || mrow == nullptr || kmask[col] != 0);
-        const float x = key_ok ? (all_masked ? 0.0f : s[n][e] * p.scale_log2) : -INFINITY;
-        s[n][e] = x;
-        mx[e >> 1] = fmaxf(mx[e >> 1], x);
-      }
-    }
-    float ref[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      // A row whose keys so far are all masked has max -inf: subtract 0 instead
-      // (its exponentials are 0 anyway) so that no -inf - -inf = NaN appears.
-      ref[r] = mx[r] == -INFINITY ? 0.0f : mx[r];
-      const float alpha = fast_exp2(m[r] - ref[r]);
-      m[r] = mx[r];
-      l[r] *= alpha;
-#pragma unroll
-      for (int i = 0; i < D / 8; ++i) {
-        o[i][2 * r] *= alpha;
-        o[i][2 * r + 1] *= alpha;
-      }
-    }
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float pv = fast_exp2(s[n][e] - ref[e >> 1]);
-        l[e >> 1] += pv;  // the softmax sum is over undropped probabilities
-        s[n][e] = pv;
-      }
-    }
-    if constexpr (kDropout) {
-      // Dropped elements become 0; kept ones are scaled by 1/(1-p) once, at the end.
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (((keep >> (n * 4 + e)) & 1u) == 0) s[n][e] = 0.0f;
-    }
-
-    // O += P·V: P's accumulator fragments are, pairwise, A fragments over 16 keys.
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                             pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
-        uint32_t bb[4];
-        load_b_kn(bb, vs, ld, kk * 16, dp * 16, lane);
-        mma16816<T>(o[2 * dp], a, bb[0], bb[1]);
-        mma16816<T>(o[2 * dp + 1], a, bb[2], bb[3]);
-      }
-    }
-  }
-
-  // Row sums across the quad, normalise, write ctx and the log-sum-exp.
-  T* gctx = static_cast<T*>(p.ctx) + off;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
-  // Every row has at least one unmasked key (or attends uniformly), so l >= 1.
-  const float inv_a = p.keep_scale / l[0], inv_b = p.keep_scale / l[1];
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) {
-    const int d = i * 8 + 2 * t4;
-    if (row_a < L)
-      *reinterpret_cast<uint32_t*>(gctx + row_a * rs + d) = pack2<T>(o[i][0] * inv_a, o[i][1] * inv_a);
-    if (row_b < L)
-      *reinterpret_cast<uint32_t*>(gctx + row_b * rs + d) = pack2<T>(o[i][2] * inv_b, o[i][3] * inv_b);
-  }
-  if (t4 == 0) {
-    float* lse = p.lse + static_cast<int64_t>(bh) * L;
-    if (row_a < L) lse[row_a] = (m[0] + log2f(l[0])) * kLn2;
-    if (row_b < L) lse[row_b] = (m[1] + log2f(l[1])) * kLn2;
-  }
-}
 
 // Forward, 128 query rows per block (D <= 64): each warp owns 32 rows as two
 // m16 tiles, so that every K and V fragment fetched from shared memory feeds
@@ -579,22 +354,22 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1) flash_fwd_kernel(co
 // signs of q flipped (exact), so that the running max of the unscaled scores
 // scales to the max of the scaled ones.
 template <int D>
-__host__ __device__ constexpr int fwd2_mtiles() {
+__host__ __device__ constexpr int fwd_mtiles() {
   return D <= 64 ? 2 : 1;
 }
 template <int D>
-__host__ __device__ constexpr int fwd2_rows() {
-  return 4 * 16 * fwd2_mtiles<D>();
+__host__ __device__ constexpr int fwd_rows() {
+  return 4 * 16 * fwd_mtiles<D>();
 }
 template <int D>
-__host__ __device__ constexpr int fwd2_smem_bytes() {
-  return (fwd2_rows<D>() + 4 * kTile) * (D + 8) * 2 + 2 * kTile * static_cast<int>(sizeof(int64_t));
+__host__ __device__ constexpr int fwd_smem_bytes() {
+  return (fwd_rows<D>() + 4 * kTile) * (D + 8) * 2 + 2 * kTile * static_cast<int>(sizeof(int64_t));
 }
 
-template <typename T, int D, bool kDropout>
-__global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_fwd2_kernel(const FwdParams p) {
-  constexpr int MT = fwd2_mtiles<D>();
-  constexpr int BM = fwd2_rows<D>();
+template <typename T, int D, int kDrop>
+__global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_fwd_kernel(const FwdParams p) {
+  constexpr int MT = fwd_mtiles<D>();
+  constexpr int BM = fwd_rows<D>();
   constexpr int ld = D + 8;
   extern __shared__ __align__(16) unsigned char smem[];
   T* sQ = reinterpret_cast<T*>(smem);
@@ -682,32 +457,34 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_fwd2_kernel(c
 
     // This tile's dropout mask first, while few registers are live: bit 4n + e
     // of keep[mt] is accumulator element s[mt][n][e] (row (mt, e >> 1), key
-    // jt*64 + 8n + 2·t4 + (e & 1)). With L % 4 == 0 a lane pair shares the
-    // calls (share_pairs): 8 per lane and m-tile, one per 4 elements;
-    // otherwise a call per element.
+    // jt*64 + 8n + 2·t4 + (e & 1)). kDropGroups (L % 4 == 0): a lane pair
+    // shares the calls (share_pairs), 8 per lane and m-tile, one per 4
+    // elements, as straight-line code that the compiler can interleave with
+    // the products below; kDropEach: a call per element.
     uint32_t keep[MT];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) keep[mt] = 0xffffffffu;
-    if constexpr (kDropout) {
+    if constexpr (kDrop == kDropGroups) {
+      const int j = t4 & 1;  // this lane's calls: row (mt, j), keys 8n + 4·(t4 >> 1) + {0..3}
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
+        const uint64_t c0 = (drop_row(mt, j) + static_cast<uint64_t>(jt * kTile + 4 * (t4 >> 1))) >> 2;
+        uint32_t calls = 0u;
+#pragma unroll kDropUnroll
+        for (int n = 0; n < 8; ++n) calls |= keep4(p.dropout, c0 + 2 * n) << (4 * n);
+        keep[mt] = share_pairs(calls, j);
+      }
+    } else if constexpr (kDrop == kDropEach) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const uint64_t base_a = drop_row(mt, 0) + static_cast<uint64_t>(jt * kTile + 2 * t4);
+        const uint64_t base_b = drop_row(mt, 1) + static_cast<uint64_t>(jt * kTile + 2 * t4);
         uint32_t bits = 0u;
-        if (L % 4 == 0) {
-          const int j = t4 & 1;  // this lane's calls: row (mt, j), keys 8n + 4·(t4 >> 1) + {0..3}
-          const uint64_t c0 = (drop_row(mt, j) + static_cast<uint64_t>(jt * kTile + 4 * (t4 >> 1))) >> 2;
-          uint32_t calls = 0u;
 #pragma unroll 4
-          for (int n = 0; n < 8; ++n) calls |= keep4(p.dropout, c0 + 2 * n) << (4 * n);
-          bits = share_pairs(calls, j);
-        } else {
-          const uint64_t base_a = drop_row(mt, 0) + static_cast<uint64_t>(jt * kTile + 2 * t4);
-          const uint64_t base_b = drop_row(mt, 1) + static_cast<uint64_t>(jt * kTile + 2 * t4);
-#pragma unroll 4
-          for (int i = 0; i < 32; ++i) {
-            const int n = i >> 2, e = i & 3;
-            const uint64_t idx = ((e >> 1) ? base_b : base_a) + static_cast<uint64_t>(n * 8 + (e & 1));
-            bits |= static_cast<uint32_t>(keep_element(p.dropout, idx)) << i;
-          }
+        for (int i = 0; i < 32; ++i) {
+          const int n = i >> 2, e = i & 3;
+          const uint64_t idx = ((e >> 1) ? base_b : base_a) + static_cast<uint64_t>(n * 8 + (e & 1));
+          bits |= static_cast<uint32_t>(keep_element(p.dropout, idx)) << i;
         }
         keep[mt] = bits;
       }
@@ -796,7 +573,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_fwd2_kernel(c
           const float pv = fast_exp2(fmaf(s[mt][n][e], cs, -ref[mt][e >> 1]));
           l[mt][e >> 1] += pv;  // the softmax sum is over undropped probabilities
           // Dropped elements become 0; kept ones are scaled by 1/(1-p) once, at the end.
-          s[mt][n][e] = (!kDropout || ((keep[mt] >> (n * 4 + e)) & 1u)) ? pv : 0.0f;
+          s[mt][n][e] = (kDrop == kNoDrop || ((keep[mt] >> (n * 4 + e)) & 1u)) ? pv : 0.0f;
         }
       }
     }
@@ -904,313 +681,68 @@ struct BwdParams {
   float scale_log2, scale;
   float keep_scale;   // 1/(1-p), or 1 without dropout
   DropoutKeys dropout;
-  void* dq;  // written directly by the resident variant of flash_bwd2_kernel
+  void* dq;                   // written by the kernel itself when it keeps dq in shared memory
+  const uint32_t* drop_bits;  // kDropLoad: the bits of every lane and query tile (bwd_dropout_bits_kernel)
 };
 
-template <int D>
-constexpr int bwd_smem_bytes() {
-  // K, V, 2 x Q, 2 x dO tiles; dSᵀ (64 x 72); 2 x (lse, Δ) of 64 floats; 2 x dQ sums (64 x (D + 8) floats).
-  return 6 * kTile * (D + 8) * 2 + kTile * (kTile + 8) * 2 + 4 * kTile * static_cast<int>(sizeof(float)) +
-         2 * kTile * (D + 8) * static_cast<int>(sizeof(float));
+// The forward's dropout mask as the backward's lanes hold it: bit 4n + e of
+// the lane (g, t4) of the warp whose keys start at kw0 (= key tile start +
+// 16·warp), at query tile it, is element (key kw0 + g (+ 8 for e >= 2),
+// query it*64 + 8n + 2·t4 + (e & 1)). kDropGroups (L % 4 == 0): keys
+// 4m .. 4m + 3 of one query are the elements of four lanes (g = 4m' + {0..3},
+// same t4), which share the calls (share_quads): 8 per lane, one per 4
+// elements. kDropEach: a call per element. All 32 lanes must call it.
+template <int kDrop>
+__device__ __forceinline__ uint32_t bwd_keep_bits(const DropoutKeys& keys, uint64_t head_base, int L, int kw0, int it,
+                                                  int g, int t4) {
+  const uint64_t row0 = head_base + static_cast<uint64_t>(it * kTile + 2 * t4) * static_cast<uint64_t>(L);
+  if constexpr (kDrop == kDropGroups) {
+    // This lane's calls: element e = j of every n, i.e. query it*64 + 8n + 2·t4 + (j & 1) and the
+    // keys of key_a's group (j < 2) or key_b's, kw0 + 4·(g >> 2) (+ 8).
+    const int j = g & 3;
+    const uint64_t c0 = (row0 + static_cast<uint64_t>(j & 1) * static_cast<uint64_t>(L) +
+                         static_cast<uint64_t>(kw0 + 4 * (g >> 2) + 8 * (j >> 1))) >> 2;
+    const uint64_t step = 2 * static_cast<uint64_t>(L);  // 8 queries of L elements, in groups of 4
+    uint32_t calls = 0u;
+#pragma unroll kDropUnroll
+    for (int n = 0; n < 8; ++n) calls |= keep4(keys, c0 + step * n) << (4 * n);
+    return share_quads(calls, j);
+  } else {
+    const int key_a = kw0 + g, key_b = key_a + 8;
+    uint32_t bits = 0u;
+#pragma unroll 4
+    for (int i = 0; i < 32; ++i) {
+      const int n = i >> 2, e = i & 3;
+      const uint64_t idx = row0 + static_cast<uint64_t>(n * 8 + (e & 1)) * static_cast<uint64_t>(L) +
+                           static_cast<uint64_t>((e >> 1) ? key_b : key_a);
+      bits |= static_cast<uint32_t>(keep_element(keys, idx)) << i;
+    }
+    return bits;
+  }
 }
 
-template <typename T, int D, bool kDropout>
-__global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_bwd_kernel(const BwdParams p) {
-  constexpr int ld = D + 8;
-  constexpr int lds = kTile + 8;  // dSᵀ stride
-  extern __shared__ __align__(16) unsigned char smem[];
-  T* sK = reinterpret_cast<T*>(smem);
-  T* sV = sK + kTile * ld;
-  T* sQ = sV + kTile * ld;        // 2 buffers
-  T* sdO = sQ + 2 * kTile * ld;   // 2 buffers
-  T* sdS = sdO + 2 * kTile * ld;  // [64 keys][64 queries + 8]
-  float* sLse = reinterpret_cast<float*>(sdS + kTile * lds);  // 2 x 64, base 2 (lse · log2 e), 0 past L
-  float* sDelta = sLse + 2 * kTile;                            // 2 x 64
-  // 2 x [64 query rows][D + 8]: this split's dQ sums so far for the query tile,
-  // fetched with it. The +8 floats of padding spread a warp's rows over the banks.
-  constexpr int lda = D + 8;
-  float* sAcc = sDelta + 2 * kTile;
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t4 = lane & 3;
-  const int L = p.L;
-  const int split = blockIdx.x;
-  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
-  const int64_t rs = static_cast<int64_t>(p.heads) * D;
-  const int64_t off = static_cast<int64_t>(b) * L * rs + static_cast<int64_t>(h) * D;
-  const T* gq = static_cast<const T*>(p.q) + off;
-  const T* gk = static_cast<const T*>(p.k) + off;
-  const T* gv = static_cast<const T*>(p.v) + off;
-  const T* gdo = static_cast<const T*>(p.dout) + off;
-  const float* glse = p.lse2 + static_cast<int64_t>(bh) * L;
-  const float* gdelta = p.delta + static_cast<int64_t>(bh) * L;
-  float* acc = p.dq_accum + (static_cast<int64_t>(split) * p.bh_count + bh) * static_cast<int64_t>(L) * D;
-  const int64_t* mrow = p.mask ? p.mask + static_cast<int64_t>(b) * L : nullptr;
-  const bool all_masked = !any_key_kept(mrow, L);
-  const uint64_t head_base = static_cast<uint64_t>(bh) * static_cast<uint64_t>(L) * static_cast<uint64_t>(L);
-
-  auto load_q = [&](int tile, int buf, bool with_sums) {
-    const int q0 = tile * kTile;
-    load_tile<T, D>(sQ + buf * kTile * ld, gq, rs, q0, L, tid);
-    load_tile<T, D>(sdO + buf * kTile * ld, gdo, rs, q0, L, tid);
-    if (with_sums) {
-      constexpr int kChunks = D / 4;  // 16-byte pieces per row of floats
-      constexpr int kRowsPerPass = kThreads / kChunks;
-      const int r = tid / kChunks, col = (tid % kChunks) * 4;
-      const float* src = acc + static_cast<int64_t>(q0 + r) * D + col;
-      float* dst = sAcc + (buf * kTile + r) * lda + col;
-#pragma unroll
-      for (int i = 0; i < kTile / kRowsPerPass; ++i) {
-        const bool valid = q0 + r + i * kRowsPerPass < L;
-        cp_async16(dst + i * kRowsPerPass * lda, valid ? src + i * kRowsPerPass * D : acc, valid);
-      }
-    }
-    // Query rows past L get lse = Δ = 0 (and q = dO = 0): whatever their
-    // probabilities, they meet dO = 0 in dV, dP = 0 and Δ = 0 in dS, so they add nothing.
-    if (tid < kTile) {
-      const bool valid = q0 + tid < L;
-      cp_async_small<4>(sLse + buf * kTile + tid, valid ? glse + q0 + tid : glse, valid);
-    } else {
-      const int i = tid - kTile;
-      const bool valid = q0 + i < L;
-      cp_async_small<4>(sDelta + buf * kTile + i, valid ? gdelta + q0 + i : gdelta, valid);
-    }
-  };
-
-  const int nt = (L + kTile - 1) / kTile;
-  for (int jt = split; jt < nt; jt += p.splits) {
-    const int k0 = jt * kTile;
-    const int key_a = k0 + warp * 16 + g, key_b = key_a + 8;  // this thread's two keys
-    const bool valid_a = key_a < L && (all_masked || mrow == nullptr || mrow[key_a] != 0);
-    const bool valid_b = key_b < L && (all_masked || mrow == nullptr || mrow[key_b] != 0);
-    const bool first = jt == split;  // first key tile of this split: write dq_accum, later ones add
-    __syncthreads();  // every warp is done with the previous key tile's K, V and buffers
-
-    load_tile<T, D>(sK, gk, rs, k0, L, tid);
-    load_tile<T, D>(sV, gv, rs, k0, L, tid);
-    load_q(0, 0, !first);
-    cp_async_commit();
-
-    float dk[D / 8][4], dv[D / 8][4];
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
-
-    for (int it = 0; it < nt; ++it) {
-      const int buf = it & 1;
-      // Query tile it has landed, and every warp is done with tile it - 1 (its
-      // buffers and dSᵀ), so the next tile can fill them while this one is used.
-      cp_async_wait<0>();
-      __syncthreads();
-      if (it + 1 < nt) {
-        load_q(it + 1, buf ^ 1, !first);
-        cp_async_commit();
-      }
-      const T* qs = sQ + buf * kTile * ld;
-      const T* dos = sdO + buf * kTile * ld;
-      const float* lse_s = sLse + buf * kTile;
-      const float* delta_s = sDelta + buf * kTile;
-
-      // The forward's dropout mask for this warp's 16 keys x 64 queries, first,
-      // while few registers are live: bit 4n + e is element s[n][e] below (key
-      // e < 2 ? key_a : key_b, query it*64 + 8n + 2·t4 + (e & 1)). With
-      // L % 4 == 0 four lanes share the calls (share_quads): 8 per lane, one per
-      // 4 elements; otherwise a call per element.
-      const uint64_t row0 = head_base + static_cast<uint64_t>(it * kTile + 2 * t4) * static_cast<uint64_t>(L);
-      auto dropout_bits = [&]() {
-        uint32_t bits = 0u;
-        if (L % 4 == 0) {
-          // This lane's calls: element e = j of every n, i.e. query it*64 + 8n + 2·t4 + (j & 1) and the
-          // keys of key_a's group (j < 2) or key_b's, k0 + 16·warp + 4·(g >> 2) (+ 8).
-          const int j = g & 3;
-          const uint64_t c0 = (row0 + static_cast<uint64_t>(j & 1) * static_cast<uint64_t>(L) +
-                               static_cast<uint64_t>(k0 + warp * 16 + 4 * (g >> 2) + 8 * (j >> 1))) >> 2;
-          const uint64_t step = 2 * static_cast<uint64_t>(L);  // 8 queries of L elements, in groups of 4
-          uint32_t calls = 0u;
-#pragma unroll 4
-          for (int n = 0; n < 8; ++n) calls |= keep4(p.dropout, c0 + step * n) << (4 * n);
-          bits = share_quads(calls, j);
-        } else {
-#pragma unroll 4
-          for (int i = 0; i < 32; ++i) {
-            const int n = i >> 2, e = i & 3;
-            const uint64_t idx = row0 + static_cast<uint64_t>(n * 8 + (e & 1)) * static_cast<uint64_t>(L) +
-                                 static_cast<uint64_t>((e >> 1) ? key_b : key_a);
-            bits |= static_cast<uint32_t>(keep_element(p.dropout, idx)) << i;
-          }
-        }
-        return bits;
-      };
-      uint32_t keep = 0xffffffffu;
-      if constexpr (kDropout) keep = dropout_bits();
-
-      // Sᵀ = K·Qᵀ: this warp's 16 keys x 64 queries.
-      float s[8][4];
-#pragma unroll
-      for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t a[4];
-        load_a(a, sK, ld, warp * 16, kk * 16, lane);
-#pragma unroll
-        for (int np = 0; np < 4; ++np) {
-          uint32_t bb[4];
-          load_b_nk(bb, qs, ld, np * 16, kk * 16, lane);
-          mma16816<T>(s[2 * np], a, bb[0], bb[1]);
-          mma16816<T>(s[2 * np + 1], a, bb[2], bb[3]);
-        }
-      }
-      // Pᵀ = exp2(scale·log2e·S − lse·log2e), 0 for masked keys, kept only as
-      // 16-bit A fragments (pp[kk]: queries 16kk..16kk+15), the form in which
-      // the dV product takes it; dS below uses these same rounded values. That
-      // halves the registers P needs while dPᵀ is computed (the peak), at a
-      // rounding of P that is of the size of dS's own rounding to 16 bits.
-      uint32_t pp[4][4];
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        float pv[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float x = all_masked ? 0.0f : s[n][e] * p.scale_log2;
-          const bool valid = (e >> 1) ? valid_b : valid_a;
-          pv[e] = valid ? fast_exp2(x - lse_s[n * 8 + 2 * t4 + (e & 1)]) : 0.0f;
-        }
-        pp[n >> 1][(n & 1) * 2] = pack2<T>(pv[0], pv[1]);
-        pp[n >> 1][(n & 1) * 2 + 1] = pack2<T>(pv[2], pv[3]);
-      }
-
-      // dPᵀ = V·dOᵀ.
-      float dpt[8][4];
-#pragma unroll
-      for (int n = 0; n < 8; ++n) dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t a[4];
-        load_a(a, sV, ld, warp * 16, kk * 16, lane);
-#pragma unroll
-        for (int np = 0; np < 4; ++np) {
-          uint32_t bb[4];
-          load_b_nk(bb, dos, ld, np * 16, kk * 16, lane);
-          mma16816<T>(dpt[2 * np], a, bb[0], bb[1]);
-          mma16816<T>(dpt[2 * np + 1], a, bb[2], bb[3]);
-        }
-      }
-
-      // dSᵀ = Pᵀ∘(dPᵀ∘keep/(1-p) − Δ), packed like P.
-      uint32_t dsp[4][4];
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        float pv[4], dsv[4];
-        unpack2<T>(pp[n >> 1][(n & 1) * 2], pv[0], pv[1]);
-        unpack2<T>(pp[n >> 1][(n & 1) * 2 + 1], pv[2], pv[3]);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float dpv = dpt[n][e];
-          if constexpr (kDropout) dpv = ((keep >> (n * 4 + e)) & 1u) ? dpv * p.keep_scale : 0.0f;
-          dsv[e] = pv[e] * (dpv - delta_s[n * 8 + 2 * t4 + (e & 1)]);
-        }
-        dsp[n >> 1][(n & 1) * 2] = pack2<T>(dsv[0], dsv[1]);
-        dsp[n >> 1][(n & 1) * 2 + 1] = pack2<T>(dsv[2], dsv[3]);
-      }
-
-      // dV += (P∘keep)ᵀ·dO (1/(1-p) applied once at the end). Register j of
-      // pp[kk] holds the elements of mask bits 8kk + 2j (low half) and 8kk + 2j + 1.
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        uint32_t a[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          a[j] = pp[kk][j];
-          if constexpr (kDropout) {
-            const uint32_t bits = keep >> (8 * kk + 2 * j);
-            a[j] &= ((bits & 1u) ? 0x0000FFFFu : 0u) | ((bits & 2u) ? 0xFFFF0000u : 0u);
-          }
-        }
-#pragma unroll
-        for (int dp = 0; dp < D / 16; ++dp) {
-          uint32_t bb[4];
-          load_b_kn(bb, dos, ld, kk * 16, dp * 16, lane);
-          mma16816<T>(dv[2 * dp], a, bb[0], bb[1]);
-          mma16816<T>(dv[2 * dp + 1], a, bb[2], bb[3]);
-        }
-      }
-
-      // dK += dSᵀ·Q (the scale applied at the end); dSᵀ to shared memory for dQ.
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const uint32_t(&a)[4] = dsp[kk];
-        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g) * lds + kk * 16 + 2 * t4) = a[0];
-        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g + 8) * lds + kk * 16 + 2 * t4) = a[1];
-        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g) * lds + kk * 16 + 8 + 2 * t4) = a[2];
-        *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g + 8) * lds + kk * 16 + 8 + 2 * t4) = a[3];
-#pragma unroll
-        for (int dp = 0; dp < D / 16; ++dp) {
-          uint32_t bb[4];
-          load_b_kn(bb, qs, ld, kk * 16, dp * 16, lane);
-          mma16816<T>(dk[2 * dp], a, bb[0], bb[1]);
-          mma16816<T>(dk[2 * dp + 1], a, bb[2], bb[3]);
-        }
-      }
-      __syncthreads();
-
-      // dQ (this tile's part) = dS·K: warp w takes queries 16w..16w+15, all 64 keys.
-      float dq[D / 8][4];
-#pragma unroll
-      for (int i = 0; i < D / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        uint32_t a[4];
-        load_a_trans(a, sdS, lds, kk * 16, warp * 16, lane);
-#pragma unroll
-        for (int dp = 0; dp < D / 16; ++dp) {
-          uint32_t bb[4];
-          load_b_kn(bb, sK, ld, kk * 16, dp * 16, lane);
-          mma16816<T>(dq[2 * dp], a, bb[0], bb[1]);
-          mma16816<T>(dq[2 * dp + 1], a, bb[2], bb[3]);
-        }
-      }
-      // Into this split's accumulator: only this block touches it, in key-tile
-      // order; the sums so far came in with this query tile (sAcc), so no load
-      // waits here.
-      const int ra = warp * 16 + g, rb = ra + 8;  // rows within the tile
-      const int qa_row = it * kTile + ra, qb_row = it * kTile + rb;
-      const float* prev = sAcc + buf * kTile * lda;
-#pragma unroll
-      for (int i = 0; i < D / 8; ++i) {
-        const int d = i * 8 + 2 * t4;
-        float2 va = make_float2(dq[i][0], dq[i][1]), vb = make_float2(dq[i][2], dq[i][3]);
-        if (!first) {
-          const float2 pa = *reinterpret_cast<const float2*>(prev + ra * lda + d);
-          const float2 pb = *reinterpret_cast<const float2*>(prev + rb * lda + d);
-          va.x += pa.x;
-          va.y += pa.y;
-          vb.x += pb.x;
-          vb.y += pb.y;
-        }
-        if (qa_row < L) *reinterpret_cast<float2*>(acc + static_cast<int64_t>(qa_row) * D + d) = va;
-        if (qb_row < L) *reinterpret_cast<float2*>(acc + static_cast<int64_t>(qb_row) * D + d) = vb;
-      }
-    }
-
-    // dK = scale · Σ dSᵀQ, dV = 1/(1-p) · Σ (P∘keep)ᵀdO for this warp's keys.
-    T* gdk = static_cast<T*>(p.dk) + off;
-    T* gdv = static_cast<T*>(p.dv) + off;
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      const int d = i * 8 + 2 * t4;
-      if (key_a < L) {
-        *reinterpret_cast<uint32_t*>(gdk + key_a * rs + d) = pack2<T>(dk[i][0] * p.scale, dk[i][1] * p.scale);
-        *reinterpret_cast<uint32_t*>(gdv + key_a * rs + d) =
-            pack2<T>(dv[i][0] * p.keep_scale, dv[i][1] * p.keep_scale);
-      }
-      if (key_b < L) {
-        *reinterpret_cast<uint32_t*>(gdk + key_b * rs + d) = pack2<T>(dk[i][2] * p.scale, dk[i][3] * p.scale);
-        *reinterpret_cast<uint32_t*>(gdv + key_b * rs + d) =
-            pack2<T>(dv[i][2] * p.keep_scale, dv[i][3] * p.keep_scale);
-      }
-    }
-  }
+// The backward's dropout bits, computed ahead by a kernel of many small
+// threads (the generator's integer multiplies are most of a call, and the
+// main kernel, at 8 warps an SM, would leave the latencies of its long
+// dependent chains exposed): word ((bh·nkt + jt)·nq + it)·threads + tid is
+// what thread tid of the main kernel's block (bh, key tile jt) uses at query
+// tile it, from the same function. `words` is a multiple of 32, so every
+// warp is whole or absent.
+template <int kW, int kDrop>
+__global__ void __launch_bounds__(256) bwd_dropout_bits_kernel(const DropoutKeys keys, uint32_t* bits, int L, int nkt,
+                                                               int nq, int64_t words) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= words) return;
+  const int lane = static_cast<int>(i & 31);
+  int64_t w = i >> 5;
+  const int warp = static_cast<int>(w % kW);
+  w /= kW;
+  const int it = static_cast<int>(w % nq);
+  w /= nq;
+  const int jt = static_cast<int>(w % nkt);
+  const uint64_t bh = static_cast<uint64_t>(w / nkt);
+  const uint64_t head_base = bh * static_cast<uint64_t>(L) * static_cast<uint64_t>(L);
+  bits[i] = bwd_keep_bits<kDrop>(keys, head_base, L, jt * 16 * kW + warp * 16, it, lane >> 2, lane & 3);
 }
 
 // Backward with key tiles of 16 keys a warp, 8 warps (128 keys) for D <= 64,
@@ -1223,21 +755,21 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_bwd_kernel(co
 // groups swizzled by row so that a warp's float2 accesses spread over the
 // banks), each element read-added-written by the one thread that owns it, in
 // key-tile order; at the end the block writes dq itself. Otherwise the split
-// accumulators in scratch as in flash_bwd_kernel.
+// accumulators in scratch.
 template <int D>
-__host__ __device__ constexpr int bwd2_warps() {
+__host__ __device__ constexpr int bwd_warps() {
   return D <= 64 ? 8 : 4;
 }
 template <int D>
-__host__ __device__ constexpr int bwd2_base_bytes() {
-  constexpr int kN = 16 * bwd2_warps<D>();
+__host__ __device__ constexpr int bwd_base_bytes() {
+  constexpr int kN = 16 * bwd_warps<D>();
   // K, V; 2 x Q, 2 x dO; dSᵀ (kN x 72); 2 x (lse, Δ) of 64 floats.
   return (2 * kN + 4 * kTile) * (D + 8) * 2 + kN * (kTile + 8) * 2 + 4 * kTile * static_cast<int>(sizeof(float));
 }
 
-template <typename T, int D, bool kDropout, bool kResident>
-__global__ void __launch_bounds__(32 * bwd2_warps<D>(), 1) flash_bwd2_kernel(const BwdParams p) {
-  constexpr int kW = bwd2_warps<D>();
+template <typename T, int D, int kDrop, bool kResident>
+__global__ void __launch_bounds__(32 * bwd_warps<D>(), 1) flash_bwd_kernel(const BwdParams p) {
+  constexpr int kW = bwd_warps<D>();
   constexpr int kNT = 32 * kW;            // threads
   constexpr int kN = 16 * kW;             // keys per tile
   constexpr int ld = D + 8;
@@ -1335,6 +867,11 @@ __global__ void __launch_bounds__(32 * bwd2_warps<D>(), 1) flash_bwd2_kernel(con
 #pragma unroll
       for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
 
+    // kDropLoad: this thread's words of the key tile, one per query tile.
+    const uint32_t* drop_bits =
+        kDrop == kDropLoad ? p.drop_bits + (static_cast<int64_t>(bh) * nkt + jt) * nq * kNT + tid : nullptr;
+    uint32_t keep_next = kDrop == kDropLoad ? __ldcs(drop_bits) : 0u;
+
     for (int it = 0; it < nq; ++it) {
       const int buf = it & 1;
       // Query tile it has landed, and every warp is done with tile it - 1 (its
@@ -1350,36 +887,17 @@ __global__ void __launch_bounds__(32 * bwd2_warps<D>(), 1) flash_bwd2_kernel(con
       const float* lse_s = sLse + buf * kTile;
       const float* delta_s = sDelta + buf * kTile;
 
-      // The forward's dropout mask for this warp's 16 keys x 64 queries, first,
-      // while few registers are live: bit 4n + e is element s[n][e] below (key
-      // e < 2 ? key_a : key_b, query it*64 + 8n + 2·t4 + (e & 1)). With
-      // L % 4 == 0 four lanes share the calls (share_quads): 8 per lane, one per
-      // 4 elements; otherwise a call per element.
+      // The forward's dropout mask for this warp's 16 keys x 64 queries: bit
+      // 4n + e is element s[n][e] below (key e < 2 ? key_a : key_b, query
+      // it*64 + 8n + 2·t4 + (e & 1)). kDropLoad: fetched one tile ahead from
+      // the bits computed beforehand; otherwise computed here, first, while
+      // few registers are live.
       uint32_t keep = 0xffffffffu;
-      if constexpr (kDropout) {
-        const uint64_t row0 = head_base + static_cast<uint64_t>(it * kTile + 2 * t4) * static_cast<uint64_t>(L);
-        uint32_t bits = 0u;
-        if (L % 4 == 0) {
-          // This lane's calls: element e = j of every n, i.e. query it*64 + 8n + 2·t4 + (j & 1) and the
-          // keys of key_a's group (j < 2) or key_b's, k0 + 16·warp + 4·(g >> 2) (+ 8).
-          const int j = g & 3;
-          const uint64_t c0 = (row0 + static_cast<uint64_t>(j & 1) * static_cast<uint64_t>(L) +
-                               static_cast<uint64_t>(k0 + warp * 16 + 4 * (g >> 2) + 8 * (j >> 1))) >> 2;
-          const uint64_t step = 2 * static_cast<uint64_t>(L);  // 8 queries of L elements, in groups of 4
-          uint32_t calls = 0u;
-#pragma unroll 4
-          for (int n = 0; n < 8; ++n) calls |= keep4(p.dropout, c0 + step * n) << (4 * n);
-          bits = share_quads(calls, j);
-        } else {
-#pragma unroll 4
-          for (int i = 0; i < 32; ++i) {
-            const int n = i >> 2, e = i & 3;
-            const uint64_t idx = row0 + static_cast<uint64_t>(n * 8 + (e & 1)) * static_cast<uint64_t>(L) +
-                                 static_cast<uint64_t>((e >> 1) ? key_b : key_a);
-            bits |= static_cast<uint32_t>(keep_element(p.dropout, idx)) << i;
-          }
-        }
-        keep = bits;
+      if constexpr (kDrop == kDropLoad) {
+        keep = keep_next;
+        if (it + 1 < nq) keep_next = __ldcs(drop_bits + (it + 1) * kNT);
+      } else if constexpr (kDrop != kNoDrop) {
+        keep = bwd_keep_bits<kDrop>(p.dropout, head_base, L, k0 + warp * 16, it, g, t4);
       }
 
       // Sᵀ = K·Qᵀ: this warp's 16 keys x 64 queries.
@@ -1398,17 +916,22 @@ __global__ void __launch_bounds__(32 * bwd2_warps<D>(), 1) flash_bwd2_kernel(con
           mma16816<T>(s[2 * np + 1], a, bb[2], bb[3]);
         }
       }
-      // Pᵀ = 2^(scale·log2e·S − lse·log2e) in place, 0 for masked keys (and
-      // keys past L); an all-masked entry has scores 0.
+      // Pᵀ = 2^(scale·log2e·S − lse·log2e) in place; on the masked path 0 for
+      // masked keys (and keys past L), and scores 0 for an all-masked entry.
+      if (!slow) {
 #pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        const float2 lv = *reinterpret_cast<const float2*>(lse_s + n * 8 + 2 * t4);
+        for (int n = 0; n < 8; ++n) {
+          const float2 lv = *reinterpret_cast<const float2*>(lse_s + n * 8 + 2 * t4);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float lse2 = (e & 1) ? lv.y : lv.x;
-          if (!slow) {
-            s[n][e] = fast_exp2(fmaf(s[n][e], c2, -lse2));
-          } else {
+          for (int e = 0; e < 4; ++e) s[n][e] = fast_exp2(fmaf(s[n][e], c2, -((e & 1) ? lv.y : lv.x)));
+        }
+      } else {
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          const float2 lv = *reinterpret_cast<const float2*>(lse_s + n * 8 + 2 * t4);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float lse2 = (e & 1) ? lv.y : lv.x;
             const float x = all_masked ? -lse2 : fmaf(s[n][e], c2, -lse2);
             s[n][e] = fast_exp2(((e >> 1) ? valid_b : valid_a) ? x : -INFINITY);
           }
@@ -1424,7 +947,7 @@ __global__ void __launch_bounds__(32 * bwd2_warps<D>(), 1) flash_bwd2_kernel(con
         for (int j = 0; j < 4; ++j) {
           const int n = 2 * kk + (j >> 1), e = 2 * (j & 1);
           float p0 = s[n][e], p1 = s[n][e + 1];
-          if constexpr (kDropout) {
+          if constexpr (kDrop != kNoDrop) {
             p0 = ((keep >> (n * 4 + e)) & 1u) ? p0 : 0.0f;
             p1 = ((keep >> (n * 4 + e + 1)) & 1u) ? p1 : 0.0f;
           }
@@ -1465,7 +988,7 @@ __global__ void __launch_bounds__(32 * bwd2_warps<D>(), 1) flash_bwd2_kernel(con
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float delta = (e & 1) ? dl.y : dl.x;
-          if constexpr (kDropout) {
+          if constexpr (kDrop != kNoDrop) {
             const bool kept = (keep >> (n * 4 + e)) & 1u;
             dsv[e] = s[n][e] * fmaf(dpt[n][e], kept ? p.keep_scale : 0.0f, -delta);
           } else {
@@ -1622,44 +1145,49 @@ __global__ void __launch_bounds__(256) dq_sum_kernel(const float* accum, T* dq, 
 // Host side.
 // ---------------------------------------------------------------------------
 
-// Splits of the key tiles in the backward: enough blocks for about two per SM
-// of a 132-SM GPU, at most one per key tile. A function of the shapes only.
-int64_t backward_splits(int64_t bh, int64_t L) {
-  const int64_t tiles = (L + kTile - 1) / kTile;
-  const int64_t want = (264 + bh - 1) / bh;
-  return std::clamp<int64_t>(want, 1, tiles);
-}
-
-// flash_bwd2_kernel: keys per tile, splits of the key tiles (as above, with
-// its tiles), and whether dQ stays in shared memory: when the whole dQ of a
-// (batch entry, head) fits next to the tiles in the 227 KB a block may have on
-// an sm_90 device, and there are enough (batch entry, head) pairs to fill the
-// GPU with one block each. Functions of the shapes only.
+// Backward: keys per tile, splits of the key tiles (enough blocks for about
+// two per SM of a 132-SM GPU, at most one per key tile), and whether dQ stays
+// in shared memory: when the whole dQ of a (batch entry, head) fits next to
+// the tiles in the 227 KB a block may have on an sm_90 device, and there are
+// enough (batch entry, head) pairs to fill the GPU with one block each.
+// Functions of the shapes only, so results do not depend on the device.
 constexpr int64_t kMaxSmem = 232448;
-int64_t bwd2_keys(int64_t D) { return D <= 64 ? 128 : 64; }
-int64_t bwd2_base_bytes_host(int64_t D) {
-  const int64_t kN = bwd2_keys(D);
+int64_t bwd_keys(int64_t D) { return D <= 64 ? 128 : 64; }
+int64_t bwd_base_bytes_host(int64_t D) {
+  const int64_t kN = bwd_keys(D);
   return (2 * kN + 4 * kTile) * (D + 8) * 2 + kN * (kTile + 8) * 2 + 4 * kTile * 4;
 }
-int64_t bwd2_splits(int64_t bh, int64_t L, int64_t D) {
-  const int64_t tiles = (L + bwd2_keys(D) - 1) / bwd2_keys(D);
+int64_t backward_splits(int64_t bh, int64_t L, int64_t D) {
+  const int64_t tiles = (L + bwd_keys(D) - 1) / bwd_keys(D);
   const int64_t want = (264 + bh - 1) / bh;
   return std::clamp<int64_t>(want, 1, tiles);
 }
-int64_t bwd2_resident_bytes(int64_t L, int64_t D) {
-  return bwd2_base_bytes_host(D) + (L + kTile - 1) / kTile * kTile * D * 4;
+int64_t resident_bytes(int64_t L, int64_t D) { return bwd_base_bytes_host(D) + (L + kTile - 1) / kTile * kTile * D * 4; }
+bool backward_resident(int64_t bh, int64_t L, int64_t D) {
+  return D <= 64 && bh >= 128 && resident_bytes(L, D) <= kMaxSmem;
 }
-bool bwd2_resident(int64_t bh, int64_t L, int64_t D) {
-  return D <= 64 && bh >= 128 && bwd2_resident_bytes(L, D) <= kMaxSmem;
+// Bytes of the backward's precomputed dropout bits (a word per thread of the
+// main kernel, key tile and query tile: bh·L²/8 rounded up to whole tiles),
+// or 0 where they would take more than 256 MiB and the main kernel makes the
+// mask itself.
+size_t dropout_bits_bytes(int64_t bh, int64_t L, int64_t D) {
+  const int64_t words = bh * ((L + bwd_keys(D) - 1) / bwd_keys(D)) * ((L + kTile - 1) / kTile) * 2 * bwd_keys(D);
+  const size_t bytes = static_cast<size_t>(words) * sizeof(uint32_t);
+  return bytes <= (size_t{256} << 20) ? bytes : 0;
 }
 
-// Development switch (FA_FWD / FA_BWD environment variables): 1 = the old kernels.
-int env_variant(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : 0;
+// Scratch of the backward: Δ, lse · log2 e, the dropout bits, the split dq accumulators.
+struct ScratchLayout {
+  size_t rows, bits, accum, total;
+};
+ScratchLayout scratch_layout(int64_t bh, int64_t L, int64_t D) {
+  ScratchLayout s{};
+  s.rows = (static_cast<size_t>(bh * L) * sizeof(float) + 255) / 256 * 256;
+  s.bits = (dropout_bits_bytes(bh, L, D) + 255) / 256 * 256;
+  s.accum = backward_resident(bh, L, D) ? 0 : static_cast<size_t>(backward_splits(bh, L, D) * bh * L * D) * sizeof(float);
+  s.total = 2 * s.rows + s.bits + s.accum;
+  return s;
 }
-
-size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 void check_args(const char* what, int64_t B, int64_t L, int64_t heads, int64_t D, const DropoutSpec& dropout,
                 std::initializer_list<const void*> ptrs) {
@@ -1676,9 +1204,9 @@ void check_args(const char* what, int64_t B, int64_t L, int64_t heads, int64_t D
 // fit fewer blocks per SM than the registers allow). Once per device: the
 // calls cost microseconds, which would show in every launch on an idle GPU.
 // `done` (one bit per device) must belong to this one kernel: callers keep it
-// as a static of their own template instantiation, one per kernel. The
-// dynamic limit set is the largest the kernel may ask for (kMaxSmem for the
-// resident backward, whose size depends on L).
+// as a static of their own template instantiation, one per kernel. `bytes` is
+// the most the kernel ever asks for (kMaxSmem for the resident backward, whose
+// size depends on L).
 template <typename K>
 void configure(K kernel, int bytes, std::atomic<uint64_t>& done) {
   int device = 0;
@@ -1691,30 +1219,22 @@ void configure(K kernel, int bytes, std::atomic<uint64_t>& done) {
   done.fetch_or(bit, std::memory_order_acq_rel);
 }
 
-template <typename T, int D, bool kDropout>
+template <typename T, int D, int kDrop>
 void launch_forward(cudaStream_t s, const FwdParams& p, int64_t B) {
-  if (env_variant("FA_FWD") == 1) {
-    constexpr int bytes = fwd_smem_bytes<D>();
-    auto kernel = flash_fwd_kernel<T, D, kDropout>;
-    static std::atomic<uint64_t> configured{0};  // per <T, D, kDropout>, i.e. per kernel
-    configure(kernel, bytes, configured);
-    const dim3 grid(static_cast<unsigned>((p.L + kTile - 1) / kTile), static_cast<unsigned>(B * p.heads));
-    kernel<<<grid, kThreads, bytes, s>>>(p);
-    ANATOMY_CUDA_CHECK(cudaGetLastError());
-    return;
-  }
-  constexpr int bytes = fwd2_smem_bytes<D>();
-  auto kernel = flash_fwd2_kernel<T, D, kDropout>;
-  static std::atomic<uint64_t> configured{0};  // per <T, D, kDropout>, i.e. per kernel
+  constexpr int bytes = fwd_smem_bytes<D>();
+  auto kernel = flash_fwd_kernel<T, D, kDrop>;
+  static std::atomic<uint64_t> configured{0};  // per <T, D, kDrop>, i.e. per kernel
   configure(kernel, bytes, configured);
-  const dim3 grid(static_cast<unsigned>((p.L + fwd2_rows<D>() - 1) / fwd2_rows<D>()),
-                  static_cast<unsigned>(B * p.heads));
+  const dim3 grid(static_cast<unsigned>((p.L + fwd_rows<D>() - 1) / fwd_rows<D>()), static_cast<unsigned>(B * p.heads));
   kernel<<<grid, kThreads, bytes, s>>>(p);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename T, int D, bool kDropout>
-void launch_backward(cudaStream_t s, BwdParams p, const void* dctx, const void* ctx, float* delta, void* dq,
+template <typename T, int D, int kDrop>
+void launch_backward_main(cudaStream_t s, const BwdParams& p, void* dq, int64_t rows);
+
+template <typename T, int D, int kDrop>
+void launch_backward(cudaStream_t s, const BwdParams& p, const void* dctx, const void* ctx, float* delta, void* dq,
                      int64_t B) {
   const int64_t rows = B * p.L * p.heads;
   {
@@ -1725,54 +1245,64 @@ void launch_backward(cudaStream_t s, BwdParams p, const void* dctx, const void* 
         p.heads);
     ANATOMY_CUDA_CHECK(cudaGetLastError());
   }
-  const int variant = env_variant("FA_BWD");
-  const bool resident = variant == 0 && bwd2_resident(p.bh_count, p.L, D);
-  if (variant == 1) {
-    p.splits = static_cast<int>(backward_splits(p.bh_count, p.L));
-    constexpr int bytes = bwd_smem_bytes<D>();
-    auto kernel = flash_bwd_kernel<T, D, kDropout>;
-    static std::atomic<uint64_t> configured{0};  // per <T, D, kDropout>, i.e. per kernel
-    configure(kernel, bytes, configured);
-    const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.bh_count));
-    kernel<<<grid, kThreads, bytes, s>>>(p);
-    ANATOMY_CUDA_CHECK(cudaGetLastError());
-  } else if (resident) {
-    const int bytes = static_cast<int>(bwd2_resident_bytes(p.L, D));
-    auto kernel = flash_bwd2_kernel<T, D, kDropout, true>;
+  constexpr int threads = 32 * bwd_warps<D>();
+  if constexpr (kDrop != kNoDrop) {
+    if (p.drop_bits != nullptr) {
+      // The dropout bits first, then the main kernel reads them.
+      const int64_t nkt = (p.L + 16 * bwd_warps<D>() - 1) / (16 * bwd_warps<D>()), nq = (p.L + kTile - 1) / kTile;
+      const int64_t words = static_cast<int64_t>(p.bh_count) * nkt * nq * threads;
+      bwd_dropout_bits_kernel<bwd_warps<D>(), kDrop><<<static_cast<unsigned>((words + 255) / 256), 256, 0, s>>>(
+          p.dropout, const_cast<uint32_t*>(p.drop_bits), p.L, static_cast<int>(nkt), static_cast<int>(nq), words);
+      ANATOMY_CUDA_CHECK(cudaGetLastError());
+      launch_backward_main<T, D, kDropLoad>(s, p, dq, rows);
+      return;
+    }
+  }
+  launch_backward_main<T, D, kDrop>(s, p, dq, rows);
+}
+
+template <typename T, int D, int kDrop>
+void launch_backward_main(cudaStream_t s, const BwdParams& p, void* dq, int64_t rows) {
+  constexpr int threads = 32 * bwd_warps<D>();
+  if (backward_resident(p.bh_count, p.L, D)) {
+    // One block per (batch entry, head); dq written by the kernel.
+    auto kernel = flash_bwd_kernel<T, D, kDrop, true>;
     static std::atomic<uint64_t> configured{0};
     configure(kernel, static_cast<int>(kMaxSmem), configured);
-    const dim3 grid(1, static_cast<unsigned>(p.bh_count));
-    kernel<<<grid, 32 * bwd2_warps<D>(), bytes, s>>>(p);
+    const int bytes = static_cast<int>(resident_bytes(p.L, D));
+    kernel<<<dim3(1, static_cast<unsigned>(p.bh_count)), threads, bytes, s>>>(p);
     ANATOMY_CUDA_CHECK(cudaGetLastError());
-    return;  // dq written by the kernel
-  } else {
-    p.splits = static_cast<int>(bwd2_splits(p.bh_count, p.L, D));
-    constexpr int bytes = bwd2_base_bytes<D>() + 2 * kTile * (D + 8) * static_cast<int>(sizeof(float));
-    auto kernel = flash_bwd2_kernel<T, D, kDropout, false>;
+    return;
+  }
+  {
+    constexpr int bytes = bwd_base_bytes<D>() + 2 * kTile * (D + 8) * static_cast<int>(sizeof(float));
+    auto kernel = flash_bwd_kernel<T, D, kDrop, false>;
     static std::atomic<uint64_t> configured{0};
     configure(kernel, bytes, configured);
     const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.bh_count));
-    kernel<<<grid, 32 * bwd2_warps<D>(), bytes, s>>>(p);
+    kernel<<<grid, threads, bytes, s>>>(p);
     ANATOMY_CUDA_CHECK(cudaGetLastError());
   }
   {
-    constexpr int threads = 256;
-    const int64_t blocks = (rows * (D / 4) + threads - 1) / threads;
-    dq_sum_kernel<T, D><<<static_cast<unsigned>(blocks), threads, 0, s>>>(
+    constexpr int threads_sum = 256;
+    const int64_t blocks = (rows * (D / 4) + threads_sum - 1) / threads_sum;
+    dq_sum_kernel<T, D><<<static_cast<unsigned>(blocks), threads_sum, 0, s>>>(
         p.dq_accum, static_cast<T*>(dq), static_cast<int>(rows), p.splits, p.L, p.heads, p.scale);
     ANATOMY_CUDA_CHECK(cudaGetLastError());
   }
 }
 
-// Calls f.template operator()<T, D, kDropout>() for the runtime choices.
+// Calls f.template operator()<T, D, kDrop>() for the runtime choices.
 template <typename F>
-void dispatch(AttnType t, int64_t D, bool dropout, F&& f) {
+void dispatch(AttnType t, int64_t D, bool dropout, int64_t L, F&& f) {
   auto with_type = [&]<typename T>() {
     auto with_d = [&]<int kD>() {
-      if (dropout)
-        f.template operator()<T, kD, true>();
+      if (!dropout)
+        f.template operator()<T, kD, kNoDrop>();
+      else if (L % 4 == 0)
+        f.template operator()<T, kD, kDropGroups>();
       else
-        f.template operator()<T, kD, false>();
+        f.template operator()<T, kD, kDropEach>();
     };
     if (D == 32)
       with_d.template operator()<32>();
@@ -1792,10 +1322,7 @@ void dispatch(AttnType t, int64_t D, bool dropout, F&& f) {
 size_t flash_attention_scratch_bytes(int64_t B, int64_t L, int64_t heads, int64_t D) {
   const int64_t bh = B * heads;
   if (bh <= 0 || L <= 0 || D <= 0) return 0;
-  const size_t rows = align256(static_cast<size_t>(bh * L) * sizeof(float));  // Δ, then lse · log2 e
-  // (development: room for either kernel's accumulators)
-  const int64_t splits = std::max(backward_splits(bh, L), bwd2_splits(bh, L, D));
-  return 2 * rows + static_cast<size_t>(splits * bh * L * D) * sizeof(float);
+  return scratch_layout(bh, L, D).total;
 }
 
 void flash_attention_forward(cudaStream_t s, AttnType t, const void* q, const void* k, const void* v,
@@ -1813,13 +1340,12 @@ void flash_attention_forward(cudaStream_t s, AttnType t, const void* q, const vo
   p.lse = lse;
   p.L = static_cast<int>(L);
   p.heads = static_cast<int>(heads);
-  p.scale_log2 = scale * kLog2e;
   p.keep_scale = use_dropout ? 1.0f / (1.0f - dropout.p) : 1.0f;  // as the reference, in float
   p.dropout = make_dropout_keys(dropout);
   p.abs_scale_log2 = std::fabs(scale) * kLog2e;
   p.q_sign = scale < 0.0f ? 0x80008000u : 0u;
   p.slow_tiles = scale == 0.0f ? 1 : 0;
-  dispatch(t, D, use_dropout, [&]<typename T, int kD, bool kDrop>() { launch_forward<T, kD, kDrop>(s, p, B); });
+  dispatch(t, D, use_dropout, L, [&]<typename T, int kD, int kDrop>() { launch_forward<T, kD, kDrop>(s, p, B); });
 }
 
 void flash_attention_backward(cudaStream_t s, AttnType t, const void* dctx, const void* q, const void* k, const void* v,
@@ -1830,10 +1356,12 @@ void flash_attention_backward(cudaStream_t s, AttnType t, const void* dctx, cons
   check_args("flash_attention_backward", B, L, heads, D, dropout, {dctx, q, k, v, ctx, dq, dk, dv, scratch});
   const bool use_dropout = dropout.p > 0.0f;
   const int64_t bh = B * heads;
-  const size_t rows = align256(static_cast<size_t>(bh * L) * sizeof(float));
-  float* delta = static_cast<float*>(scratch);
-  float* lse2 = reinterpret_cast<float*>(static_cast<char*>(scratch) + rows);
-  float* accum = reinterpret_cast<float*>(static_cast<char*>(scratch) + 2 * rows);
+  const ScratchLayout layout = scratch_layout(bh, L, D);
+  char* base = static_cast<char*>(scratch);
+  float* delta = reinterpret_cast<float*>(base);
+  float* lse2 = reinterpret_cast<float*>(base + layout.rows);
+  uint32_t* bits = reinterpret_cast<uint32_t*>(base + 2 * layout.rows);
+  float* accum = reinterpret_cast<float*>(base + 2 * layout.rows + layout.bits);
   BwdParams p{};
   p.q = q;
   p.k = k;
@@ -1849,13 +1377,14 @@ void flash_attention_backward(cudaStream_t s, AttnType t, const void* dctx, cons
   p.dq = dq;
   p.L = static_cast<int>(L);
   p.heads = static_cast<int>(heads);
-  p.splits = static_cast<int>(backward_splits(bh, L));
+  p.splits = static_cast<int>(backward_splits(bh, L, D));
   p.bh_count = static_cast<int>(bh);
   p.scale_log2 = scale * kLog2e;
   p.scale = scale;
   p.keep_scale = use_dropout ? 1.0f / (1.0f - dropout.p) : 1.0f;
   p.dropout = make_dropout_keys(dropout);
-  dispatch(t, D, use_dropout, [&]<typename T, int kD, bool kDrop>() {
+  p.drop_bits = use_dropout && layout.bits > 0 ? bits : nullptr;
+  dispatch(t, D, use_dropout, L, [&]<typename T, int kD, int kDrop>() {
     launch_backward<T, kD, kDrop>(s, p, dctx, ctx, delta, dq, B);
   });
 }

@@ -373,16 +373,27 @@ __global__ void __launch_bounds__(kThreads, 2) f32_fwd_kernel(const FwdParams p)
     for (int r = 0; r < 8; ++r)
 #pragma unroll
       for (int c = 0; c < 8; ++c) s[r][c] = 0.0f;
+    {
+      // Software-pipelined: the operands of step d + 1 are loaded while step d's products run.
+      const float* qp = sQt + 4 * rg;
+      const float* kp = sKt + 4 * cg;
+      float4 qa = lds4(qp), qb = lds4(qp + 64), ka = lds4(kp), kb = lds4(kp + 32);
 #pragma unroll 2
-    for (int d = 0; d < D; ++d) {
-      const float4 qa = lds4(sQt + d * kFwdRows + 4 * rg), qb = lds4(sQt + d * kFwdRows + 64 + 4 * rg);
-      const float4 ka = lds4(sKt + d * kKeys + 4 * cg), kb = lds4(sKt + d * kKeys + 32 + 4 * cg);
-      const float qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
-      const float kv[8] = {ka.x, ka.y, ka.z, ka.w, kb.x, kb.y, kb.z, kb.w};
+      for (int d = 0; d < D; ++d) {
+        const int dn = (d + 1) & (D - 1);  // the last step reloads step 0 (unused)
+        const float4 na = lds4(qp + dn * kFwdRows), nb = lds4(qp + dn * kFwdRows + 64);
+        const float4 ma = lds4(kp + dn * kKeys), mb = lds4(kp + dn * kKeys + 32);
+        const float qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+        const float kv[8] = {ka.x, ka.y, ka.z, ka.w, kb.x, kb.y, kb.z, kb.w};
 #pragma unroll
-      for (int r = 0; r < 8; ++r)
+        for (int r = 0; r < 8; ++r)
 #pragma unroll
-        for (int c = 0; c < 8; ++c) s[r][c] = fmaf(qv[r], kv[c], s[r][c]);
+          for (int c = 0; c < 8; ++c) s[r][c] = fmaf(qv[r], kv[c], s[r][c]);
+        qa = na;
+        qb = nb;
+        ka = ma;
+        kb = mb;
+      }
     }
 
     // Scale to base 2, mask (keys past L and masked keys -inf; an entry with
@@ -441,23 +452,35 @@ __global__ void __launch_bounds__(kThreads, 2) f32_fwd_kernel(const FwdParams p)
     __syncthreads();  // Pᵀ and V visible; every warp done with Kᵀ
 
     // O += P·V: rows as S, columns 32·hd + 4·cg + {0..3}.
+    {
+      // Software-pipelined as S.
+      const float* pp = sPt + 4 * rg;
+      const float* vp = sV + 4 * cg;
+      float4 pa = lds4(pp), pb = lds4(pp + 64), va[kDC];
+#pragma unroll
+      for (int hd = 0; hd < kDC; ++hd) va[hd] = lds4(vp + 32 * hd);
 #pragma unroll 2
-    for (int j = 0; j < kKeys; ++j) {
-      const float4 pa = lds4(sPt + j * kLdP + 4 * rg), pb = lds4(sPt + j * kLdP + 64 + 4 * rg);
-      const float pv[8] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
-      float vv[4 * kDC];
+      for (int j = 0; j < kKeys; ++j) {
+        const int jn = (j + 1) & (kKeys - 1);  // the last step reloads step 0 (unused)
+        const float4 na = lds4(pp + jn * kLdP), nb = lds4(pp + jn * kLdP + 64);
+        float4 nv[kDC];
 #pragma unroll
-      for (int hd = 0; hd < kDC; ++hd) {
-        const float4 x = lds4(sV + j * D + 32 * hd + 4 * cg);
-        vv[4 * hd] = x.x;
-        vv[4 * hd + 1] = x.y;
-        vv[4 * hd + 2] = x.z;
-        vv[4 * hd + 3] = x.w;
+        for (int hd = 0; hd < kDC; ++hd) nv[hd] = lds4(vp + jn * D + 32 * hd);
+        const float pv[8] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
+#pragma unroll
+        for (int r = 0; r < 8; ++r)
+#pragma unroll
+          for (int hd = 0; hd < kDC; ++hd) {
+            o[r][4 * hd] = fmaf(pv[r], va[hd].x, o[r][4 * hd]);
+            o[r][4 * hd + 1] = fmaf(pv[r], va[hd].y, o[r][4 * hd + 1]);
+            o[r][4 * hd + 2] = fmaf(pv[r], va[hd].z, o[r][4 * hd + 2]);
+            o[r][4 * hd + 3] = fmaf(pv[r], va[hd].w, o[r][4 * hd + 3]);
+          }
+        pa = na;
+        pb = nb;
+#pragma unroll
+        for (int hd = 0; hd < kDC; ++hd) va[hd] = nv[hd];
       }
-#pragma unroll
-      for (int r = 0; r < 8; ++r)
-#pragma unroll
-        for (int c = 0; c < 4 * kDC; ++c) o[r][c] = fmaf(pv[r], vv[c], o[r][c]);
     }
     if (jt + 1 < nk) store_k();
     __syncthreads();  // next Kᵀ visible; every warp done with Pᵀ and V
@@ -541,6 +564,35 @@ struct BwdParams {
 template <int D>
 constexpr int bwd_smem_bytes() {
   return (D * kLdKt + D * kKeys + 2 * kBwdRows * (D + 4) + 2 * kBwdRows * kLdS + 2 * kBwdRows) * 4;
+}
+
+// acc[4·j + a][e] += Σ_q x[q·kLdS + 4·(kTpg·j) + a] · y[q·ldy + e] over the 64
+// queries of a backward step (dV += (P∘keep)ᵀ·dO, dK += dSᵀ·Q): x and y point at
+// this thread's first column; kNkg groups of 4 keys, kTpg = 16 / kNkg groups
+// apart. Software-pipelined: query q + 1's operands load while q's products run.
+template <int kNkg>
+__device__ __forceinline__ void rank_update(float (&acc)[4 * kNkg][4], const float* x, const float* y, int ldy) {
+  constexpr int kTpg = 16 / kNkg;
+  float4 xv[kNkg], yv = lds4(y);
+#pragma unroll
+  for (int j = 0; j < kNkg; ++j) xv[j] = lds4(x + 4 * kTpg * j);
+#pragma unroll 4
+  for (int q = 0; q < kBwdRows; ++q) {
+    const int qn = (q + 1) & (kBwdRows - 1);  // the last step reloads query 0 (unused)
+    float4 xn[kNkg];
+#pragma unroll
+    for (int j = 0; j < kNkg; ++j) xn[j] = lds4(x + qn * kLdS + 4 * kTpg * j);
+    const float4 yn = lds4(y + qn * ldy);
+#pragma unroll
+    for (int j = 0; j < kNkg; ++j)
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[4 * j + a][e] = fmaf(comp(xv[j], a), comp(yv, e), acc[4 * j + a][e]);
+#pragma unroll
+    for (int j = 0; j < kNkg; ++j) xv[j] = xn[j];
+    yv = yn;
+  }
 }
 
 template <int D, bool kDropout>
@@ -741,18 +793,7 @@ __global__ void __launch_bounds__(kThreads, 2) f32_bwd_kernel(const BwdParams p)
       __syncthreads();  // P∘keep and dS visible
 
       // dV += (P∘keep)ᵀ·dO.
-#pragma unroll 4
-      for (int q = 0; q < kBwdRows; ++q) {
-        const float4 o4 = lds4(sdO + q * kLdQ + 4 * dgrp);
-#pragma unroll
-        for (int j = 0; j < kNkg; ++j) {
-          const float4 p4 = lds4(sP + q * kLdS + 4 * (kgi + kTpg * j));
-#pragma unroll
-          for (int a = 0; a < 4; ++a)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dv[4 * j + a][e] = fmaf(comp(p4, a), comp(o4, e), dv[4 * j + a][e]);
-        }
-      }
+      rank_update<kNkg>(dv, sP + 4 * kgi, sdO + 4 * dgrp, kLdQ);
       __syncthreads();  // every warp done with dO: the next tile's may come in
       if (more) {
         load_rows(sdO, gdo, it + 1);
@@ -760,18 +801,7 @@ __global__ void __launch_bounds__(kThreads, 2) f32_bwd_kernel(const BwdParams p)
       }
 
       // dK += dSᵀ·Q (the scale applied at the end).
-#pragma unroll 4
-      for (int q = 0; q < kBwdRows; ++q) {
-        const float4 q4 = lds4(sQ + q * kLdQ + 4 * dgrp);
-#pragma unroll
-        for (int j = 0; j < kNkg; ++j) {
-          const float4 d4 = lds4(sdS + q * kLdS + 4 * (kgi + kTpg * j));
-#pragma unroll
-          for (int a = 0; a < 4; ++a)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dk[4 * j + a][e] = fmaf(comp(d4, a), comp(q4, e), dk[4 * j + a][e]);
-        }
-      }
+      rank_update<kNkg>(dk, sdS + 4 * kgi, sQ + 4 * dgrp, kLdQ);
       __syncthreads();  // every warp done with Q and the lse/Δ rows
       if (more) {
         load_rows(sQ, gq, it + 1);

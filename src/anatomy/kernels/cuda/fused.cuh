@@ -20,8 +20,10 @@ namespace anatomy::cuda {
 bool fused_layernorm_supported(int64_t H, std::initializer_list<const void*> pointers);
 
 // sum = round(dropout(x) + residual); y = round(LayerNorm(sum)) with float32
-// gamma, beta; mean and rstd [rows] in float32. 16-bit x, residual, sum, y.
-void residual_layernorm_forward_half(cudaStream_t s, Half h, const void* x, const void* residual,
+// gamma, beta; mean and rstd [rows] in float32. x, residual, sum, y of
+// `dtype` (float32, bf16 or fp16; rounding is the identity for float32);
+// statistics from float lane sums added in double.
+void residual_layernorm_forward_fused(cudaStream_t s, DType dtype, const void* x, const void* residual,
                                      const DropoutSpec& dropout, const float* gamma, const float* beta, double eps,
                                      void* sum, void* y, float* mean, float* rstd, int64_t rows, int64_t H);
 
@@ -29,7 +31,7 @@ size_t residual_layernorm_backward_scratch_bytes(int64_t rows, int64_t H);
 // d_residual = round(∂L/∂sum); d_x = round(dropout(d_residual)); dgamma,
 // dbeta (float32) accumulate. d_residual may be dy (each row is read whole
 // before it is written).
-void residual_layernorm_backward_half(cudaStream_t s, Half h, const void* dy, const void* sum, const float* mean,
+void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* dy, const void* sum, const float* mean,
                                       const float* rstd, const float* gamma, const DropoutSpec& dropout,
                                       void* d_residual, void* d_x, float* dgamma, float* dbeta, int64_t rows,
                                       int64_t H, void* scratch);

@@ -40,20 +40,36 @@ constexpr int kWarpsPerBlock = 8;
 constexpr int kMaxGroups = 8;        // H <= 256 * 8
 constexpr int64_t kMaxChunks = 512;  // backward: row chunks of the dgamma/dbeta partials, at most
 
+// Eight elements of T (16 bytes of 16-bit data, 32 of float) moved by 16-byte accesses.
+template <typename T>
+struct Pack8 {
+  alignas(16) T e[8];
+};
+
+template <typename T>
+__device__ __forceinline__ Pack8<T> load_pack(const T* p) {
+  Pack8<T> r;
+#pragma unroll
+  for (int k = 0; k < static_cast<int>(sizeof(Pack8<T>) / 16); ++k)
+    reinterpret_cast<uint4*>(r.e)[k] = reinterpret_cast<const uint4*>(p)[k];
+  return r;
+}
+
 template <typename T>
 __device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
-  alignas(16) T e[8];
-  *reinterpret_cast<uint4*>(e) = *reinterpret_cast<const uint4*>(p);
+  const Pack8<T> r = load_pack(p);
 #pragma unroll
-  for (int k = 0; k < 8; ++k) v[k] = to_float(e[k]);
+  for (int k = 0; k < 8; ++k) v[k] = to_float(r.e[k]);
 }
 
 template <typename T>
 __device__ __forceinline__ void store8(T* p, const float (&v)[8]) {
-  alignas(16) T e[8];
+  Pack8<T> r;
 #pragma unroll
-  for (int k = 0; k < 8; ++k) e[k] = from_float<T>(v[k]);
-  *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(e);
+  for (int k = 0; k < 8; ++k) r.e[k] = from_float<T>(v[k]);
+#pragma unroll
+  for (int k = 0; k < static_cast<int>(sizeof(Pack8<T>) / 16); ++k)
+    reinterpret_cast<uint4*>(p)[k] = reinterpret_cast<const uint4*>(r.e)[k];
 }
 
 __device__ __forceinline__ double warp_sum(double v) {
@@ -143,21 +159,21 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   if (r >= rows) return;
   const int64_t base = r * H;
   const float m = mean[r], s = rstd[r];
-  uint4 raw_x[kGroups], raw_dy[kGroups];
+  Pack8<T> raw_x[kGroups], raw_dy[kGroups];
   float lane_dyg = 0.0f, lane_dyg_xh = 0.0f;
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
     const int h = 8 * lane + 256 * g;
     if (h >= H) continue;
-    raw_x[g] = *reinterpret_cast<const uint4*>(x + base + h);
-    raw_dy[g] = *reinterpret_cast<const uint4*>(dy + base + h);
+    raw_x[g] = load_pack(x + base + h);
+    raw_dy[g] = load_pack(dy + base + h);
   }
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
     const int h = 8 * lane + 256 * g;
     if (h >= H) continue;
-    const T* xe = reinterpret_cast<const T*>(&raw_x[g]);
-    const T* ge = reinterpret_cast<const T*>(&raw_dy[g]);
+    const T* xe = raw_x[g].e;
+    const T* ge = raw_dy[g].e;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const float xh = (to_float(xe[j]) - m) * s;
@@ -172,8 +188,8 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   for (int g = 0; g < kGroups; ++g) {
     const int h = 8 * lane + 256 * g;
     if (h >= H) continue;
-    const T* xe = reinterpret_cast<const T*>(&raw_x[g]);
-    const T* ge = reinterpret_cast<const T*>(&raw_dy[g]);
+    const T* xe = raw_x[g].e;
+    const T* ge = raw_dy[g].e;
     float o[8], od[8];
     const uint32_t keep = d.p > 0.0f ? keep_bits8(d, static_cast<uint64_t>(base + h)) : 0xffu;
 #pragma unroll
@@ -311,13 +327,22 @@ bool fused_layernorm_supported(int64_t H, std::initializer_list<const void*> poi
   return true;
 }
 
-void residual_layernorm_forward_half(cudaStream_t s, Half half, const void* x, const void* residual,
+// Runs f(std::type_identity<T>{}) for the element type of a float32, bf16 or fp16 tensor.
+template <typename F>
+void with_element_type(DType t, F&& f) {
+  if (t == DType::F32) f(std::type_identity<float>{});
+  else if (t == DType::BF16) f(std::type_identity<__nv_bfloat16>{});
+  else if (t == DType::F16) f(std::type_identity<__half>{});
+  else ANATOMY_CHECK(false, "fused LayerNorm: no {} kernels", dtype_name(t));
+}
+
+void residual_layernorm_forward_fused(cudaStream_t s, DType dtype, const void* x, const void* residual,
                                      const DropoutSpec& dropout, const float* gamma, const float* beta, double eps,
                                      void* sum, void* y, float* mean, float* rstd, int64_t rows, int64_t H) {
   if (rows <= 0) return;
   const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
   ANATOMY_CHECK(blocks <= 0x7fffffff, "residual_layernorm_forward: {} rows are too many", rows);
-  with_half_type(half, [&](auto tag) {
+  with_element_type(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     with_groups(H, [&](auto groups) {
       residual_ln_forward_kernel<T, decltype(groups)::value>
@@ -335,7 +360,7 @@ size_t residual_layernorm_backward_scratch_bytes(int64_t rows, int64_t H) {
   return static_cast<size_t>(2 * chunk_count(rows) * H) * sizeof(float);
 }
 
-void residual_layernorm_backward_half(cudaStream_t s, Half half, const void* dy, const void* sum, const float* mean,
+void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* dy, const void* sum, const float* mean,
                                       const float* rstd, const float* gamma, const DropoutSpec& dropout,
                                       void* d_residual, void* d_x, float* dgamma, float* dbeta, int64_t rows,
                                       int64_t H, void* scratch) {
@@ -346,7 +371,7 @@ void residual_layernorm_backward_half(cudaStream_t s, Half half, const void* dy,
   float* partial_beta = partial_gamma + chunks * H;
   const int64_t row_blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
   ANATOMY_CHECK(row_blocks <= 0x7fffffff, "residual_layernorm_backward: {} rows are too many", rows);
-  with_half_type(half, [&](auto tag) {
+  with_element_type(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     // Parameter partials first: the input-gradient kernel may overwrite dy.
     const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>((H / 8 + kColThreads - 1) / kColThreads));
