@@ -275,6 +275,8 @@ class CudaBackend final : public Backend {
     cuda::add_inplace(stream_, dst.data<float>(), src.data<float>(), dst.numel());
   }
   void activation_forward(ActivationKind kind, const Tensor& x, const Tensor& y) override {
+    if (x.dtype() != DType::F32 && (kind == ActivationKind::GeluErf || kind == ActivationKind::GeluTanh))
+      return gelu_forward_half(stream_, half_type(x.dtype()), kind, x.raw(), y.raw(), x.numel());
     if (x.dtype() != DType::F32)
       return activation_forward_half(stream_, half_type(x.dtype()), kind, x.raw(), y.raw(), x.numel());
     cuda::activation_forward(stream_, kind, x.data<float>(), y.data<float>(), x.numel());

@@ -49,6 +49,9 @@ void column_sums_accumulate_half_fast(cudaStream_t s, Half h, const void* dy, in
 void activation_backward_recompute_half(cudaStream_t s, Half h, ActivationKind kind, const void* x, const void* dy,
                                         void* dx, void* y, int64_t n);
 
+// y = round(gelu(x)) (erf or tanh form), as activation_forward_half computes it.
+void gelu_forward_half(cudaStream_t s, Half h, ActivationKind kind, const void* x, void* y, int64_t n);
+
 // Multi-tensor AdamW (optimizer.cu): the segments cut into chunks of one
 // parameter group each, as a table for the device (built once, uploaded by the caller).
 int64_t adamw_chunk_table(const std::vector<ParamSegment>& segments, std::vector<unsigned char>& table);

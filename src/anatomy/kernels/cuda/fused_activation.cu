@@ -52,7 +52,38 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// y = f(x) alone, with the same access pattern.
+template <int kVec, typename T, typename Fwd>
+__global__ void __launch_bounds__(kThreads) forward_kernel(const T* x, T* y, int64_t n, Fwd fwd) {
+  const int64_t groups = (n + kVec - 1) / kVec;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
+    const int64_t i = g * kVec;
+    if (kVec == 8 && i + 8 <= n) {
+      alignas(16) T ex[8], oy[8];
+      *reinterpret_cast<uint4*>(ex) = *reinterpret_cast<const uint4*>(x + i);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) oy[k] = from_float<T>(fwd(to_float(ex[k]), i + k));
+      *reinterpret_cast<uint4*>(y + i) = *reinterpret_cast<const uint4*>(oy);
+    } else {
+      for (int64_t j = i; j < n && j < i + kVec; ++j) y[j] = from_float<T>(fwd(to_float(x[j]), j));
+    }
+  }
+}
+
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+template <typename T, typename Fwd>
+void launch_forward(cudaStream_t s, const T* x, T* y, int64_t n, Fwd fwd) {
+  const bool vec = aligned16(x) && aligned16(y);
+  const int64_t work = vec ? (n + 7) / 8 : n;
+  const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, 65536));
+  if (vec)
+    forward_kernel<8><<<blocks, kThreads, 0, s>>>(x, y, n, fwd);
+  else
+    forward_kernel<1><<<blocks, kThreads, 0, s>>>(x, y, n, fwd);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
 
 template <typename T, typename Fwd, typename Bwd>
 void launch(cudaStream_t s, const T* x, const T* dy, T* dx, T* y, int64_t n, Fwd fwd, Bwd bwd) {
@@ -83,6 +114,18 @@ void activation_backward_recompute_half(cudaStream_t s, Half h, ActivationKind k
       case ActivationKind::Relu: launch(s, in, g, out_dx, out_y, n, ReluForward{}, ReluBackward{}); break;
       case ActivationKind::Tanh: ANATOMY_CHECK(false, "activation_backward_recompute: not for tanh");
     }
+  });
+}
+
+void gelu_forward_half(cudaStream_t s, Half h, ActivationKind kind, const void* x, void* y, int64_t n) {
+  if (n <= 0) return;
+  with_half_type(h, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = static_cast<const T*>(x);
+    T* out = static_cast<T*>(y);
+    if (kind == ActivationKind::GeluErf) launch_forward(s, in, out, n, GeluErfForward{});
+    else if (kind == ActivationKind::GeluTanh) launch_forward(s, in, out, n, GeluTanhForward{});
+    else ANATOMY_CHECK(false, "gelu_forward_half: not a GELU");
   });
 }
 
