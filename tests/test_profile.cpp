@@ -1,0 +1,158 @@
+// test_profile.cpp: the time anatomy on the CPU backend: the profiler's
+// counts against FLOPs worked out from the model's shapes by hand, the step
+// accounting, the trace against the Chrome trace-event format, and
+// `anatomy profile` end to end.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "anatomy/anatomy/profile.h"
+#include "anatomy/data/dataset.h"
+#include "anatomy/kernels/profiling.h"
+#include "anatomy/model/checkpoint.h"
+#include "anatomy/train/trainer.h"
+#include "test_util.h"
+
+namespace anatomy {
+namespace {
+
+struct Profiled {
+  std::vector<StepTiming> steps;
+  BertConfig config;
+  int64_t batch = 0, seq = 0;
+};
+
+Profiled profile_tiny(int steps_to_profile) {
+  auto cpu = make_cpu_backend(1);
+  ProfilingBackend backend(*cpu);
+  Profiled out;
+  out.config = *bert_preset("bert-tiny");
+  out.config.max_position_embeddings = 64;
+  out.batch = 4;
+  out.seq = 32;
+  BertForSequenceClassification model(backend, out.config);
+  init_weights(model, 3);
+  const Dataset data = make_dummy_dataset(16, out.seq, 3);
+  TrainingArguments args;
+  args.per_device_train_batch_size = out.batch;
+  args.max_steps = 1 + steps_to_profile;
+  args.progress = false;
+  Trainer trainer(backend, model, data, args);
+  trainer.set_hooks(StepHooks{[&](int64_t step) {
+                                if (step >= 1) backend.begin_step();
+                              },
+                              [&](int64_t) {
+                                if (backend.recording()) out.steps.push_back(backend.end_step());
+                              }});
+  trainer.train();
+  return out;
+}
+
+TEST(Profile, CountsMatchTheShapesAndTimesAddUp) {
+  const Profiled p = profile_tiny(2);
+  ASSERT_EQ(p.steps.size(), 2u);
+  const BertConfig& c = p.config;
+  const double T = static_cast<double>(p.batch * p.seq), H = c.hidden_size, I = c.intermediate_size;
+  const double L = static_cast<double>(p.seq), layers = c.num_hidden_layers;
+  for (const StepTiming& step : p.steps) {
+    double linear_fwd = 0, attention_fwd = 0, ops_ms = 0;
+    std::map<std::string, int> layer_norms;
+    for (const OpRecord& r : step.ops) {
+      ops_ms += r.ms;
+      EXPECT_GE(r.ms, 0.0) << r.op;
+      EXPECT_GE(r.start_ms, 0.0) << r.op;
+      EXPECT_LE(r.start_ms + r.ms, step.step_ms + 1e-6) << r.op << " ends after its step";
+      if (r.phase.rfind("forward layer", 0) == 0) {
+        if (r.op == "linear_forward") linear_fwd += r.flops;
+        if (r.op == "attention_forward") attention_fwd += r.flops;
+      }
+      if (r.op == "residual_layernorm_forward") ++layer_norms[r.operand];
+    }
+    // Per layer: q, k, v and the attention output (H x H), intermediate (H x I),
+    // output (I x H), each 2·T·in·out multiply-adds plus T·out bias additions.
+    const double expected_linear = layers * (2 * T * (4 * H * H + 2 * H * I) + T * (4 * H + I + H));
+    EXPECT_DOUBLE_EQ(linear_fwd, expected_linear);
+    EXPECT_DOUBLE_EQ(attention_fwd, layers * 4 * p.batch * L * L * H);
+    EXPECT_EQ(layer_norms["attention.output.LayerNorm"], c.num_hidden_layers);
+    EXPECT_EQ(layer_norms["output.LayerNorm"], c.num_hidden_layers);
+    // Ops never overlap on the CPU: their sum cannot exceed the step.
+    EXPECT_LE(ops_ms, step.step_ms + 1e-6);
+    EXPECT_GT(ops_ms, 0.0);
+  }
+  const ProfileSummary s = summarize_profile(p.steps, 0.0, std::nullopt);
+  EXPECT_EQ(s.steps, 2);
+  EXPECT_GT(s.forward_ms, 0.0);
+  EXPECT_GT(s.backward_ms, 0.0);
+  EXPECT_GT(s.optimizer_ms, 0.0);
+  EXPECT_NEAR(s.forward_ms + s.backward_ms + s.optimizer_ms + s.data_ms + s.other_ms, s.ops_ms, 1e-9);
+  double class_ms = 0, rows_ms = 0;
+  for (const ClassShare& cls : s.classes) class_ms += cls.ms;
+  for (const ProfileRow& r : s.rows) rows_ms += r.ms;
+  EXPECT_NEAR(class_ms, s.ops_ms, 1e-9);
+  EXPECT_NEAR(rows_ms, s.ops_ms, 1e-9);
+  for (size_t i = 1; i < s.rows.size(); ++i) EXPECT_GE(s.rows[i - 1].ms, s.rows[i].ms) << "rows sorted by time";
+  // Forward, backward (two products per layer) and the attention recompute all count as contractions.
+  EXPECT_GT(s.classes[static_cast<int>(OpClass::Contraction)].flops, 3 * 2 * p.batch * p.seq *
+                                                                         (4.0 * 128 * 128 + 2.0 * 128 * 512) * 2);
+  EXPECT_FALSE(s.mfu().has_value());     // no peak known for a CPU
+}
+
+// The Chrome trace-event format: a JSON object with "traceEvents"; complete
+// events ("ph": "X") carry name, ts and dur in microseconds, pid and tid;
+// metadata events ("ph": "M") name processes and threads.
+TEST(Profile, TraceIsChromeTraceEventFormat) {
+  const Profiled p = profile_tiny(2);
+  const nlohmann::json trace = nlohmann::json::parse(trace_json(p.steps));
+  ASSERT_TRUE(trace.is_object());
+  ASSERT_TRUE(trace.contains("traceEvents") && trace["traceEvents"].is_array());
+  std::map<int, double> step_end;
+  int complete = 0, metadata = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    ASSERT_TRUE(e.contains("ph") && e["ph"].is_string());
+    ASSERT_TRUE(e.contains("pid") && e["pid"].is_number_integer());
+    ASSERT_TRUE(e.contains("tid") && e["tid"].is_number_integer());
+    ASSERT_TRUE(e.contains("name") && e["name"].is_string() && !e["name"].get<std::string>().empty());
+    const std::string ph = e["ph"];
+    if (ph == "M") {
+      ++metadata;
+      EXPECT_TRUE(e["name"] == "process_name" || e["name"] == "thread_name");
+      EXPECT_TRUE(e["args"].contains("name"));
+      continue;
+    }
+    ASSERT_EQ(ph, "X");
+    ++complete;
+    ASSERT_TRUE(e["ts"].is_number() && e["dur"].is_number());
+    EXPECT_GE(e["dur"].get<double>(), 0.0);
+    const int tid = e["tid"];
+    if (e["name"] == "step") step_end[tid] = e["ts"].get<double>() + e["dur"].get<double>();
+    else EXPECT_LE(e["ts"].get<double>() + e["dur"].get<double>(), step_end.at(tid) + 1e-3) << "op outside its step";
+  }
+  EXPECT_EQ(metadata, 1 + static_cast<int>(p.steps.size()));
+  EXPECT_EQ(complete, static_cast<int>(p.steps.size() + p.steps[0].ops.size() + p.steps[1].ops.size()));
+}
+
+TEST(Profile, CommandWritesTheSummaryAndTraceButNoModel) {
+  test::TempDir dir;
+  const auto r = test::run_anatomy("profile --model bert-tiny --dummy-size 16 --dummy-seq-len 32 "
+                                   "--per-device-train-batch-size 4 --profile-warmup 1 --profile-steps 2 --device cpu "
+                                   "--no-progress --output-dir " + dir.file("out"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Time anatomy of a step (mean of 2 profiled steps)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tensor contraction"), std::string::npos) << r.output;
+  std::ifstream summary(dir.file("out/profile.json"));
+  ASSERT_TRUE(summary.good());
+  const nlohmann::json j = nlohmann::json::parse(summary);
+  EXPECT_EQ(j["profiled_steps"], 2);
+  EXPECT_GT(j["operations"].size(), 10u);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("out/trace.json")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out/model.safetensors"))) << "profile is a measurement";
+  const auto bad = test::run_anatomy("profile --model bert-tiny --profile-steps 0 --device cpu");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--profile-steps"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace anatomy
