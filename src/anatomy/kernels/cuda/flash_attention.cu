@@ -4,24 +4,29 @@
 // m16n8k16 (16-bit inputs, float accumulators) with operands fetched from
 // shared memory by ldmatrix; tiles arrive by cp.async, double-buffered.
 //
-// Forward: one block of 4 warps per (64 query rows, batch entry, head); each
-// warp owns 16 query rows, walks the key tiles of 64 keeping a running max and
-// sum of its rows (online softmax), and accumulates P·V in registers. Writes
-// ctx and the log-sum-exp of each row.
+// Forward: one block of 4 warps per (128 query rows, batch entry, head) for
+// D <= 64 (64 rows for D = 128); each warp owns 32 query rows (two m16
+// tiles, so that every K and V fragment read from shared memory feeds two
+// products), walks the key tiles of 64 keeping a running max and sum of its
+// rows (online softmax), and accumulates P·V in registers. Writes ctx and the
+// log-sum-exp of each row.
 //
-// Backward, three kernels: Δ = Σ_d dO·O per row (and lse in base 2); the
-// main kernel; the sum of dQ over splits. The main kernel has one block per
-// (split, batch entry, head). A block owns whole key tiles (tile, tile +
-// splits, ...): for each it keeps dK, dV of its 64 keys in registers (warp w:
-// keys 16w..16w+15) and walks every query tile, recomputing Sᵀ = K·Qᵀ,
+// Backward, two kernels: Δ = Σ_d dO·O per row (and lse in base 2); the main
+// kernel, one block per (split, batch entry, head) of 8 warps (4 for
+// D = 128). A block owns whole key tiles of 128 keys (tile, tile + splits,
+// ...): for each it keeps dK, dV of its keys in registers (warp w: keys
+// 16w..16w+15) and walks every query tile of 64, recomputing Sᵀ = K·Qᵀ,
 // Pᵀ = exp(Sᵀ − lse), dPᵀ = V·dOᵀ, dSᵀ = Pᵀ∘(dPᵀ − Δ); dSᵀ goes through
-// shared memory for dQ = dS·K (warp w: queries 16w..16w+15). dQ needs a sum
-// over key tiles, i.e. over blocks: each split has its own float32
-// accumulator in scratch that only its block touches (read-add-write in a
-// fixed order, the sums so far fetched by cp.async with each query tile; no
-// atomics), and the last kernel adds the splits in split order. The number of
-// splits depends only on the shapes, so results are bit-reproducible, on any
-// device.
+// shared memory for dQ = dS·K, shared out over all warps. dQ needs a sum over
+// key tiles: when the float32 dQ of a whole (batch entry, head) fits in
+// shared memory and there are enough of them to fill the GPU (BERT's
+// shapes), a block owns a whole (batch entry, head), adds into shared memory
+// in key-tile order and writes dq itself. Otherwise each split has its own
+// float32 accumulator in scratch that only its block touches (read-add-write
+// in a fixed order, the sums so far fetched by cp.async with each query tile;
+// no atomics), and a third kernel adds the splits in split order. The choice
+// and the number of splits depend only on the shapes, so results are
+// bit-reproducible, on any device.
 //
 // Dropout's mask is the reference's, one Philox-4x32-10 call per four
 // consecutive elements (core/random.h). A thread's accumulator elements are
@@ -30,10 +35,12 @@
 // calls of one of their two rows and passes the other lane its words by a
 // shuffle), in the backward, where keys are the rows, a group of four lanes
 // (each makes a quarter of the calls, three shuffles). That is one call per
-// four elements: at B = 32, L = 512, 16 heads 34M per pass instead of 134M
-// (about 0.4 ms of integer multiplies on an H100 in the forward, where little
-// else hides them). For L % 4 != 0 (groups straddle rows) each element makes
-// its own call, of which it uses one word.
+// four elements: at B = 32, L = 512, 16 heads 34M per pass instead of 134M.
+// For L % 4 != 0 (groups straddle rows) each element makes its own call, of
+// which it uses one word. Even so the calls' 32x32 -> 64-bit multiplies
+// (IMAD.WIDE, a slow pipe) are about 0.1 ms a pass on an H100, measured
+// alone; they run in the same warps as the products, and the backward
+// arranges its warps so that the two overlap (see the main kernel).
 //
 // The reference (CPU backend) semantics: masked keys get probability exactly
 // 0; a batch entry whose keys are all masked attends uniformly to all L keys,
@@ -51,22 +58,17 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <initializer_list>
 
 #include "anatomy/core/error.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
 
-#ifndef FA_DROP_UNROLL
-#define FA_DROP_UNROLL 8
-#endif
-
 namespace anatomy::cuda {
 
 namespace {
 
-constexpr int kTile = 64;      // query rows and keys per tile
-constexpr int kThreads = 128;  // 4 warps, 16 rows (or keys) each
+constexpr int kTile = 64;      // keys per forward tile, query rows per backward tile
+constexpr int kThreads = 128;  // forward: 4 warps
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -317,13 +319,11 @@ __device__ __forceinline__ uint32_t share_quads(uint32_t calls, int j) {
   return keep;
 }
 
-// Dropout modes of the kernels (a template parameter, so that the mask's
-// generator calls are straight-line code in the same block as the products).
-constexpr int kDropUnroll = FA_DROP_UNROLL;  // generator calls unrolled (8: all of them)
+// Dropout modes of the kernels (a template parameter: no run-time branch
+// around the mask's generator calls).
 constexpr int kNoDrop = 0;      // no dropout
 constexpr int kDropGroups = 1;  // L % 4 == 0: the lanes holding a call's four elements share it
 constexpr int kDropEach = 2;    // otherwise: a call per element
-constexpr int kDropLoad = 3;    // backward: the bits were computed beforehand (bwd_dropout_bits_kernel)
 
 // ---------------------------------------------------------------------------
 // Forward.
@@ -344,10 +344,11 @@ struct FwdParams {
   DropoutKeys dropout;
 };
 
-// Forward, 128 query rows per block (D <= 64): each warp owns 32 rows as two
-// m16 tiles, so that every K and V fragment fetched from shared memory feeds
-// two products (with 16 rows a warp, ldmatrix traffic rather than the tensor
-// cores bounded the kernel). Key tiles of 64 with no key past L and no masked
+// Forward, 128 query rows per block (D <= 64; 64 for D = 128, where the
+// accumulators of 32 rows would not fit in registers): each warp owns 32 rows
+// as two m16 tiles, so that every K and V fragment fetched from shared memory
+// feeds two products (with 16 rows a warp, ldmatrix traffic per product was
+// twice as high). Key tiles of 64 with no key past L and no masked
 // key (the usual case, found by the tile's barrier) skip the masking, and the
 // scores stay unscaled until the exponential, which takes
 // 2^(s·scale·log2e − max) as one FFMA. A negative scale is |scale| with the
@@ -459,8 +460,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_fwd_kernel(co
     // of keep[mt] is accumulator element s[mt][n][e] (row (mt, e >> 1), key
     // jt*64 + 8n + 2·t4 + (e & 1)). kDropGroups (L % 4 == 0): a lane pair
     // shares the calls (share_pairs), 8 per lane and m-tile, one per 4
-    // elements, as straight-line code that the compiler can interleave with
-    // the products below; kDropEach: a call per element.
+    // elements; kDropEach: a call per element.
     uint32_t keep[MT];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) keep[mt] = 0xffffffffu;
@@ -470,7 +470,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_fwd_kernel(co
       for (int mt = 0; mt < MT; ++mt) {
         const uint64_t c0 = (drop_row(mt, j) + static_cast<uint64_t>(jt * kTile + 4 * (t4 >> 1))) >> 2;
         uint32_t calls = 0u;
-#pragma unroll kDropUnroll
+#pragma unroll
         for (int n = 0; n < 8; ++n) calls |= keep4(p.dropout, c0 + 2 * n) << (4 * n);
         keep[mt] = share_pairs(calls, j);
       }
@@ -681,8 +681,7 @@ struct BwdParams {
   float scale_log2, scale;
   float keep_scale;   // 1/(1-p), or 1 without dropout
   DropoutKeys dropout;
-  void* dq;                   // written by the kernel itself when it keeps dq in shared memory
-  const uint32_t* drop_bits;  // kDropLoad: the bits of every lane and query tile (bwd_dropout_bits_kernel)
+  void* dq;  // written by the kernel itself when it keeps dq in shared memory
 };
 
 // The forward's dropout mask as the backward's lanes hold it: bit 4n + e of
@@ -704,7 +703,7 @@ __device__ __forceinline__ uint32_t bwd_keep_bits(const DropoutKeys& keys, uint6
                          static_cast<uint64_t>(kw0 + 4 * (g >> 2) + 8 * (j >> 1))) >> 2;
     const uint64_t step = 2 * static_cast<uint64_t>(L);  // 8 queries of L elements, in groups of 4
     uint32_t calls = 0u;
-#pragma unroll kDropUnroll
+#pragma unroll
     for (int n = 0; n < 8; ++n) calls |= keep4(keys, c0 + step * n) << (4 * n);
     return share_quads(calls, j);
   } else {
@@ -721,30 +720,6 @@ __device__ __forceinline__ uint32_t bwd_keep_bits(const DropoutKeys& keys, uint6
   }
 }
 
-// The backward's dropout bits, computed ahead by a kernel of many small
-// threads (the generator's integer multiplies are most of a call, and the
-// main kernel, at 8 warps an SM, would leave the latencies of its long
-// dependent chains exposed): word ((bh·nkt + jt)·nq + it)·threads + tid is
-// what thread tid of the main kernel's block (bh, key tile jt) uses at query
-// tile it, from the same function. `words` is a multiple of 32, so every
-// warp is whole or absent.
-template <int kW, int kDrop>
-__global__ void __launch_bounds__(256) bwd_dropout_bits_kernel(const DropoutKeys keys, uint32_t* bits, int L, int nkt,
-                                                               int nq, int64_t words) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= words) return;
-  const int lane = static_cast<int>(i & 31);
-  int64_t w = i >> 5;
-  const int warp = static_cast<int>(w % kW);
-  w /= kW;
-  const int it = static_cast<int>(w % nq);
-  w /= nq;
-  const int jt = static_cast<int>(w % nkt);
-  const uint64_t bh = static_cast<uint64_t>(w / nkt);
-  const uint64_t head_base = bh * static_cast<uint64_t>(L) * static_cast<uint64_t>(L);
-  bits[i] = bwd_keep_bits<kDrop>(keys, head_base, L, jt * 16 * kW + warp * 16, it, lane >> 2, lane & 3);
-}
-
 // Backward with key tiles of 16 keys a warp, 8 warps (128 keys) for D <= 64,
 // 4 warps (64 keys) for D = 128; query tiles of 64. dQ = dS·K for a query
 // tile is shared out over all warps (warp w: queries 16·(w % 4), columns
@@ -755,7 +730,9 @@ __global__ void __launch_bounds__(256) bwd_dropout_bits_kernel(const DropoutKeys
 // groups swizzled by row so that a warp's float2 accesses spread over the
 // banks), each element read-added-written by the one thread that owns it, in
 // key-tile order; at the end the block writes dq itself. Otherwise the split
-// accumulators in scratch.
+// accumulators in scratch. A warp whose 16 keys are all below L and unmasked
+// (the usual case) skips the masking; dV is accumulated before dPᵀ is
+// computed, so that the packed P is dead by then (fewer live registers).
 template <int D>
 __host__ __device__ constexpr int bwd_warps() {
   return D <= 64 ? 8 : 4;
@@ -867,10 +844,11 @@ __global__ void __launch_bounds__(32 * bwd_warps<D>(), 1) flash_bwd_kernel(const
 #pragma unroll
       for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
 
-    // kDropLoad: this thread's words of the key tile, one per query tile.
-    const uint32_t* drop_bits =
-        kDrop == kDropLoad ? p.drop_bits + (static_cast<int64_t>(bh) * nkt + jt) * nq * kNT + tid : nullptr;
-    uint32_t keep_next = kDrop == kDropLoad ? __ldcs(drop_bits) : 0u;
+    // kDropGroups with 8 warps: warps 4-7 make a tile's dropout bits ahead (below).
+    uint32_t keep_next = 0u;
+    if constexpr (kDrop == kDropGroups && kW == 8) {
+      if (warp >= 4) keep_next = bwd_keep_bits<kDrop>(p.dropout, head_base, L, k0 + warp * 16, 0, g, t4);
+    }
 
     for (int it = 0; it < nq; ++it) {
       const int buf = it & 1;
@@ -889,13 +867,16 @@ __global__ void __launch_bounds__(32 * bwd_warps<D>(), 1) flash_bwd_kernel(const
 
       // The forward's dropout mask for this warp's 16 keys x 64 queries: bit
       // 4n + e is element s[n][e] below (key e < 2 ? key_a : key_b, query
-      // it*64 + 8n + 2·t4 + (e & 1)). kDropLoad: fetched one tile ahead from
-      // the bits computed beforehand; otherwise computed here, first, while
-      // few registers are live.
+      // it*64 + 8n + 2·t4 + (e & 1)). The generator's integer multiplies take
+      // about as long as a tile's products, on another pipe, and the compiler
+      // puts a block's calls before its products; with 8 warps in step
+      // (barriers), warps 0-3 make this tile's bits here, at the start of the
+      // tile, and warps 4-7 made them in the dQ phase of the previous one, so
+      // that on each scheduler (warps w and w + 4) one warp's calls meet the
+      // other's products. Otherwise: here, first, while few registers are live.
       uint32_t keep = 0xffffffffu;
-      if constexpr (kDrop == kDropLoad) {
-        keep = keep_next;
-        if (it + 1 < nq) keep_next = __ldcs(drop_bits + (it + 1) * kNT);
+      if constexpr (kDrop == kDropGroups && kW == 8) {
+        keep = warp < 4 ? bwd_keep_bits<kDrop>(p.dropout, head_base, L, k0 + warp * 16, it, g, t4) : keep_next;
       } else if constexpr (kDrop != kNoDrop) {
         keep = bwd_keep_bits<kDrop>(p.dropout, head_base, L, k0 + warp * 16, it, g, t4);
       }
@@ -1016,6 +997,10 @@ __global__ void __launch_bounds__(32 * bwd_warps<D>(), 1) flash_bwd_kernel(const
         }
       }
       __syncthreads();
+      if constexpr (kDrop == kDropGroups && kW == 8) {
+        if (warp >= 4 && it + 1 < nq)
+          keep_next = bwd_keep_bits<kDrop>(p.dropout, head_base, L, k0 + warp * 16, it + 1, g, t4);
+      }
 
       // dQ (this tile's part) = dS·K over the tile's kN keys: this warp's 16
       // queries x kDqCols columns.
@@ -1166,26 +1151,16 @@ int64_t resident_bytes(int64_t L, int64_t D) { return bwd_base_bytes_host(D) + (
 bool backward_resident(int64_t bh, int64_t L, int64_t D) {
   return D <= 64 && bh >= 128 && resident_bytes(L, D) <= kMaxSmem;
 }
-// Bytes of the backward's precomputed dropout bits (a word per thread of the
-// main kernel, key tile and query tile: bh·L²/8 rounded up to whole tiles),
-// or 0 where they would take more than 256 MiB and the main kernel makes the
-// mask itself.
-size_t dropout_bits_bytes(int64_t bh, int64_t L, int64_t D) {
-  const int64_t words = bh * ((L + bwd_keys(D) - 1) / bwd_keys(D)) * ((L + kTile - 1) / kTile) * 2 * bwd_keys(D);
-  const size_t bytes = static_cast<size_t>(words) * sizeof(uint32_t);
-  return bytes <= (size_t{256} << 20) ? bytes : 0;
-}
-
-// Scratch of the backward: Δ, lse · log2 e, the dropout bits, the split dq accumulators.
+// Scratch of the backward: Δ, lse · log2 e (rows each), then the split dq
+// accumulators unless dq stays in shared memory.
 struct ScratchLayout {
-  size_t rows, bits, accum, total;
+  size_t rows, accum, total;
 };
 ScratchLayout scratch_layout(int64_t bh, int64_t L, int64_t D) {
   ScratchLayout s{};
   s.rows = (static_cast<size_t>(bh * L) * sizeof(float) + 255) / 256 * 256;
-  s.bits = (dropout_bits_bytes(bh, L, D) + 255) / 256 * 256;
   s.accum = backward_resident(bh, L, D) ? 0 : static_cast<size_t>(backward_splits(bh, L, D) * bh * L * D) * sizeof(float);
-  s.total = 2 * s.rows + s.bits + s.accum;
+  s.total = 2 * s.rows + s.accum;
   return s;
 }
 
@@ -1231,9 +1206,6 @@ void launch_forward(cudaStream_t s, const FwdParams& p, int64_t B) {
 }
 
 template <typename T, int D, int kDrop>
-void launch_backward_main(cudaStream_t s, const BwdParams& p, void* dq, int64_t rows);
-
-template <typename T, int D, int kDrop>
 void launch_backward(cudaStream_t s, const BwdParams& p, const void* dctx, const void* ctx, float* delta, void* dq,
                      int64_t B) {
   const int64_t rows = B * p.L * p.heads;
@@ -1245,24 +1217,6 @@ void launch_backward(cudaStream_t s, const BwdParams& p, const void* dctx, const
         p.heads);
     ANATOMY_CUDA_CHECK(cudaGetLastError());
   }
-  constexpr int threads = 32 * bwd_warps<D>();
-  if constexpr (kDrop != kNoDrop) {
-    if (p.drop_bits != nullptr) {
-      // The dropout bits first, then the main kernel reads them.
-      const int64_t nkt = (p.L + 16 * bwd_warps<D>() - 1) / (16 * bwd_warps<D>()), nq = (p.L + kTile - 1) / kTile;
-      const int64_t words = static_cast<int64_t>(p.bh_count) * nkt * nq * threads;
-      bwd_dropout_bits_kernel<bwd_warps<D>(), kDrop><<<static_cast<unsigned>((words + 255) / 256), 256, 0, s>>>(
-          p.dropout, const_cast<uint32_t*>(p.drop_bits), p.L, static_cast<int>(nkt), static_cast<int>(nq), words);
-      ANATOMY_CUDA_CHECK(cudaGetLastError());
-      launch_backward_main<T, D, kDropLoad>(s, p, dq, rows);
-      return;
-    }
-  }
-  launch_backward_main<T, D, kDrop>(s, p, dq, rows);
-}
-
-template <typename T, int D, int kDrop>
-void launch_backward_main(cudaStream_t s, const BwdParams& p, void* dq, int64_t rows) {
   constexpr int threads = 32 * bwd_warps<D>();
   if (backward_resident(p.bh_count, p.L, D)) {
     // One block per (batch entry, head); dq written by the kernel.
@@ -1360,8 +1314,7 @@ void flash_attention_backward(cudaStream_t s, AttnType t, const void* dctx, cons
   char* base = static_cast<char*>(scratch);
   float* delta = reinterpret_cast<float*>(base);
   float* lse2 = reinterpret_cast<float*>(base + layout.rows);
-  uint32_t* bits = reinterpret_cast<uint32_t*>(base + 2 * layout.rows);
-  float* accum = reinterpret_cast<float*>(base + 2 * layout.rows + layout.bits);
+  float* accum = reinterpret_cast<float*>(base + 2 * layout.rows);
   BwdParams p{};
   p.q = q;
   p.k = k;
@@ -1383,7 +1336,6 @@ void flash_attention_backward(cudaStream_t s, AttnType t, const void* dctx, cons
   p.scale = scale;
   p.keep_scale = use_dropout ? 1.0f / (1.0f - dropout.p) : 1.0f;
   p.dropout = make_dropout_keys(dropout);
-  p.drop_bits = use_dropout && layout.bits > 0 ? bits : nullptr;
   dispatch(t, D, use_dropout, L, [&]<typename T, int kD, int kDrop>() {
     launch_backward<T, kD, kDrop>(s, p, dctx, ctx, delta, dq, B);
   });
