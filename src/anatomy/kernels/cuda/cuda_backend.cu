@@ -19,6 +19,7 @@
 #include "anatomy/core/error.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda/flash_attention.cuh"
+#include "anatomy/kernels/cuda/flash_attention_f32.cuh"
 #include "anatomy/kernels/cuda/fused.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
 #include "anatomy/kernels/cuda/mixed.cuh"
@@ -317,10 +318,13 @@ class CudaBackend final : public Backend {
     cuda::select_row_backward(stream_, dout.data<float>(), dx.dim(0), dx.dim(1), dx.dim(2), row, dx.data<float>());
   }
 
-  // 16-bit attention is fused (flash) for the head sizes its kernels have;
-  // other sizes (small test models) take the float32 path through casts.
+  // Attention is fused (flash: no [B, heads, L, L] probabilities kept) for the
+  // head sizes the kernels have: 32, 64, 128 in 16 bits, 32 and 64 in float32
+  // (CUDA-core FMA, no TF32). Other sizes take the materialised float32 path
+  // (through casts for 16-bit data).
   static bool fused_attention(DType dtype, int64_t head_dim) {
-    return dtype != DType::F32 && (head_dim == 32 || head_dim == 64 || head_dim == 128);
+    if (dtype == DType::F32) return flash_attention_f32_supported(head_dim);
+    return head_dim == 32 || head_dim == 64 || head_dim == 128;
   }
   bool attention_saves_probabilities(DType dtype, int64_t head_dim) const override {
     return !fused_attention(dtype, head_dim);
@@ -342,6 +346,10 @@ class CudaBackend final : public Backend {
                         probs, ctx32);
       return cast(ctx32, ctx);
     }
+    if (fused_attention(DType::F32, D) && q.dtype() == DType::F32)
+      return flash_attention_f32_forward(stream_, q.data<float>(), k.data<float>(), v.data<float>(),
+                                         key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
+                                         static_cast<float>(scale), dropout, ctx.data<float>(), probs.data<float>());
     if (q.dtype() != DType::F32)
       return flash_attention_forward(stream_, attn_type(q.dtype()), q.raw(), k.raw(), v.raw(),
                                      key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
@@ -364,6 +372,14 @@ class CudaBackend final : public Backend {
       cast(dq32, dq);
       cast(dk32, dk);
       return cast(dv32, dv);
+    }
+    if (fused_attention(DType::F32, D) && q.dtype() == DType::F32) {
+      void* scratch = scratch_bytes(flash_attention_f32_scratch_bytes(B, L, heads, D));
+      return flash_attention_f32_backward(stream_, dctx.data<float>(), q.data<float>(), k.data<float>(),
+                                          v.data<float>(), ctx.data<float>(), probs.data<float>(),
+                                          key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
+                                          static_cast<float>(scale), dropout, dq.data<float>(), dk.data<float>(),
+                                          dv.data<float>(), scratch);
     }
     if (q.dtype() != DType::F32) {
       void* scratch = scratch_bytes(flash_attention_scratch_bytes(B, L, heads, D));

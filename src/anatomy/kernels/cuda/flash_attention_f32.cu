@@ -1,12 +1,13 @@
 // flash_attention_f32.cu: fused multi-head attention in float32, forward and
 // backward (FlashAttention-2, Dao 2023), as declared in flash_attention_f32.cuh.
 // Every product is plain FP32 FMA on the CUDA cores (no tensor cores, no TF32),
-// register-tiled as in a SIMT SGEMM: each thread owns a small block of the
-// output in registers and, per step of the inner dimension, reads one row
-// piece of each operand from shared memory 16 bytes at a time. The warps are
-// laid out so that a 16-byte shared load of a warp touches at most 8 distinct
-// 16-byte words (the others are broadcasts) in distinct banks, i.e. one
-// wavefront.
+// register-tiled as in a SIMT SGEMM: each thread owns an 8 x 8 (forward) or
+// 8 x 4 / 4 x 8 (backward) block of an output in registers and, per step of
+// the inner dimension, reads one row piece of each operand from shared memory
+// 16 bytes at a time. The distinct 16-byte words of a warp's load lie in
+// distinct banks (the other lanes get broadcasts); in the forward, lanes 2i
+// and 2i + 1 (or 2i and 2i + 2) of every load read the same address, which
+// shared memory returns at twice the rate.
 //
 // Forward: one block of 128 threads per (128 query rows, batch entry, head).
 // Thread (row group rg = 0..15, column group cg = 0..7) owns query rows
@@ -129,10 +130,12 @@ __host__ __device__ __forceinline__ uint32_t keep4(const DropoutKeys& K, uint64_
   uint32_t x2 = mulhi32(kPhiloxM0, c0) ^ K.r0_c3k1, x3 = kPhiloxM0 * c0;
 #pragma unroll
   for (int r = 1; r < 10; ++r) {
-    const uint32_t n0 = mulhi32(kPhiloxM1, x2) ^ x1 ^ K.k0[r];
-    const uint32_t n2 = mulhi32(kPhiloxM0, x0) ^ x3 ^ K.k1[r];
-    x1 = kPhiloxM1 * x2;
-    x3 = kPhiloxM0 * x0;
+    // One 32 x 32 -> 64-bit product each (a single wide multiply-add on the GPU).
+    const uint64_t p1 = static_cast<uint64_t>(kPhiloxM1) * x2, p0 = static_cast<uint64_t>(kPhiloxM0) * x0;
+    const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ x1 ^ K.k0[r];
+    const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ x3 ^ K.k1[r];
+    x1 = static_cast<uint32_t>(p1);
+    x3 = static_cast<uint32_t>(p0);
     x0 = n0;
     x2 = n2;
   }
@@ -263,7 +266,12 @@ __global__ void __launch_bounds__(kThreads, 2) f32_fwd_kernel(const FwdParams p)
   int* sFlag = reinterpret_cast<int*>(sPt + kKeys * kLdP);  // [kKeys]: key kept (and < L)
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int cg = lane & 7, rg = warp * 4 + (lane >> 3);
+  // Column group cg: lane bits 0, 2, 3; row group rg: lane bits 1, 4 and the
+  // warp. In every 16-byte shared load, lanes 2i and 2i + 1 (operands along
+  // rows: Qᵀ, Pᵀ) or 2i and 2i + 2 (along columns: Kᵀ, V) read the same
+  // address, which the hardware returns at twice the rate. The 8 lanes of a
+  // row group are those that differ in bits 0, 2, 3 (shuffles over 1, 4, 8).
+  const int cg = (lane & 1) | ((lane >> 1) & 6), rg = warp * 4 + ((lane >> 1) & 1) + ((lane >> 3) & 2);
   const int L = p.L;
   const int bh = blockIdx.y, b = bh / p.heads, h = bh - b * p.heads;
   const int q0 = blockIdx.x * kFwdRows;
@@ -357,7 +365,7 @@ __global__ void __launch_bounds__(kThreads, 2) f32_fwd_kernel(const FwdParams p)
     uint64_t keep = ~uint64_t{0};
     if constexpr (kDropout) {
       keep = 0;
-#pragma unroll 2  // four independent generator calls at a time (registers)
+#pragma unroll 4  // eight independent generator calls at a time (registers)
       for (int r = 0; r < 8; ++r) {
         const int row = q0 + 64 * (r >> 2) + 4 * rg + (r & 3);
         const uint64_t base = head_base + static_cast<uint64_t>(row) * static_cast<uint64_t>(L) +
@@ -412,8 +420,8 @@ __global__ void __launch_bounds__(kThreads, 2) f32_fwd_kernel(const FwdParams p)
         mx = fmaxf(mx, x);
       }
       mx = fmaxf(mx, shfl_xor(mx, 1));
-      mx = fmaxf(mx, shfl_xor(mx, 2));
       mx = fmaxf(mx, shfl_xor(mx, 4));
+      mx = fmaxf(mx, shfl_xor(mx, 8));
       // A row with no kept key so far has max -inf: subtract 0 instead (its
       // exponentials are 0 anyway), so that no -inf - -inf = NaN appears.
       const float ref = mx == -INFINITY ? 0.0f : mx;
@@ -491,8 +499,8 @@ __global__ void __launch_bounds__(kThreads, 2) f32_fwd_kernel(const FwdParams p)
 #pragma unroll
   for (int r = 0; r < 8; ++r) {
     l[r] += shfl_xor(l[r], 1);
-    l[r] += shfl_xor(l[r], 2);
     l[r] += shfl_xor(l[r], 4);
+    l[r] += shfl_xor(l[r], 8);
   }
   float* gctx = p.ctx + off;
 #pragma unroll
