@@ -176,17 +176,6 @@ class CudaBackend final : public Backend {
                        nullptr))  // dxᵀ[K,M] = wᵀ[K,N] · dyᵀ[N,M]
       gemm(CUBLAS_OP_N, CUBLAS_OP_N, K, M, N, w.raw(), t, K, dy.raw(), t, N, dx_beta, dx->raw(), t, K);
     // dwᵀ[K,N] += xᵀ[K,M] · dy[M,N], accumulated in float32 whatever the inputs' type.
-    // With 16-bit data the bias gradient Σ_rows dy comes from the same product
-    // (cuBLASLt's BGRADB epilogue writes it to a float32 vector that is then
-    // added to db), saving a pass over dy.
-    if (dw.defined() && db && t != DType::F32) {
-      Tensor db_step = Tensor::empty(ledger_, {N}, DType::F32, Category::Temporary, "bias_gradient");
-      if (lt_gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x.raw(), t, K, dy.raw(), N, 1.0f, dw.raw(), DType::F32, K,
-                  db_step.raw(), Epilogue::BiasGradB)) {
-        cuda::add_inplace(stream_, db->data<float>(), db_step.data<float>(), N);
-        return;
-      }
-    }
     if (dw.defined() &&
         !lt_gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x.raw(), t, K, dy.raw(), N, 1.0f, dw.raw(), DType::F32, K, nullptr))
       gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x.raw(), t, K, dy.raw(), t, N, 1.0f, dw.raw(), DType::F32, K);
@@ -563,22 +552,16 @@ class CudaBackend final : public Backend {
     return a;
   }
 
-  // The epilogues used: none; `bias` added to each output column (forward);
-  // the bias gradient Σ over the reduction of B written to `bias` (float32;
-  // the weight-gradient product of a backward).
-  enum class Epilogue { None, Bias, BiasGradB };
-
   bool lt_gemm(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, const void* A,
                DType a_type, int64_t lda, const void* B, int64_t ldb, float beta, void* C, DType c_type, int64_t ldc,
-               const void* bias, Epilogue epilogue = Epilogue::None) {
-    if (bias && epilogue == Epilogue::None) epilogue = Epilogue::Bias;
+               const void* bias) {
     const int align = std::min({alignment_of(A), alignment_of(B), alignment_of(C)});
     const auto key = std::make_tuple(static_cast<int>(op_a), static_cast<int>(op_b), m, n, k, lda, ldb, ldc,
-                                     static_cast<int>(a_type), static_cast<int>(c_type), static_cast<int>(epilogue),
+                                     static_cast<int>(a_type), static_cast<int>(c_type), bias != nullptr,
                                      beta != 0.0f, align, bias ? alignment_of(bias) : 0);
     auto found = lt_plans_.find(key);
     if (found == lt_plans_.end()) found = lt_plans_.emplace(key, make_lt_plan(op_a, op_b, m, n, k, a_type, lda, ldb,
-                                                                            c_type, ldc, epilogue, beta,
+                                                                            c_type, ldc, bias != nullptr, beta,
                                                                             align)).first;
     LtPlan& plan = found->second;
     if (!plan.ok) return false;
@@ -593,20 +576,19 @@ class CudaBackend final : public Backend {
   }
 
   LtPlan make_lt_plan(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k,
-                      DType a_type, int64_t lda, int64_t ldb, DType c_type, int64_t ldc, Epilogue epilogue_kind,
-                      float beta, int align) {
+                      DType a_type, int64_t lda, int64_t ldb, DType c_type, int64_t ldc, bool bias, float beta,
+                      int align) {
     LtPlan plan;
     const cublasComputeType_t compute =
         a_type == DType::F32 && tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     ANATOMY_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.op, compute, CUDA_R_32F));
     ANATOMY_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
     ANATOMY_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-    if (epilogue_kind != Epilogue::None) {
-      const cublasLtEpilogue_t epilogue =
-          epilogue_kind == Epilogue::Bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
+    if (bias) {
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
       ANATOMY_CUBLAS_CHECK(
           cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-      const cudaDataType_t bias_type = epilogue_kind == Epilogue::Bias ? cuda_type(c_type) : CUDA_R_32F;
+      const cudaDataType_t bias_type = cuda_type(c_type);
       ANATOMY_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                           sizeof(bias_type)));
     }
@@ -672,7 +654,7 @@ class CudaBackend final : public Backend {
   size_t next_staging_ = 0;
   Tensor adamw_table_;
   std::vector<unsigned char> adamw_table_host_;
-  using LtKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, bool, int, int>;
+  using LtKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, bool, int, int>;
   std::map<LtKey, LtPlan> lt_plans_;
 };
 
