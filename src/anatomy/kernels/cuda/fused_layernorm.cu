@@ -314,7 +314,11 @@ void with_groups(int64_t H, F&& f) {
   }
 }
 
-int64_t chunk_count(int64_t rows) { return std::clamp<int64_t>((rows + 31) / 32, 1, kMaxChunks); }
+// Chunks of 32 rows, or of fewer (down to 8) when that keeps more blocks busy.
+int64_t chunk_count(int64_t rows) {
+  const int64_t rows_per_chunk = std::clamp<int64_t>(rows / (2 * kMaxChunks), 8, 32);
+  return std::clamp<int64_t>((rows + rows_per_chunk - 1) / rows_per_chunk, 1, kMaxChunks);
+}
 
 float keep_scale_of(const DropoutSpec& d) { return d.p > 0.0f ? 1.0f / (1.0f - d.p) : 1.0f; }
 
