@@ -83,6 +83,19 @@ class Backend {
   virtual void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx,
                                const Tensor& dw, const Tensor* db, bool accumulate_dx = false) = 0;
 
+  // n products of one input whose weights, biases and outputs each lie at one
+  // constant stride in memory (query, key and value): y_i = x · w_i^T + b_i.
+  // A backend may run them as one batched product; by default they run one by one.
+  virtual void linear_forward_n(const Tensor& x, const std::vector<Tensor>& w, const std::vector<Tensor>& b,
+                                const std::vector<Tensor>& y) {
+    for (size_t i = 0; i < w.size(); ++i) linear_forward(x, w[i], &b[i], y[i]);
+  }
+  // Their weight and bias gradients: dw_i += dy_i^T · x and db_i += Σ_rows dy_i.
+  virtual void linear_backward_weights_n(const std::vector<Tensor>& dy, const Tensor& x, const std::vector<Tensor>& w,
+                                         const std::vector<Tensor>& dw, const std::vector<Tensor>& db) {
+    for (size_t i = 0; i < dy.size(); ++i) linear_backward(dy[i], x, w[i], nullptr, dw[i], &db[i]);
+  }
+
   // --- embeddings ---
   // out[t] (+)= table[ids[t]] for every row t; ids are int64; `accumulate` adds instead of writing.
   virtual void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) = 0;

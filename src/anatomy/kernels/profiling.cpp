@@ -5,6 +5,8 @@
 // kernel moves.
 #include "anatomy/kernels/profiling.h"
 
+#include <fmt/format.h>
+
 #include <cctype>
 #include <type_traits>
 #include <utility>
@@ -175,6 +177,33 @@ void ProfilingBackend::residual_layernorm_backward(const Tensor& dy, const Tenso
         [&] {
           inner_.residual_layernorm_backward(dy, sum, mean, rstd, gamma, dropout, d_residual, d_x, dgamma, dbeta);
         });
+}
+// The batched products are one op each; the operand names the first's layer
+// ("attention.self.query") with the count ("x3").
+void ProfilingBackend::linear_forward_n(const Tensor& x, const std::vector<Tensor>& w, const std::vector<Tensor>& b,
+                                        const std::vector<Tensor>& y) {
+  const double M = numel_of(x) / static_cast<double>(x.dim(-1)), K = static_cast<double>(x.dim(-1));
+  double flops = 0, bytes = bytes_of(x);
+  for (size_t i = 0; i < w.size(); ++i) {
+    const double N = static_cast<double>(w[i].dim(0));
+    flops += 2.0 * M * N * K + M * N;
+    bytes += bytes_of(w[i]) + bytes_of(b[i]) + bytes_of(y[i]);
+  }
+  timed("linear_forward", fmt::format("{} x{}", operand_name(w[0].name()), w.size()), OpClass::Contraction, flops,
+        bytes, [&] { inner_.linear_forward_n(x, w, b, y); });
+}
+void ProfilingBackend::linear_backward_weights_n(const std::vector<Tensor>& dy, const Tensor& x,
+                                                 const std::vector<Tensor>& w, const std::vector<Tensor>& dw,
+                                                 const std::vector<Tensor>& db) {
+  const double M = numel_of(x) / static_cast<double>(x.dim(-1)), K = static_cast<double>(x.dim(-1));
+  double flops = 0, bytes = bytes_of(x);
+  for (size_t i = 0; i < dy.size(); ++i) {
+    const double N = static_cast<double>(w[i].dim(0));
+    flops += 2.0 * M * N * K + M * N;
+    bytes += bytes_of(dy[i]) + 2.0 * bytes_of(dw[i]) + 2.0 * bytes_of(db[i]);
+  }
+  timed("linear_backward_weights", fmt::format("{} x{}", operand_name(w[0].name()), w.size()),
+        OpClass::Contraction, flops, bytes, [&] { inner_.linear_backward_weights_n(dy, x, w, dw, db); });
 }
 void ProfilingBackend::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) {
   timed("embedding_forward", operand_name(table.name()), OpClass::Elementwise, accumulate ? numel_of(out) : 0.0,

@@ -72,6 +72,10 @@ class ProfilingBackend final : public Backend {
   void residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
                                    const Tensor& gamma, const DropoutSpec& dropout, const Tensor& d_residual,
                                    const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta) override;
+  void linear_forward_n(const Tensor& x, const std::vector<Tensor>& w, const std::vector<Tensor>& b,
+                        const std::vector<Tensor>& y) override;
+  void linear_backward_weights_n(const std::vector<Tensor>& dy, const Tensor& x, const std::vector<Tensor>& w,
+                                 const std::vector<Tensor>& dw, const std::vector<Tensor>& db) override;
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) override;
   void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx) override;
   void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,

@@ -17,9 +17,8 @@ std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& c, i
       };
     case LayerKind::EncoderLayer: {
       std::vector<SavedSpec> specs = {
-          {"q", {B, L, H}, x, "attention backward"},
-          {"k", {B, L, H}, x, "attention backward"},
-          {"v", {B, L, H}, x, "attention backward"},
+          // query, key and value one after the other: one batched product makes them
+          {"qkv", {3, B, L, H}, x, "attention backward (query, key, value)"},
           plan.attention_probabilities
               ? SavedSpec{"attn_saved", {B, N, L, L}, f32, "attention backward (softmax output)"}
               : SavedSpec{"attn_saved", {B, N, L}, f32, "attention backward (row log-sum-exp)"},

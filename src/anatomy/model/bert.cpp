@@ -13,6 +13,7 @@
 #include "anatomy/model/bert.h"
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -27,6 +28,14 @@ struct BertForSequenceClassification::Step {
 };
 
 namespace {
+
+// Query, key and value: the three [B, L, H] thirds of a [3, B, L, H] tensor.
+std::tuple<Tensor, Tensor, Tensor> split_qkv(const Tensor& qkv) {
+  const Shape one = {qkv.dim(1), qkv.dim(2), qkv.dim(3)};
+  const int64_t n = shape_numel(one);
+  return {qkv.slice(0, one, qkv.name() + "[q]"), qkv.slice(n, one, qkv.name() + "[k]"),
+          qkv.slice(2 * n, one, qkv.name() + "[v]")};
+}
 
 ActivationKind activation_kind(Activation a) {
   switch (a) {
@@ -186,11 +195,10 @@ void BertForSequenceClassification::encoder_forward(int64_t l, const Tensor& x, 
   const EncoderLayerTensors& w = wh_.layers[l];
   const EncoderLayerTensors& masters = w_.layers[l];  // LayerNorm parameters stay float32
   const int64_t H = config_.hidden_size;
-  backend_.linear_forward(x, w.query_w, &w.query_b, s["q"]);
-  backend_.linear_forward(x, w.key_w, &w.key_b, s["k"]);
-  backend_.linear_forward(x, w.value_w, &w.value_b, s["v"]);
+  const auto [q, k, v] = split_qkv(s["qkv"]);
+  backend_.linear_forward_n(x, {w.query_w, w.key_w, w.value_w}, {w.query_b, w.key_b, w.value_b}, {q, k, v});
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
-  backend_.attention_forward(s["q"], s["k"], s["v"], mask_, config_.num_attention_heads, scale,
+  backend_.attention_forward(q, k, v, mask_, config_.num_attention_heads, scale,
                              dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l)), s["attn_saved"],
                              s["ctx"]);
   Tensor projected = temporary({B_, L_, H}, "projected", compute_);
@@ -322,15 +330,18 @@ Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& 
   Tensor d_ctx = d_h1;  // d_h1 is consumed too
   backend_.linear_backward(d_branch, s["ctx"], w.attn_out_w, &d_ctx, g.attn_out_w, &g.attn_out_b);
 
-  Tensor dq = temporary({B_, L_, H}, "d_q", t), dk = temporary({B_, L_, H}, "d_k", t);
-  Tensor dv = d_branch;
+  d_branch = Tensor();
+  const auto [q, k, v] = split_qkv(s["qkv"]);
+  const auto [dq, dk, dv] = split_qkv(temporary({3, B_, L_, H}, "d_qkv", t));
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
-  backend_.attention_backward(d_ctx, s["q"], s["k"], s["v"], s["ctx"], s["attn_saved"], mask_,
-                              config_.num_attention_heads, scale,
+  backend_.attention_backward(d_ctx, q, k, v, s["ctx"], s["attn_saved"], mask_, config_.num_attention_heads, scale,
                               dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l)), dq, dk, dv);
-  backend_.linear_backward(dq, x, w.query_w, &d_x, g.query_w, &g.query_b, /*accumulate_dx=*/true);
-  backend_.linear_backward(dk, x, w.key_w, &d_x, g.key_w, &g.key_b, /*accumulate_dx=*/true);
-  backend_.linear_backward(dv, x, w.value_w, &d_x, g.value_w, &g.value_b, /*accumulate_dx=*/true);
+  // The input gradient sums the three products; the weight gradients are one batched product.
+  backend_.linear_backward(dq, x, w.query_w, &d_x, Tensor(), nullptr, /*accumulate_dx=*/true);
+  backend_.linear_backward(dk, x, w.key_w, &d_x, Tensor(), nullptr, /*accumulate_dx=*/true);
+  backend_.linear_backward(dv, x, w.value_w, &d_x, Tensor(), nullptr, /*accumulate_dx=*/true);
+  backend_.linear_backward_weights_n({dq, dk, dv}, x, {w.query_w, w.key_w, w.value_w}, {g.query_w, g.key_w, g.value_w},
+                                     {g.query_b, g.key_b, g.value_b});
   return d_x;
 }
 

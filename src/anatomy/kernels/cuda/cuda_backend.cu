@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -47,6 +48,13 @@ __global__ void broadcast_rows_kernel(const float* bias, float* out, int64_t M, 
 }
 
 int64_t rows_of(const Tensor& t) { return t.numel() / t.dim(-1); }
+
+// A strided batch of products for cuBLASLt: `count` products whose A, B, C
+// (and bias) are `stride_*` elements apart (0: the same matrix for all).
+struct Batch {
+  int count = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0, stride_bias = 0;
+};
 
 class CudaBackend final : public Backend {
  public:
@@ -223,6 +231,54 @@ class CudaBackend final : public Backend {
     layernorm_backward(dy, sum, mean, rstd, gamma, d_x, dgamma, dbeta);  // d_residual may be dy
     copy(d_residual, d_x);
     this->dropout(d_x, d_x, dropout);
+  }
+
+  // The constant stride, in elements, between consecutive tensors of `ts` (all
+  // of one dtype and shape), or nullopt.
+  static std::optional<int64_t> constant_stride(const std::vector<Tensor>& ts) {
+    if (ts.size() < 2) return std::nullopt;
+    const auto size = static_cast<int64_t>(dtype_size(ts[0].dtype()));
+    const auto at = [](const Tensor& t) { return reinterpret_cast<intptr_t>(t.raw()); };
+    const int64_t bytes = at(ts[1]) - at(ts[0]);
+    if (bytes <= 0 || bytes % size != 0) return std::nullopt;
+    for (size_t i = 1; i < ts.size(); ++i)
+      if (ts[i].dtype() != ts[0].dtype() || ts[i].shape() != ts[0].shape() || at(ts[i]) - at(ts[i - 1]) != bytes)
+        return std::nullopt;
+    return bytes / size;
+  }
+
+  void linear_forward_n(const Tensor& x, const std::vector<Tensor>& w, const std::vector<Tensor>& b,
+                        const std::vector<Tensor>& y) override {
+    const auto sw = constant_stride(w), sb = constant_stride(b), sy = constant_stride(y);
+    const int64_t K = x.dim(-1), M = rows_of(x);
+    const DType t = x.dtype();
+    if (sw && sb && sy && w.size() == b.size() && w.size() == y.size() && w[0].dtype() == t && y[0].dtype() == t &&
+        b[0].dtype() == t && w[0].dim(1) == K && y[0].numel() == M * w[0].dim(0)) {
+      const int64_t N = w[0].dim(0);
+      Batch batch{static_cast<int>(w.size()), *sw, 0, *sy, *sb};
+      if (lt_gemm(CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, w[0].raw(), t, K, x.raw(), K, 0.0f, y[0].raw(), t, N, b[0].raw(),
+                  batch))
+        return;
+    }
+    Backend::linear_forward_n(x, w, b, y);
+  }
+
+  void linear_backward_weights_n(const std::vector<Tensor>& dy, const Tensor& x, const std::vector<Tensor>& w,
+                                 const std::vector<Tensor>& dw, const std::vector<Tensor>& db) override {
+    const auto sdy = constant_stride(dy), sdw = constant_stride(dw);
+    const int64_t K = x.dim(-1), M = rows_of(x);
+    const DType t = x.dtype();
+    if (sdy && sdw && dy.size() == dw.size() && dy.size() == db.size() && dy[0].dtype() == t &&
+        dw[0].dtype() == DType::F32 && dw[0].numel() == w[0].numel() && dy[0].numel() == M * w[0].dim(0)) {
+      const int64_t N = w[0].dim(0);
+      Batch batch{static_cast<int>(dy.size()), 0, *sdy, *sdw, 0};
+      if (lt_gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x.raw(), t, K, dy[0].raw(), N, 1.0f, dw[0].raw(), DType::F32, K,
+                  nullptr, batch)) {
+        for (size_t i = 0; i < dy.size(); ++i) linear_backward(dy[i], x, w[i], nullptr, Tensor(), &db[i], false);
+        return;
+      }
+    }
+    Backend::linear_backward_weights_n(dy, x, w, dw, db);
   }
 
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) override {
@@ -554,15 +610,16 @@ class CudaBackend final : public Backend {
 
   bool lt_gemm(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, const void* A,
                DType a_type, int64_t lda, const void* B, int64_t ldb, float beta, void* C, DType c_type, int64_t ldc,
-               const void* bias) {
+               const void* bias, const Batch& batch = {}) {
     const int align = std::min({alignment_of(A), alignment_of(B), alignment_of(C)});
     const auto key = std::make_tuple(static_cast<int>(op_a), static_cast<int>(op_b), m, n, k, lda, ldb, ldc,
                                      static_cast<int>(a_type), static_cast<int>(c_type), bias != nullptr,
-                                     beta != 0.0f, align, bias ? alignment_of(bias) : 0);
+                                     beta != 0.0f, align, bias ? alignment_of(bias) : 0, batch.count, batch.stride_a,
+                                     batch.stride_b, batch.stride_c, batch.stride_bias);
     auto found = lt_plans_.find(key);
     if (found == lt_plans_.end()) found = lt_plans_.emplace(key, make_lt_plan(op_a, op_b, m, n, k, a_type, lda, ldb,
                                                                             c_type, ldc, bias != nullptr, beta,
-                                                                            align)).first;
+                                                                            align, batch)).first;
     LtPlan& plan = found->second;
     if (!plan.ok) return false;
     if (bias) {
@@ -577,7 +634,7 @@ class CudaBackend final : public Backend {
 
   LtPlan make_lt_plan(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k,
                       DType a_type, int64_t lda, int64_t ldb, DType c_type, int64_t ldc, bool bias, float beta,
-                      int align) {
+                      int align, const Batch& batch) {
     LtPlan plan;
     const cublasComputeType_t compute =
         a_type == DType::F32 && tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -599,6 +656,20 @@ class CudaBackend final : public Backend {
     ANATOMY_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, at, op_b == CUBLAS_OP_N ? k : n,
                                                     op_b == CUBLAS_OP_N ? n : k, ldb));
     ANATOMY_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, ct, m, n, ldc));
+    if (batch.count > 1) {
+      const int32_t count = batch.count;
+      const std::pair<cublasLtMatrixLayout_t, int64_t> layouts[] = {
+          {plan.a, batch.stride_a}, {plan.b, batch.stride_b}, {plan.c, batch.stride_c}};
+      for (const auto& [layout, stride] : layouts) {
+        ANATOMY_CUBLAS_CHECK(
+            cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+        ANATOMY_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                              &stride, sizeof(stride)));
+      }
+      if (bias)
+        ANATOMY_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE,
+                                                            &batch.stride_bias, sizeof(batch.stride_bias)));
+    }
     cublasLtMatmulPreference_t pref = nullptr;
     ANATOMY_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t workspace = kCublasWorkspaceBytes;
@@ -654,7 +725,8 @@ class CudaBackend final : public Backend {
   size_t next_staging_ = 0;
   Tensor adamw_table_;
   std::vector<unsigned char> adamw_table_host_;
-  using LtKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, bool, int, int>;
+  using LtKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, bool, int,
+                           int, int, int64_t, int64_t, int64_t, int64_t>;
   std::map<LtKey, LtPlan> lt_plans_;
 };
 
