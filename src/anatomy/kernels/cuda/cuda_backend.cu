@@ -252,7 +252,10 @@ class CudaBackend final : public Backend {
     const auto sw = constant_stride(w), sb = constant_stride(b), sy = constant_stride(y);
     const int64_t K = x.dim(-1), M = rows_of(x);
     const DType t = x.dtype();
-    if (sw && sb && sy && w.size() == b.size() && w.size() == y.size() && w[0].dtype() == t && y[0].dtype() == t &&
+    // Batched in 16 bits only: measured on an H100 at batch 4, float32's batched
+    // products ran slower than three separate ones (8.2 against 7.0 ms a step).
+    if (t != DType::F32 && sw && sb && sy && w.size() == b.size() && w.size() == y.size() && w[0].dtype() == t &&
+        y[0].dtype() == t &&
         b[0].dtype() == t && w[0].dim(1) == K && y[0].numel() == M * w[0].dim(0)) {
       const int64_t N = w[0].dim(0);
       Batch batch{static_cast<int>(w.size()), *sw, 0, *sy, *sb};
@@ -268,7 +271,7 @@ class CudaBackend final : public Backend {
     const auto sdy = constant_stride(dy), sdw = constant_stride(dw);
     const int64_t K = x.dim(-1), M = rows_of(x);
     const DType t = x.dtype();
-    if (sdy && sdw && dy.size() == dw.size() && dy.size() == db.size() && dy[0].dtype() == t &&
+    if (t != DType::F32 && sdy && sdw && dy.size() == dw.size() && dy.size() == db.size() && dy[0].dtype() == t &&
         dw[0].dtype() == DType::F32 && dw[0].numel() == w[0].numel() && dy[0].numel() == M * w[0].dim(0)) {
       const int64_t N = w[0].dim(0);
       Batch batch{static_cast<int>(dy.size()), 0, *sdy, *sdw, 0};
