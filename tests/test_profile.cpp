@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anatomy/anatomy/ceilings.h"
 #include "anatomy/anatomy/profile.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/kernels/profiling.h"
@@ -136,22 +137,55 @@ TEST(Profile, TraceIsChromeTraceEventFormat) {
 
 TEST(Profile, CommandWritesTheSummaryAndTraceButNoModel) {
   test::TempDir dir;
+  setenv("XDG_CACHE_HOME", dir.file("cache").c_str(), 1);  // the ceilings' cache, inherited by the child
   const auto r = test::run_anatomy("profile --model bert-tiny --dummy-size 16 --dummy-seq-len 32 "
                                    "--per-device-train-batch-size 4 --profile-warmup 1 --profile-steps 2 --device cpu "
                                    "--no-progress --output-dir " + dir.file("out"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("Time anatomy of a step (mean of 2 profiled steps)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("tensor contraction"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ceilings measured on cpu"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("cache/anatomy/ceilings.json")));
   std::ifstream summary(dir.file("out/profile.json"));
   ASSERT_TRUE(summary.good());
   const nlohmann::json j = nlohmann::json::parse(summary);
   EXPECT_EQ(j["profiled_steps"], 2);
+  ASSERT_TRUE(j["ceilings"].is_object());
+  EXPECT_GT(j["ceilings"]["matmul_tflops"].get<double>(), 0.0);
+  EXPECT_TRUE(j["classes"]["tensor contraction"]["fraction_of_ceiling"].is_number());
   EXPECT_GT(j["operations"].size(), 10u);
   EXPECT_TRUE(std::filesystem::exists(dir.file("out/trace.json")));
   EXPECT_FALSE(std::filesystem::exists(dir.file("out/model.safetensors"))) << "profile is a measurement";
   const auto bad = test::run_anatomy("profile --model bert-tiny --profile-steps 0 --device cpu");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("--profile-steps"), std::string::npos) << bad.output;
+}
+
+// The ceilings: measured once (positive rates from the backend's own ops),
+// cached by device and dtype, read back unchanged; a damaged cache is
+// measured again and rewritten.
+TEST(Profile, CeilingsAreMeasuredThenCached) {
+  test::TempDir dir;
+  setenv("XDG_CACHE_HOME", dir.path().c_str(), 1);
+  auto cpu = make_cpu_backend(1);
+  const Ceilings first = device_ceilings(*cpu, "cpu", DType::F32, false);
+  EXPECT_GT(first.matmul_tflops, 0.0);
+  EXPECT_GT(first.copy_gbps, 0.0);
+  EXPECT_EQ(first.matmul_dtype, "float32");
+  ASSERT_TRUE(std::filesystem::exists(ceilings_cache_path()));
+  const Ceilings again = device_ceilings(*cpu, "cpu", DType::F32, false);
+  EXPECT_EQ(again.matmul_tflops, first.matmul_tflops) << "read from the cache, not measured again";
+  EXPECT_EQ(again.copy_gbps, first.copy_gbps);
+  EXPECT_EQ(cpu->ledger().snapshot().live_total, 0) << "the benchmark's buffers are released";
+  {
+    std::ofstream damaged(ceilings_cache_path());
+    damaged << "{ not json";
+  }
+  const Ceilings remeasured = device_ceilings(*cpu, "cpu", DType::F32, false);
+  EXPECT_GT(remeasured.matmul_tflops, 0.0);
+  std::ifstream in(ceilings_cache_path());
+  EXPECT_NO_THROW({ const auto parsed = nlohmann::json::parse(in); EXPECT_TRUE(parsed.is_object()); });
+  unsetenv("XDG_CACHE_HOME");
 }
 
 }  // namespace

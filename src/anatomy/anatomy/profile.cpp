@@ -47,6 +47,13 @@ double ProfileSummary::executed_flops() const {
   return f;
 }
 
+std::optional<double> ProfileSummary::fraction_of_ceiling(OpClass c, double ms, double flops, double bytes) const {
+  if (!ceilings || ms <= 0.0) return std::nullopt;
+  if (c == OpClass::Contraction)
+    return ceilings->matmul_tflops > 0 ? flops / (ms * 1e9) / ceilings->matmul_tflops : std::optional<double>();
+  return ceilings->copy_gbps > 0 ? bytes / (ms * 1e6) / ceilings->copy_gbps : std::optional<double>();
+}
+
 std::optional<double> ProfileSummary::mfu() const {
   if (!peak_tflops || model_flops <= 0.0 || step_ms <= 0.0) return std::nullopt;
   return model_flops / (step_ms * 1e-3) / (*peak_tflops * 1e12);
@@ -108,24 +115,35 @@ void print_profile(const ProfileSummary& s, int top) {
              s.forward_ms, s.backward_ms, s.forward_ms > 0 ? s.backward_ms / s.forward_ms : 0.0, s.optimizer_ms,
              s.data_ms, s.other_ms > 0 ? fmt::format(", other {:.2f} ms", s.other_ms) : std::string());
   const double flops = std::max(s.executed_flops(), 1.0), ms = std::max(s.ops_ms, 1e-9);
-  fmt::print("  {:<26} {:>9} {:>9} {:>10} {:>10}\n", "class", "% FLOPs", "% time", "ms", "TFLOP/s");
+  auto ceiling_text = [&](OpClass c, double op_ms, double op_flops, double op_bytes) {
+    const auto f = s.fraction_of_ceiling(c, op_ms, op_flops, op_bytes);
+    return f ? fmt::format("{:.0f}%", 100.0 * *f) : std::string("-");
+  };
+  if (s.ceilings)
+    fmt::print("  ceilings measured on {}: {:.1f} TFLOP/s ({} product {}^3), {:.0f} GB/s (copy, read + write)\n",
+               s.ceilings->device, s.ceilings->matmul_tflops, s.ceilings->matmul_dtype, s.ceilings->matmul_size,
+               s.ceilings->copy_gbps);
+  fmt::print("  {:<26} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9}\n", "class", "% FLOPs", "% time", "ms", "TFLOP/s", "GB/s",
+             "% ceiling");
   for (int c = 0; c < kOpClassCount; ++c) {
     const ClassShare& share = s.classes[c];
     if (share.ms == 0.0 && share.flops == 0.0) continue;
-    fmt::print("  {:<26} {:>8.2f}% {:>8.1f}% {:>10.2f} {:>10.1f}\n", op_class_name(static_cast<OpClass>(c)),
-               100.0 * share.flops / flops, 100.0 * share.ms / ms, share.ms,
-               share.ms > 0 ? share.flops / (share.ms * 1e9) : 0.0);
+    fmt::print("  {:<26} {:>8.2f}% {:>8.1f}% {:>10.2f} {:>10.1f} {:>9.0f} {:>9}\n",
+               op_class_name(static_cast<OpClass>(c)), 100.0 * share.flops / flops, 100.0 * share.ms / ms, share.ms,
+               share.ms > 0 ? share.flops / (share.ms * 1e9) : 0.0, share.ms > 0 ? share.bytes / (share.ms * 1e6) : 0.0,
+               ceiling_text(static_cast<OpClass>(c), share.ms, share.flops, share.bytes));
   }
   if (const auto mfu = s.mfu())
     fmt::print("  MFU {:.1f}% ({:.1f} TFLOP/s of model FLOPs against a {:.1f} TFLOP/s bf16 peak)\n", 100.0 * *mfu,
                s.model_flops / (s.step_ms * 1e9), *s.peak_tflops);
   fmt::print("  Top {} operations (all layers):\n", std::min<size_t>(top, s.rows.size()));
-  fmt::print("  {:<9} {:<20} {:<32} {:>6} {:>9} {:>6} {:>8} {:>8}\n", "part", "op", "operand", "calls", "ms", "%",
-             "TFLOP/s", "GB/s");
+  fmt::print("  {:<9} {:<20} {:<32} {:>6} {:>9} {:>6} {:>8} {:>8} {:>9}\n", "part", "op", "operand", "calls", "ms",
+             "%", "TFLOP/s", "GB/s", "% ceiling");
   for (size_t i = 0; i < s.rows.size() && static_cast<int>(i) < top; ++i) {
     const ProfileRow& r = s.rows[i];
-    fmt::print("  {:<9} {:<20} {:<32} {:>6.0f} {:>9.3f} {:>5.1f}% {:>8.1f} {:>8.0f}\n", step_part_name(r.part), r.op,
-               r.operand.substr(0, 32), r.calls, r.ms, 100.0 * r.ms / ms, r.tflops(), r.gbps());
+    fmt::print("  {:<9} {:<20} {:<32} {:>6.0f} {:>9.3f} {:>5.1f}% {:>8.1f} {:>8.0f} {:>9}\n", step_part_name(r.part),
+               r.op, r.operand.substr(0, 32), r.calls, r.ms, 100.0 * r.ms / ms, r.tflops(), r.gbps(),
+               ceiling_text(r.op_class, r.ms, r.flops, r.bytes));
   }
 }
 
@@ -143,10 +161,25 @@ std::string profile_json(const ProfileSummary& s) {
   j["model_flops_per_step"] = s.model_flops;
   j["peak_tflops"] = s.peak_tflops ? nlohmann::json(*s.peak_tflops) : nlohmann::json(nullptr);
   j["mfu"] = s.mfu() ? nlohmann::json(*s.mfu()) : nlohmann::json(nullptr);
+  if (s.ceilings)
+    j["ceilings"] = {{"device", s.ceilings->device},
+                     {"matmul_dtype", s.ceilings->matmul_dtype},
+                     {"matmul_tflops", s.ceilings->matmul_tflops},
+                     {"copy_gbps", s.ceilings->copy_gbps}};
+  else
+    j["ceilings"] = nullptr;
+  auto fraction_json = [&](OpClass c, double ms, double flops, double bytes) {
+    const auto f = s.fraction_of_ceiling(c, ms, flops, bytes);
+    return f ? nlohmann::json(*f) : nlohmann::json(nullptr);
+  };
   nlohmann::json classes = nlohmann::json::object();
   for (int c = 0; c < kOpClassCount; ++c)
     classes[op_class_name(static_cast<OpClass>(c))] = {
-        {"ms", s.classes[c].ms}, {"flops", s.classes[c].flops}, {"bytes", s.classes[c].bytes}};
+        {"ms", s.classes[c].ms},
+        {"flops", s.classes[c].flops},
+        {"bytes", s.classes[c].bytes},
+        {"fraction_of_ceiling",
+         fraction_json(static_cast<OpClass>(c), s.classes[c].ms, s.classes[c].flops, s.classes[c].bytes)}};
   j["classes"] = classes;
   nlohmann::json rows = nlohmann::json::array();
   for (const ProfileRow& r : s.rows)
@@ -157,7 +190,8 @@ std::string profile_json(const ProfileSummary& s) {
                     {"calls", r.calls},
                     {"ms", r.ms},
                     {"flops", r.flops},
-                    {"bytes", r.bytes}});
+                    {"bytes", r.bytes},
+                    {"fraction_of_ceiling", fraction_json(r.op_class, r.ms, r.flops, r.bytes)}});
   j["operations"] = rows;
   nlohmann::json phases = nlohmann::json::array();
   for (const auto& [phase, ms] : s.phases) phases.push_back({{"phase", phase}, {"ms", ms}});

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "anatomy/anatomy/ceilings.h"
 #include "anatomy/kernels/profiling.h"
 
 namespace anatomy {
@@ -46,7 +47,12 @@ struct ProfileSummary {
   std::vector<std::pair<std::string, double>> phases;  // ms per phase, in step order
   double model_flops = 0.0;                        // per step (BASELINES.md's count), 0 if unknown
   std::optional<double> peak_tflops;               // the GPU's dense bf16 peak
+  std::optional<Ceilings> ceilings;                // measured matrix-product and copy rates
   double executed_flops() const;
+  // An op class's achieved rate as a fraction of the measured ceiling: FLOP
+  // rate against the product's for tensor contractions, bandwidth against the
+  // copy's for the others.
+  std::optional<double> fraction_of_ceiling(OpClass c, double ms, double flops, double bytes) const;
   std::optional<double> mfu() const;              // model FLOPs / step time / peak
 };
 

@@ -159,6 +159,15 @@ Command add_train_command(CLI::App& app, bool profile_command) {
                    fmt::join(scaled, ", "));
     }
 
+    // The profiler's yardsticks, measured (or read from the cache) before the model exists.
+    std::optional<Ceilings> ceilings;
+    if (profiler) {
+      const std::string name =
+          on_gpu ? gpu::Nvml::instance().device_name(backend.device().index).value_or("unknown GPU") : "cpu";
+      const DType product_dtype = args.bf16 ? DType::BF16 : args.fp16 ? DType::F16 : DType::F32;
+      ceilings = device_ceilings(*device.backend, name, product_dtype, flags->tf32 && on_gpu);
+      device.backend->ledger().reset_peaks();
+    }
     const ModelSource source = resolve_model(args.model);
     Dataset data = args.train_file.empty() ? make_dummy_dataset(args.dummy_size, args.dummy_seq_len, args.seed)
                                            : load_tensor_dataset(args.train_file);
@@ -218,7 +227,8 @@ Command add_train_command(CLI::App& app, bool profile_command) {
                  : std::nullopt;
       const double flops_per_step = training_flops_per_sequence(model.config(), data.seq_len) *
                                     static_cast<double>(args.per_device_train_batch_size);
-      const ProfileSummary summary = summarize_profile(timings, flops_per_step, peak);
+      ProfileSummary summary = summarize_profile(timings, flops_per_step, peak);
+      summary.ceilings = ceilings;
       fmt::print("(The profiled steps wait for their timings: the run's samples/second includes that.)\n");
       print_profile(summary);
       if (!args.output_dir.empty()) write_profile(summary, timings, args.output_dir);
