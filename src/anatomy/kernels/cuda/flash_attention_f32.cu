@@ -61,6 +61,7 @@
 
 #include "anatomy/core/error.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/dropout_keys.cuh"
 
 namespace anatomy::cuda {
 
@@ -86,62 +87,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 // an integer one.
 // ---------------------------------------------------------------------------
 
-struct DropoutKeys {
-  uint32_t k0[10], k1[10];  // round keys
-  uint32_t r0_c0;           // hi(M1 · stream_lo) ^ k0[0]: round 0's new word 0, before ^ counter_hi
-  uint32_t r0_c1;           // lo(M1 · stream_lo): round 0's new word 1
-  uint32_t r0_c3k1;         // stream_hi ^ k1[0]
-  uint32_t keep_min;        // kept iff the element's word >= keep_min
-};
-
-constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u;
-
-DropoutKeys make_dropout_keys(const DropoutSpec& d) {
-  DropoutKeys k{};
-  uint32_t a = static_cast<uint32_t>(d.seed), b = static_cast<uint32_t>(d.seed >> 32);
-  for (int r = 0; r < 10; ++r) {
-    k.k0[r] = a;
-    k.k1[r] = b;
-    a += 0x9E3779B9u;
-    b += 0xBB67AE85u;
-  }
-  const uint64_t p1 = static_cast<uint64_t>(kPhiloxM1) * static_cast<uint32_t>(d.stream);
-  k.r0_c0 = static_cast<uint32_t>(p1 >> 32) ^ k.k0[0];
-  k.r0_c1 = static_cast<uint32_t>(p1);
-  k.r0_c3k1 = static_cast<uint32_t>(d.stream >> 32) ^ k.k1[0];
-  // uniform = (w >> 8) · 2^-24 exactly, so uniform >= p  <=>  w >= 256 · ceil(p · 2^24) (below 2^32 for p < 1).
-  const double t = std::ceil(static_cast<double>(d.p) * 16777216.0);
-  k.keep_min = static_cast<uint32_t>(t * 256.0);
-  return k;
-}
-
-__host__ __device__ __forceinline__ uint32_t mulhi32(uint32_t a, uint32_t b) {
-#if defined(__CUDA_ARCH__)
-  return __umulhi(a, b);
-#else
-  return static_cast<uint32_t>((static_cast<uint64_t>(a) * b) >> 32);
-#endif
-}
-
-// Keep bits of elements 4·counter .. 4·counter + 3: bit w for element 4·counter + w (dropout_keep4).
-__host__ __device__ __forceinline__ uint32_t keep4(const DropoutKeys& K, uint64_t counter) {
-  const uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
-  uint32_t x0 = K.r0_c0 ^ c1, x1 = K.r0_c1;
-  uint32_t x2 = mulhi32(kPhiloxM0, c0) ^ K.r0_c3k1, x3 = kPhiloxM0 * c0;
-#pragma unroll
-  for (int r = 1; r < 10; ++r) {
-    // One 32 x 32 -> 64-bit product each (a single wide multiply-add on the GPU).
-    const uint64_t p1 = static_cast<uint64_t>(kPhiloxM1) * x2, p0 = static_cast<uint64_t>(kPhiloxM0) * x0;
-    const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ x1 ^ K.k0[r];
-    const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ x3 ^ K.k1[r];
-    x1 = static_cast<uint32_t>(p1);
-    x3 = static_cast<uint32_t>(p0);
-    x0 = n0;
-    x2 = n2;
-  }
-  return static_cast<uint32_t>(x0 >= K.keep_min) | static_cast<uint32_t>(x1 >= K.keep_min) << 1 |
-         static_cast<uint32_t>(x2 >= K.keep_min) << 2 | static_cast<uint32_t>(x3 >= K.keep_min) << 3;
-}
+// DropoutKeys, make_dropout_keys, keep4: dropout_keys.cuh.
 
 // Keep bits of the four consecutive elements index .. index + 3: bit e for
 // element index + e. One call when index % 4 == 0 (always, when L % 4 == 0),

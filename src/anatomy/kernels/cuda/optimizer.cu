@@ -109,30 +109,50 @@ constexpr int64_t kAdamWChunk = 8192;  // elements per block of the multi-tensor
 
 // The CPU's loop body with every operation rounded on its own (the _rn
 // intrinsics stop nvcc fusing multiply-adds the x86 build does not fuse), so
-// that parameters and moments come out bit-identical to the CPU backend's.
-// Copy is void (no copy), __nv_bfloat16 or __half: copy[i] = round(param[i]).
+// that parameters and moments come out bit-identical to the CPU backend's:
+// updates m, v and p (one element) in place.
+__device__ __forceinline__ void adamw_element(const AdamWConstants& k, float grad, float& m_io, float& v_io,
+                                              float& p_io) {
+  const double g = grad;
+  const double m = __dadd_rn(__dmul_rn(k.beta1, m_io), __dmul_rn(k.one_minus_beta1, g));
+  const double v = __dadd_rn(__dmul_rn(k.beta2, v_io), __dmul_rn(__dmul_rn(k.one_minus_beta2, g), g));
+  m_io = static_cast<float>(m);
+  v_io = static_cast<float>(v);
+  const double denom = __dadd_rn(__ddiv_rn(__dsqrt_rn(v), k.bias2_sqrt), k.eps);
+  p_io = static_cast<float>(
+      __dsub_rn(__dmul_rn(static_cast<double>(p_io), k.decay), __ddiv_rn(__dmul_rn(k.step_size, m), denom)));
+}
+
+// Copy is void (no copy), __nv_bfloat16 or __half: the parameter rounded.
+template <typename Copy>
+__device__ __forceinline__ Copy round_copy(float p) {
+  if constexpr (std::is_same_v<Copy, __nv_bfloat16>) return __float2bfloat16_rn(p);
+  else return __float2half_rn(p);
+}
+
+// adamw_element on element i of the buffers, and its copy[i] = round(param[i]).
+template <typename Copy>
+__device__ __forceinline__ void adamw_at(const AdamWConstants& k, int64_t i, float* param, const float* grad,
+                                         float* exp_avg, float* exp_avg_sq, Copy* copy) {
+  float m = exp_avg[i], v = exp_avg_sq[i], p = param[i];
+  adamw_element(k, grad[i], m, v, p);
+  exp_avg[i] = m;
+  exp_avg_sq[i] = v;
+  param[i] = p;
+  if constexpr (!std::is_void_v<Copy>) copy[i] = round_copy<Copy>(p);
+}
+
 template <typename Copy>
 __global__ void adamw_kernel(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                              AdamWConstants k, Copy* copy) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const double g = grad[i];
-    const double m = __dadd_rn(__dmul_rn(k.beta1, exp_avg[i]), __dmul_rn(k.one_minus_beta1, g));
-    const double v = __dadd_rn(__dmul_rn(k.beta2, exp_avg_sq[i]), __dmul_rn(__dmul_rn(k.one_minus_beta2, g), g));
-    exp_avg[i] = static_cast<float>(m);
-    exp_avg_sq[i] = static_cast<float>(v);
-    const double denom = __dadd_rn(__ddiv_rn(__dsqrt_rn(v), k.bias2_sqrt), k.eps);
-    const float p = static_cast<float>(
-        __dsub_rn(__dmul_rn(static_cast<double>(param[i]), k.decay), __ddiv_rn(__dmul_rn(k.step_size, m), denom)));
-    param[i] = p;
-    if constexpr (std::is_same_v<Copy, __nv_bfloat16>) copy[i] = __float2bfloat16_rn(p);
-    if constexpr (std::is_same_v<Copy, __half>) copy[i] = __float2half_rn(p);
-  }
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    adamw_at(k, i, param, grad, exp_avg, exp_avg_sq, copy);
 }
 
 // Multi-tensor AdamW: block b updates chunk b of a table of chunks, each a
-// run of one parameter group (so one weight decay). The per-element arithmetic
-// is adamw_kernel's; a chunk that starts 16-byte aligned is read four floats at a time.
+// run of one parameter group (so one weight decay), element by element as
+// adamw_kernel; a chunk that starts 16-byte aligned is read four floats at a time.
 template <typename Copy>
 __global__ void __launch_bounds__(kThreads) adamw_chunks_kernel(float* param, const float* grad, float* exp_avg,
                                                                 float* exp_avg_sq, const AdamWChunk* chunks,
@@ -140,19 +160,6 @@ __global__ void __launch_bounds__(kThreads) adamw_chunks_kernel(float* param, co
   const AdamWChunk c = chunks[blockIdx.x];
   AdamWConstants k = with_decay;
   if (!c.decay) k.decay = 1.0;  // 1 − lr·0
-  auto update = [&](int64_t i) {
-    const double g = grad[i];
-    const double m = __dadd_rn(__dmul_rn(k.beta1, exp_avg[i]), __dmul_rn(k.one_minus_beta1, g));
-    const double v = __dadd_rn(__dmul_rn(k.beta2, exp_avg_sq[i]), __dmul_rn(__dmul_rn(k.one_minus_beta2, g), g));
-    exp_avg[i] = static_cast<float>(m);
-    exp_avg_sq[i] = static_cast<float>(v);
-    const double denom = __dadd_rn(__ddiv_rn(__dsqrt_rn(v), k.bias2_sqrt), k.eps);
-    const float p = static_cast<float>(
-        __dsub_rn(__dmul_rn(static_cast<double>(param[i]), k.decay), __ddiv_rn(__dmul_rn(k.step_size, m), denom)));
-    param[i] = p;
-    if constexpr (std::is_same_v<Copy, __nv_bfloat16>) copy[i] = __float2bfloat16_rn(p);
-    if constexpr (std::is_same_v<Copy, __half>) copy[i] = __float2half_rn(p);
-  };
   // Chunks start at 64-element multiples (tensor offsets in the flat buffers):
   // groups of four are read and written as float4 where whole; the tail one by one.
   if ((c.begin & 3) == 0) {
@@ -162,37 +169,25 @@ __global__ void __launch_bounds__(kThreads) adamw_chunks_kernel(float* param, co
         float4 m4 = *reinterpret_cast<const float4*>(exp_avg + i);
         float4 v4 = *reinterpret_cast<const float4*>(exp_avg_sq + i);
         float4 p4 = *reinterpret_cast<const float4*>(param + i);
-        float gs[4] = {g4.x, g4.y, g4.z, g4.w}, ms[4] = {m4.x, m4.y, m4.z, m4.w}, vs[4] = {v4.x, v4.y, v4.z, v4.w},
-              ps[4] = {p4.x, p4.y, p4.z, p4.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const double g = gs[j];
-          const double m = __dadd_rn(__dmul_rn(k.beta1, ms[j]), __dmul_rn(k.one_minus_beta1, g));
-          const double v = __dadd_rn(__dmul_rn(k.beta2, vs[j]), __dmul_rn(__dmul_rn(k.one_minus_beta2, g), g));
-          ms[j] = static_cast<float>(m);
-          vs[j] = static_cast<float>(v);
-          const double denom = __dadd_rn(__ddiv_rn(__dsqrt_rn(v), k.bias2_sqrt), k.eps);
-          ps[j] = static_cast<float>(__dsub_rn(__dmul_rn(static_cast<double>(ps[j]), k.decay),
-                                               __ddiv_rn(__dmul_rn(k.step_size, m), denom)));
-        }
-        *reinterpret_cast<float4*>(exp_avg + i) = make_float4(ms[0], ms[1], ms[2], ms[3]);
-        *reinterpret_cast<float4*>(exp_avg_sq + i) = make_float4(vs[0], vs[1], vs[2], vs[3]);
-        *reinterpret_cast<float4*>(param + i) = make_float4(ps[0], ps[1], ps[2], ps[3]);
+        adamw_element(k, g4.x, m4.x, v4.x, p4.x);
+        adamw_element(k, g4.y, m4.y, v4.y, p4.y);
+        adamw_element(k, g4.z, m4.z, v4.z, p4.z);
+        adamw_element(k, g4.w, m4.w, v4.w, p4.w);
+        *reinterpret_cast<float4*>(exp_avg + i) = m4;
+        *reinterpret_cast<float4*>(exp_avg_sq + i) = v4;
+        *reinterpret_cast<float4*>(param + i) = p4;
         if constexpr (!std::is_void_v<Copy>) {
-          alignas(8) Copy h[4];
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            if constexpr (std::is_same_v<Copy, __nv_bfloat16>) h[j] = __float2bfloat16_rn(ps[j]);
-            else h[j] = __float2half_rn(ps[j]);
-          }
+          alignas(8) Copy h[4] = {round_copy<Copy>(p4.x), round_copy<Copy>(p4.y), round_copy<Copy>(p4.z),
+                                  round_copy<Copy>(p4.w)};
           *reinterpret_cast<uint2*>(copy + i) = *reinterpret_cast<const uint2*>(h);
         }
       } else {
-        for (int64_t j = i; j < c.end; ++j) update(j);
+        for (int64_t j = i; j < c.end; ++j) adamw_at(k, j, param, grad, exp_avg, exp_avg_sq, copy);
       }
     }
   } else {
-    for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads) update(i);
+    for (int64_t i = c.begin + threadIdx.x; i < c.end; i += kThreads)
+      adamw_at(k, i, param, grad, exp_avg, exp_avg_sq, copy);
   }
 }
 
