@@ -193,6 +193,10 @@ class Backend {
   // both markers have passed and returns the time between them.
   // clear_markers forgets them all (indices restart at 0).
   virtual int64_t record_marker() = 0;
+  // Named ranges for external timeline tools (NVTX for Nsight Systems on the
+  // GPU; nothing on the CPU). Pushes and pops nest.
+  virtual void range_push(const char* name) { (void)name; }
+  virtual void range_pop() {}
   virtual double marker_elapsed_ms(int64_t from, int64_t to) = 0;
   virtual void clear_markers() = 0;
 };

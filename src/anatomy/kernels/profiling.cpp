@@ -80,14 +80,18 @@ auto ProfilingBackend::timed(const char* op, std::string operand, OpClass c, dou
   p.record.op_class = c;
   p.record.flops = flops;
   p.record.bytes = bytes;
+  const std::string range = p.record.operand.empty() ? p.record.op : p.record.op + " " + p.record.operand;
+  inner_.range_push(range.c_str());
   p.begin = inner_.record_marker();
   if constexpr (std::is_void_v<decltype(call())>) {
     call();
     p.end = inner_.record_marker();
+    inner_.range_pop();
     pending_.push_back(std::move(p));
   } else {
     auto result = call();
     p.end = inner_.record_marker();
+    inner_.range_pop();
     pending_.push_back(std::move(p));
     return result;
   }
@@ -97,12 +101,14 @@ void ProfilingBackend::begin_step() {
   inner_.clear_markers();
   pending_.clear();
   recording_ = true;
+  inner_.range_push("anatomy step");
   step_begin_ = inner_.record_marker();
 }
 
 StepTiming ProfilingBackend::end_step() {
   ANATOMY_CHECK(recording_, "end_step without begin_step");
   const int64_t step_end = inner_.record_marker();
+  inner_.range_pop();
   recording_ = false;
   StepTiming timing;
   timing.step_ms = inner_.marker_elapsed_ms(step_begin_, step_end);

@@ -111,6 +111,8 @@ class ProfilingBackend final : public Backend {
                        const Tensor* half_copy) override;
   void synchronize() override { inner_.synchronize(); }
   int64_t record_marker() override { return inner_.record_marker(); }
+  void range_push(const char* name) override { inner_.range_push(name); }
+  void range_pop() override { inner_.range_pop(); }
   double marker_elapsed_ms(int64_t from, int64_t to) override { return inner_.marker_elapsed_ms(from, to); }
   void clear_markers() override { inner_.clear_markers(); }
 
