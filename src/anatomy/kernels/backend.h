@@ -45,6 +45,7 @@ struct AdamWHyper {
 struct ParamSegment {
   int64_t offset = 0, count = 0;
   bool weight_decay = false;
+  bool operator==(const ParamSegment&) const = default;
 };
 
 class Backend {

@@ -10,7 +10,16 @@ AdamW::AdamW(Backend& backend, const ParameterSet& params, AdamWOptions options)
     : backend_(backend),
       options_(options),
       exp_avg_(backend, params.specs(), Category::OptimizerStates, "exp_avg."),
-      exp_avg_sq_(backend, params.specs(), Category::OptimizerStates, "exp_avg_sq.") {}
+      exp_avg_sq_(backend, params.specs(), Category::OptimizerStates, "exp_avg_sq.") {
+  // Each tensor's run of the flat buffers, with its parameter group: the same
+  // for every set of these specs (weights, gradients, moments, 16-bit copy).
+  const auto* base = static_cast<const char*>(exp_avg_.flat().raw());
+  for (size_t i = 0; i < exp_avg_.specs().size(); ++i) {
+    const Tensor& t = exp_avg_.tensors()[i];
+    const int64_t offset = (static_cast<const char*>(t.raw()) - base) / static_cast<int64_t>(sizeof(float));
+    segments_.push_back(ParamSegment{offset, t.numel(), exp_avg_.specs()[i].weight_decay});
+  }
+}
 
 void AdamW::step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy) {
   ++steps_;
@@ -21,15 +30,7 @@ void AdamW::step(const ParameterSet& params, const ParameterSet& grads, double l
   hyper.eps = options_.eps;
   hyper.weight_decay = options_.weight_decay;
   hyper.step = steps_;
-  // Each tensor's run of the flat buffers, with its parameter group.
-  std::vector<ParamSegment> segments;
-  const auto* base = static_cast<const char*>(params.flat().raw());
-  for (size_t i = 0; i < params.specs().size(); ++i) {
-    const Tensor& t = params.tensors()[i];
-    const int64_t offset = (static_cast<const char*>(t.raw()) - base) / static_cast<int64_t>(sizeof(float));
-    segments.push_back(ParamSegment{offset, t.numel(), params.specs()[i].weight_decay});
-  }
-  backend_.adamw_step_flat(params.flat(), grads.flat(), exp_avg_.flat(), exp_avg_sq_.flat(), segments, hyper,
+  backend_.adamw_step_flat(params.flat(), grads.flat(), exp_avg_.flat(), exp_avg_sq_.flat(), segments_, hyper,
                            half_copy ? &half_copy->flat() : nullptr);
 }
 

@@ -36,6 +36,7 @@ class AdamW {
   Backend& backend_;
   AdamWOptions options_;
   ParameterSet exp_avg_, exp_avg_sq_;
+  std::vector<ParamSegment> segments_;  // the flat layout's tensors and their groups
   int64_t steps_ = 0;
 };
 

@@ -495,9 +495,9 @@ class CudaBackend final : public Backend {
       ANATOMY_CHECK(seg.offset >= 0 && seg.count >= 0 && seg.offset + seg.count <= param.numel(),
                     "adamw_step_flat: segment [{}, +{}) outside {}", seg.offset, seg.count, param.name());
     // The chunk table is built and uploaded once per distinct segment list.
-    std::vector<unsigned char> table;
-    const int64_t chunks = adamw_chunk_table(segments, table);
-    if (!adamw_table_.defined() || table != adamw_table_host_) {
+    if (!adamw_table_.defined() || segments != adamw_segments_) {
+      std::vector<unsigned char> table;
+      adamw_chunks_ = adamw_chunk_table(segments, table);
       adamw_table_ = Tensor();
       adamw_table_ = Tensor::empty(ledger_, {static_cast<int64_t>((table.size() + 3) / 4) + 1}, DType::F32,
                                    Category::Functionality, "adamw_chunk_table");
@@ -506,8 +506,9 @@ class CudaBackend final : public Backend {
             cudaMemcpyAsync(adamw_table_.raw(), table.data(), table.size(), cudaMemcpyHostToDevice, stream_));
         synchronize();
       }
-      adamw_table_host_ = std::move(table);
+      adamw_segments_ = segments;
     }
+    const int64_t chunks = adamw_chunks_;
     Half copy_type{};
     if (half_copy) copy_type = half_type(half_copy->dtype());
     adamw_step_chunks(stream_, param.data<float>(), grad.data<float>(), exp_avg.data<float>(),
@@ -731,7 +732,8 @@ class CudaBackend final : public Backend {
   std::vector<Staging> staging_ = std::vector<Staging>(16);
   size_t next_staging_ = 0;
   Tensor adamw_table_;
-  std::vector<unsigned char> adamw_table_host_;
+  std::vector<ParamSegment> adamw_segments_;  // what adamw_table_ was built from
+  int64_t adamw_chunks_ = 0;
   using LtKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, bool, int,
                            int, int, int64_t, int64_t, int64_t, int64_t>;
   std::map<LtKey, LtPlan> lt_plans_;

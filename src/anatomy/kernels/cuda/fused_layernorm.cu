@@ -40,7 +40,7 @@ constexpr int kWarpsPerBlock = 8;
 constexpr int kMaxGroups = 8;        // H <= 256 * 8
 constexpr int64_t kMaxChunks = 512;  // backward: row chunks of the dgamma/dbeta partials, at most
 
-// Eight elements of T (16 bytes of 16-bit data, 32 of float) moved by 16-byte accesses.
+// Eight elements of T (16 bytes of 16-bit data, 32 of float) kept packed, moved by 16-byte accesses.
 template <typename T>
 struct Pack8 {
   alignas(16) T e[8];
@@ -55,22 +55,7 @@ __device__ __forceinline__ Pack8<T> load_pack(const T* p) {
   return r;
 }
 
-template <typename T>
-__device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
-  const Pack8<T> r = load_pack(p);
-#pragma unroll
-  for (int k = 0; k < 8; ++k) v[k] = to_float(r.e[k]);
-}
-
-template <typename T>
-__device__ __forceinline__ void store8(T* p, const float (&v)[8]) {
-  Pack8<T> r;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) r.e[k] = from_float<T>(v[k]);
-#pragma unroll
-  for (int k = 0; k < static_cast<int>(sizeof(Pack8<T>) / 16); ++k)
-    reinterpret_cast<uint4*>(p)[k] = reinterpret_cast<const uint4*>(r.e)[k];
-}
+// load8 / store8 (widening and rounding 16-byte accesses): half_types.cuh.
 
 __device__ __forceinline__ double warp_sum(double v) {
 #pragma unroll
