@@ -3,7 +3,10 @@
 // and the host resident-set readings follow real allocations.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "anatomy/gpu/host_memory.h"
@@ -23,6 +26,25 @@ TEST(Nvml, WithoutTheLibraryEveryAnswerIsUnknown) {
   EXPECT_FALSE(nvml.driver_version().has_value());
   EXPECT_FALSE(anatomy::gpu::gpu_memory_occupied_line().has_value());
   EXPECT_FALSE(anatomy::gpu::gpu_memory_occupied_line(3).has_value());
+}
+
+TEST(Nvml, WithoutTheLibraryNoProcessesAreListed) {
+  auto& nvml = anatomy::gpu::Nvml::instance();
+  if (nvml.available()) GTEST_SKIP() << "NVML is available here; this test is for machines without it";
+  EXPECT_NO_THROW({
+    EXPECT_FALSE(nvml.processes(0).has_value());
+    EXPECT_FALSE(nvml.processes(-1).has_value());
+    EXPECT_FALSE(nvml.process_used_bytes(0, static_cast<int>(getpid())).has_value());
+  });
+}
+
+TEST(Nvml, NamesProcessesFromProc) {
+  // This test binary's own argv[0] ends in its file name.
+  const std::string own = anatomy::gpu::process_name(static_cast<int>(getpid()));
+  EXPECT_NE(own.find("anatomy_tests"), std::string::npos) << own;
+  EXPECT_EQ(anatomy::gpu::process_name(0), "");
+  EXPECT_EQ(anatomy::gpu::process_name(-5), "");
+  EXPECT_EQ(anatomy::gpu::process_name(1 << 30), "");  // above pid_max: no such process
 }
 
 TEST(Nvml, IsOneInstance) { EXPECT_EQ(&anatomy::gpu::Nvml::instance(), &anatomy::gpu::Nvml::instance()); }

@@ -17,6 +17,8 @@ using Command = std::function<int()>;
 // the warm-up and profiled steps and prints the time anatomy.
 Command add_train_command(CLI::App& app, bool profile_command = false);
 Command add_forward_command(CLI::App& app);
+// `anatomy estimate`: the train flags plus --gpu / --gpu-memory; needs no GPU.
+Command add_estimate_command(CLI::App& app);
 
 // Checks of number flags with messages that say what was expected
 // ("--learning-rate: expected a non-negative number, got -1").

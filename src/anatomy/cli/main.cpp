@@ -6,6 +6,7 @@
 
 #include "anatomy/cli/commands.h"
 #include "anatomy/core/error.h"
+#include "anatomy/core/ledger.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"anatomy: train and run BERT, and see where every byte and millisecond goes"};
@@ -17,6 +18,9 @@ int main(int argc, char** argv) {
     commands.emplace_back(train, anatomy::cli::add_train_command(*train));
     auto* profile = app.add_subcommand("profile", "Time every operation of a few training steps (same flags as train)");
     commands.emplace_back(profile, anatomy::cli::add_train_command(*profile, /*profile_command=*/true));
+    auto* estimate = app.add_subcommand(
+        "estimate", "The memory plan of a training run (same flags as train) on this or a named GPU, without running it");
+    commands.emplace_back(estimate, anatomy::cli::add_estimate_command(*estimate));
     auto* forward = app.add_subcommand("forward", "Run one forward (and backward) pass on a batch from a file");
     commands.emplace_back(forward, anatomy::cli::add_forward_command(*forward));
   }
@@ -35,6 +39,11 @@ int main(int argc, char** argv) {
   try {
     for (auto& [sub, run] : commands)
       if (sub->parsed()) return run();
+  } catch (const anatomy::OutOfMemory& e) {
+    // A device allocation failed where no fuller report was made.
+    std::fflush(stdout);
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 3;
   } catch (const anatomy::Error& e) {
     std::fflush(stdout);
     fmt::print(stderr, "error: {}\n", e.what());

@@ -10,15 +10,27 @@ namespace anatomy {
 
 namespace {
 constexpr std::array<std::string_view, kCategoryCount> kCategoryNames = {
-    "weights", "optimizer_states", "gradients", "activations", "temporary", "functionality", "data"};
+    "weights",       "weights_half", "optimizer_states", "gradients", "activations",
+    "temporary",     "functionality", "data",            "workspace", "communication"};
 
+// Host memory from the C library: nothing is pooled, so what it has reserved
+// is what is live.
 class CpuAllocator final : public DeviceAllocator {
  public:
   void* allocate(size_t bytes) override {
     size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-    return std::aligned_alloc(64, rounded);
+    void* ptr = std::aligned_alloc(64, rounded);
+    if (ptr != nullptr) live_ += static_cast<int64_t>(bytes);
+    return ptr;
   }
-  void release(void* ptr, size_t) override { std::free(ptr); }
+  void release(void* ptr, size_t bytes) override {
+    std::free(ptr);
+    live_ -= static_cast<int64_t>(bytes);
+  }
+  int64_t reserved_bytes() const override { return live_; }
+
+ private:
+  int64_t live_ = 0;
 };
 }  // namespace
 
@@ -39,7 +51,24 @@ std::unique_ptr<DeviceAllocator> make_cpu_allocator() { return std::make_unique<
 Storage::~Storage() { ledger_->release(id_, ptr_, bytes_, category_); }
 
 Ledger::Ledger(Device device, std::unique_ptr<DeviceAllocator> allocator)
-    : device_(device), allocator_(std::move(allocator)) {}
+    : device_(device), allocator_(std::move(allocator)) {
+  current_.phase = phase_;
+}
+
+std::string OutOfMemory::message() const {
+  return fmt::format("out of memory on {}: allocating {} for '{}' ({}) during \"{}\" while {} is held",
+                     device.str(), format_bytes(bytes), name, category_name(category), phase,
+                     format_bytes(ledger.live_total));
+}
+
+const char* OutOfMemory::what() const noexcept {
+  try {
+    if (what_.empty()) what_ = message();
+    return what_.c_str();
+  } catch (...) {
+    return "out of memory";
+  }
+}
 
 Ledger::~Ledger() = default;
 
@@ -47,23 +76,24 @@ std::shared_ptr<Storage> Ledger::allocate(size_t bytes, Category category, std::
   std::lock_guard<std::mutex> lock(mutex_);  // also serialises the allocator, which need not be thread-safe
   void* ptr = allocator_->allocate(bytes);
   if (ptr == nullptr) {
-    fail("out of memory on {}: allocating {} for '{}' ({}) while {} is held "
-         "(weights {}, optimizer states {}, gradients {}, activations {})",
-         device_.str(), format_bytes(static_cast<int64_t>(bytes)), name, category_name(category),
-         format_bytes(stats_.live_total), format_bytes(stats_.live[0]), format_bytes(stats_.live[1]),
-         format_bytes(stats_.live[2]), format_bytes(stats_.live[3]));
+      OutOfMemory oom;
+    oom.device = device_;
+    oom.bytes = static_cast<int64_t>(bytes);
+    oom.category = category;
+    oom.name = name;
+    oom.phase = phase_;
+    oom.step = step_;
+    oom.ledger = stats_;
+    oom.ledger.reserved = allocator_->reserved_bytes();
+    throw oom;
   }
   auto c = static_cast<size_t>(category);
   auto b = static_cast<int64_t>(bytes);
   stats_.live[c] += b;
   stats_.live_total += b;
   stats_.peak[c] = std::max(stats_.peak[c], stats_.live[c]);
-  if (stats_.live_total > stats_.peak_total) {
-    stats_.peak_total = stats_.live_total;
-    stats_.at_peak = stats_.live;
-    stats_.peak_phase = phase_;
-  }
   stats_.allocations += 1;
+  note_live_locked();
   uint64_t id = next_id_++;
   entries_.push_back({id, LedgerEntry{std::move(name), category, b}});
   return std::make_shared<Storage>(this, ptr, bytes, category, id);
@@ -75,13 +105,72 @@ void Ledger::release(uint64_t id, void* ptr, size_t bytes, Category category) {
   auto c = static_cast<size_t>(category);
   stats_.live[c] -= static_cast<int64_t>(bytes);
   stats_.live_total -= static_cast<int64_t>(bytes);
+  stats_.reserved = allocator_->reserved_bytes();
   auto it = std::find_if(entries_.begin(), entries_.end(), [id](const auto& e) { return e.first == id; });
   if (it != entries_.end()) entries_.erase(it);
 }
 
+void Ledger::note_live_locked() {
+  stats_.reserved = allocator_->reserved_bytes();
+  stats_.reserved_peak = std::max(stats_.reserved_peak, stats_.reserved);
+  if (stats_.live_total > stats_.peak_total) {
+    stats_.peak_total = stats_.live_total;
+    stats_.at_peak = stats_.live;
+    stats_.peak_phase = phase_;
+    stats_.peak_step = step_;
+    stats_.reserved_at_peak = stats_.reserved;
+  }
+  if (stats_.live_total > current_.total) {
+    current_.total = stats_.live_total;
+    current_.live = stats_.live;
+    current_.reserved = stats_.reserved;
+  }
+}
+
+void Ledger::close_phase_locked() {
+  const bool in_window = step_ < 0 || (step_ >= timeline_first_ && step_ < timeline_first_ + timeline_steps_);
+  if (timeline_on_ && in_window) {
+    if (timeline_.size() < timeline_max_)
+      timeline_.push_back(current_);
+    else
+      ++timeline_dropped_;
+  }
+  // The next phase starts from what is live now.
+  current_ = PhaseSample{phase_, step_, stats_.live, stats_.live_total, stats_.reserved};
+}
+
 void Ledger::set_phase(std::string phase) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (phase == phase_) return;
+  close_phase_locked();
   phase_ = std::move(phase);
+  current_.phase = phase_;
+}
+
+void Ledger::set_step(int64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (step == step_) return;
+  close_phase_locked();
+  step_ = step;
+  current_.step = step_;
+}
+
+void Ledger::record_timeline(int64_t first_step, int64_t steps, size_t max_samples) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  timeline_on_ = true;
+  timeline_first_ = first_step;
+  timeline_steps_ = steps;
+  timeline_max_ = max_samples;
+}
+
+std::vector<PhaseSample> Ledger::timeline() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return timeline_;
+}
+
+int64_t Ledger::timeline_dropped() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return timeline_dropped_;
 }
 
 LedgerSnapshot Ledger::snapshot() const {
@@ -103,6 +192,16 @@ void Ledger::reset_peaks() {
   stats_.at_peak = stats_.live;
   stats_.peak_total = stats_.live_total;
   stats_.peak_phase = phase_;
+  stats_.peak_step = step_;
+  stats_.reserved = allocator_->reserved_bytes();
+  stats_.reserved_peak = stats_.reserved;
+  stats_.reserved_at_peak = stats_.reserved;
+}
+
+void Ledger::release_unused() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  allocator_->release_unused();
+  stats_.reserved = allocator_->reserved_bytes();
 }
 
 std::string format_bytes(int64_t bytes) {

@@ -1,8 +1,12 @@
 // ledger.h: the memory ledger. Every buffer the engine allocates on a device
 // is obtained here, with the category it belongs to and a name, so that the
 // live and peak bytes of each category are known exactly at every moment.
-// The categories are the seed's six ("Anatomy of Model's Memory") plus the
-// batches of input data.
+// The categories are the seed's six ("Anatomy of Model's Memory"), with the
+// float32 (master) weights and their half-precision copy apart, plus input
+// data, library workspaces and communication buffers. What the ledger cannot
+// see buffer by buffer (the CUDA context and kernels, memory free inside the
+// allocator's pool, and whatever NVML counts beyond that) is accounted for in
+// anatomy/ (memory_anatomy.h) from the pool's figures and NVML.
 #pragma once
 
 #include <array>
@@ -15,19 +19,23 @@
 #include <vector>
 
 #include "anatomy/core/device.h"
+#include "anatomy/core/error.h"
 
 namespace anatomy {
 
 enum class Category {
-  Weights,          // model parameters
+  Weights,          // model parameters (the float32 masters under mixed precision)
+  WeightsHalf,      // the bf16/fp16 copy of the weights that mixed precision computes with
   OptimizerStates,  // AdamW moments and the like
   Gradients,        // one gradient per trainable parameter
   Activations,      // forward results saved for the backward pass
   Temporary,        // buffers that live within one operation or one layer
   Functionality,    // functionality-specific memory (RNG state, loss scaling, ...)
   Data,             // input batches
+  Workspace,        // library workspaces (cuBLAS / cuBLASLt)
+  Communication,    // buffers for collectives between GPUs
 };
-constexpr size_t kCategoryCount = 7;
+constexpr size_t kCategoryCount = 10;
 
 std::string_view category_name(Category c);
 // Parses the names that category_name gives (used by tests and JSON readers).
@@ -41,6 +49,11 @@ class DeviceAllocator {
   // Returns nullptr when the device has no memory left.
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* ptr, size_t bytes) = 0;
+  // Bytes obtained from the device (a pool's segments), live or free inside
+  // the pool; the allocator that hands out what it gets reports the live bytes.
+  virtual int64_t reserved_bytes() const = 0;
+  // Gives memory held free (a pool's unused segments) back to the device.
+  virtual void release_unused() {}
 };
 
 std::unique_ptr<DeviceAllocator> make_cpu_allocator();
@@ -54,7 +67,21 @@ struct LedgerSnapshot {
   int64_t live_total = 0;
   int64_t peak_total = 0;
   std::string peak_phase;              // the phase in which the total peaked
+  int64_t peak_step = -1;              // the step (0-based) in which it peaked; -1 before the first
   int64_t allocations = 0;             // number of allocations made so far
+  int64_t reserved = 0;                // the allocator's bytes from the device now (live + free in its pool)
+  int64_t reserved_peak = 0;           // the most it has held
+  int64_t reserved_at_peak = 0;        // what it held when the live total peaked
+};
+
+// The memory of one phase of the run (one layer's forward, the optimizer
+// step, ...): the live bytes per category at the phase's highest point.
+struct PhaseSample {
+  std::string phase;
+  int64_t step = -1;
+  CategoryBytes live{};
+  int64_t total = 0;
+  int64_t reserved = 0;
 };
 
 // One live buffer, as the ledger lists it.
@@ -65,6 +92,26 @@ struct LedgerEntry {
 };
 
 class Ledger;
+
+// Thrown when the device has no room for an allocation: what was asked, in
+// which phase, and the ledger at that moment. Callers that can explain it
+// (the out-of-memory report) catch it; what() gives one line for the rest.
+class OutOfMemory : public Error {
+ public:
+  OutOfMemory() : Error("out of memory") {}
+  Device device;
+  int64_t bytes = 0;
+  Category category = Category::Temporary;
+  std::string name;
+  std::string phase;
+  int64_t step = -1;
+  LedgerSnapshot ledger;  // live and peaks when it happened; `reserved` is the pool's segments
+  std::string message() const;
+  const char* what() const noexcept override;
+
+ private:
+  mutable std::string what_;
+};
 
 // A block of device memory owned through the ledger; returning it to the ledger
 // happens in the destructor.
@@ -98,28 +145,51 @@ class Ledger {
 
   Device device() const { return device_; }
 
-  // Allocates `bytes` (zero is allowed) in `category`. Throws Error naming the
-  // buffer, the request and what is held when the device is out of memory.
+  // Allocates `bytes` (zero is allowed) in `category`. Throws OutOfMemory
+  // naming the buffer, the request and what is held when the device is full.
   std::shared_ptr<Storage> allocate(size_t bytes, Category category, std::string name);
 
-  // Names the phase of the run (e.g. "forward layer 3") for peak attribution.
+  // Names the phase of the run (e.g. "forward layer 3") for peak attribution
+  // and the timeline.
   void set_phase(std::string phase);
   const std::string& phase() const { return phase_; }
+  // The training step now running (0-based); -1 outside the steps.
+  void set_step(int64_t step);
+
+  // Keeps a sample per phase (at most `max_samples`; later phases are
+  // dropped, and counted) for steps [first_step, first_step + steps). Setup
+  // phases (step -1) are always kept.
+  void record_timeline(int64_t first_step, int64_t steps, size_t max_samples = 20000);
+  std::vector<PhaseSample> timeline() const;
+  int64_t timeline_dropped() const;
 
   LedgerSnapshot snapshot() const;
   std::vector<LedgerEntry> live_entries() const;
   // Forgets the peaks, keeping what is live (e.g. to measure one step).
   void reset_peaks();
+  // Gives the allocator's free memory back to the device (after a detour,
+  // such as the profiler's ceilings, that the run's plan does not include).
+  void release_unused();
 
  private:
   friend class Storage;
   void release(uint64_t id, void* ptr, size_t bytes, Category category);
+
+  void close_phase_locked();  // ends the current phase's sample
+  void note_live_locked();    // updates peaks and the phase's high point
 
   Device device_;
   std::unique_ptr<DeviceAllocator> allocator_;
   mutable std::mutex mutex_;
   LedgerSnapshot stats_;
   std::string phase_ = "setup";
+  int64_t step_ = -1;
+  PhaseSample current_;                 // the open phase's high point
+  bool timeline_on_ = false;
+  int64_t timeline_first_ = 0, timeline_steps_ = 0;
+  size_t timeline_max_ = 0;
+  int64_t timeline_dropped_ = 0;
+  std::vector<PhaseSample> timeline_;
   uint64_t next_id_ = 1;
   std::vector<std::pair<uint64_t, LedgerEntry>> entries_;
 };

@@ -73,7 +73,7 @@ BertForSequenceClassification::BertForSequenceClassification(Backend& backend, B
   ANATOMY_CHECK(compute == DType::F32 || compute == DType::BF16 || compute == DType::F16,
                 "compute dtype {} is not float32, bf16 or fp16", dtype_name(compute));
   if (compute_ != DType::F32) {
-    half_weights_ = std::make_unique<ParameterSet>(backend, weights_.specs(), Category::Weights, "half.", compute_);
+    half_weights_ = std::make_unique<ParameterSet>(backend, weights_.specs(), Category::WeightsHalf, "half.", compute_);
     wh_ = BertTensors::bind(*half_weights_, config_);
   } else {
     wh_ = w_;

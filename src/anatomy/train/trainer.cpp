@@ -196,6 +196,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   for (int64_t step = 0; step < total_steps_; ++step) {
     const int64_t begin = (step % steps_per_epoch_) * B, end = std::min(data_.size, begin + B);
     if (hooks_.before) hooks_.before(step);
+    ledger.set_step(step);
     ledger.set_phase("data");
     backend_.upload_wait();  // this step's batch, uploaded during the previous step
     const BertInputs inputs = next_inputs;
@@ -277,6 +278,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   result.seconds = seconds_since(start);
   result.steps = total_steps_;
   result.samples_per_second = result.samples / std::max(result.seconds, 1e-9);
+  ledger.set_step(-1);
   ledger.set_phase("done");
   result.memory = ledger.snapshot();
   return result;

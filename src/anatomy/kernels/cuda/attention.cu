@@ -185,11 +185,9 @@ float keep_scale_of(const DropoutSpec& d) { return 1.0f / (1.0f - d.p); }
 
 }  // namespace
 
-// The dropped probabilities (forward), then dP / dS (backward), for all heads
-// at once: one [B, heads, L, L] float buffer.
-size_t attention_scratch_bytes(int64_t B, int64_t heads, int64_t L) {
-  return static_cast<size_t>(B * heads * L * L) * sizeof(float);
-}
+// The scratch (attention_scratch_bytes, cuda_memory.h) holds the dropped
+// probabilities (forward), then dP / dS (backward), for all heads at once: one
+// [B, heads, L, L] float buffer.
 
 void attention_forward(cudaStream_t s, cublasHandle_t cublas, const float* q, const float* k, const float* v,
                        const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, double scale,

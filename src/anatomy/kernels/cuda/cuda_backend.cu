@@ -4,6 +4,13 @@
 // backend's stream; ops that return a number to the host (losses, the
 // gradient norm) wait for it. Memory comes from the ledger, including cuBLAS's
 // workspace and the scratch space kernels need.
+//
+// The meta backend (kernels/meta/meta_backend.cpp) runs the model without
+// computing and allocates, through its ledger, exactly what this backend
+// allocates for itself: every allocation here marked "MIRRORED" has its twin
+// there (same size from cuda_memory.h, name, category, order and lifetime).
+// Change one, change the other; tests/gpu/test_meta_backend_cuda.cpp compares
+// the two ledgers.
 #include "anatomy/kernels/cuda/cuda_backend.h"
 
 #include <cublasLt.h>
@@ -25,6 +32,7 @@
 #include "anatomy/kernels/cuda/fused.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
 #include "anatomy/kernels/cuda/mixed.cuh"
+#include "anatomy/kernels/cuda_memory.h"
 
 namespace anatomy::cuda {
 
@@ -37,9 +45,6 @@ namespace {
       ::anatomy::fail("cuBLAS error in {} ({}:{}): {}", #call, __FILE__, __LINE__,            \
                       cublasGetStatusString(anatomy_cublas_status_));                         \
   } while (0)
-
-// cuBLAS wants a workspace on Hopper of up to 32 MiB; given through the ledger.
-constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 __global__ void broadcast_rows_kernel(const float* bias, float* out, int64_t M, int64_t N) {
   const int64_t total = M * N;
@@ -66,11 +71,12 @@ class CudaBackend final : public Backend {
     ANATOMY_CUBLAS_CHECK(cublasCreate(&cublas_));
     ANATOMY_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     ANATOMY_CUBLAS_CHECK(cublasSetMathMode(cublas_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    // MIRRORED (meta backend's constructor): the cuBLAS workspace, then the results slot.
     workspace_ = Tensor::empty(ledger_, {static_cast<int64_t>(kCublasWorkspaceBytes / 4)}, DType::F32,
-                               Category::Temporary, "cublas_workspace");
+                               Category::Workspace, "cublas_workspace");
     ANATOMY_CUBLAS_CHECK(cublasSetWorkspace(cublas_, workspace_.raw(), kCublasWorkspaceBytes));
     ANATOMY_CUBLAS_CHECK(cublasLtCreate(&lt_));
-    results_ = Tensor::empty(ledger_, {4}, DType::F32, Category::Functionality, "host_results");
+    results_ = Tensor::empty(ledger_, {kHostResultsFloats}, DType::F32, Category::Functionality, "host_results");
   }
 
   ~CudaBackend() override {
@@ -188,7 +194,7 @@ class CudaBackend final : public Backend {
     if (dw.defined() &&
         !lt_gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x.raw(), t, K, dy.raw(), N, 1.0f, dw.raw(), DType::F32, K, nullptr))
       gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x.raw(), t, K, dy.raw(), t, N, 1.0f, dw.raw(), DType::F32, K);
-    if (db) {
+    if (db) {  // MIRRORED: the scratch of the fast 16-bit column sums
       if (t == DType::F32) column_sums_accumulate(stream_, dy.data<float>(), M, N, db->data<float>());
       else if (column_sums_half_supported(N, dy.raw()))
         column_sums_accumulate_half_fast(stream_, half_type(t), dy.raw(), M, N, db->data<float>(),
@@ -223,6 +229,7 @@ class CudaBackend final : public Backend {
                   d_residual.name(), d_x.name());
     const int64_t H = sum.dim(-1);
     if (fused_layernorm_supported(H, {dy.raw(), sum.raw(), d_residual.raw(), d_x.raw()})) {
+      // MIRRORED: the fused backward's scratch, else the plain LayerNorm backward's.
       void* scratch = scratch_bytes(residual_layernorm_backward_scratch_bytes(rows_of(sum), H));
       return residual_layernorm_backward_fused(stream_, sum.dtype(), dy.raw(), sum.raw(),
                                               mean.data<float>(), rstd.data<float>(), gamma.data<float>(), dropout,
@@ -290,6 +297,7 @@ class CudaBackend final : public Backend {
                             table.dim(1), accumulate);
   }
   void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx) override {
+    // MIRRORED: the sort's and the partial sums' scratch.
     void* scratch = scratch_bytes(embedding_backward_scratch_bytes(ids.numel()));
     cuda::embedding_backward(stream_, ids.data<int64_t>(), dout.data<float>(), dtable.data<float>(), ids.numel(),
                              dtable.dim(1), dtable.dim(0), padding_idx, scratch);
@@ -316,6 +324,7 @@ class CudaBackend final : public Backend {
   }
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                           const Tensor& gamma, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) override {
+    // MIRRORED: the partial sums' scratch.
     void* scratch = scratch_bytes(layernorm_backward_scratch_bytes(rows_of(x), x.dim(-1)));
     if (x.dtype() != DType::F32)
       return cuda::layernorm_backward_half(stream_, half_type(x.dtype()), dy.raw(), x.raw(), mean.data<float>(),
@@ -380,12 +389,8 @@ class CudaBackend final : public Backend {
 
   // Attention is fused (flash: no [B, heads, L, L] probabilities kept) for the
   // head sizes the kernels have: 32, 64, 128 in 16 bits, 32 and 64 in float32
-  // (CUDA-core FMA, no TF32). Other sizes take the materialised float32 path
-  // (through casts for 16-bit data).
-  static bool fused_attention(DType dtype, int64_t head_dim) {
-    if (dtype == DType::F32) return flash_attention_f32_supported(head_dim);
-    return head_dim == 32 || head_dim == 64 || head_dim == 128;
-  }
+  // (CUDA-core FMA, no TF32): fused_attention of cuda_memory.h. Other sizes
+  // take the materialised float32 path (through casts for 16-bit data).
   bool attention_saves_probabilities(DType dtype, int64_t head_dim) const override {
     return !fused_attention(dtype, head_dim);
   }
@@ -401,9 +406,13 @@ class CudaBackend final : public Backend {
                          double scale, const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) override {
     const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
     if (q.dtype() != DType::F32 && !fused_attention(q.dtype(), D)) {
+      // MIRRORED: float32 ctx, q, k, v (in this order, named so that the order
+      // is not left to the compiler's order of evaluating arguments), freed together.
       Tensor ctx32 = Tensor::empty(ledger_, ctx.shape(), DType::F32, Category::Temporary, "ctx_f32");
-      attention_forward(as_f32(q, "q_f32"), as_f32(k, "k_f32"), as_f32(v, "v_f32"), key_mask, heads, scale, dropout,
-                        probs, ctx32);
+      Tensor q32 = as_f32(q, "q_f32");
+      Tensor k32 = as_f32(k, "k_f32");
+      Tensor v32 = as_f32(v, "v_f32");
+      attention_forward(q32, k32, v32, key_mask, heads, scale, dropout, probs, ctx32);
       return cast(ctx32, ctx);
     }
     if (fused_attention(DType::F32, D) && q.dtype() == DType::F32)
@@ -414,6 +423,7 @@ class CudaBackend final : public Backend {
       return flash_attention_forward(stream_, attn_type(q.dtype()), q.raw(), k.raw(), v.raw(),
                                      key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
                                      static_cast<float>(scale), dropout, ctx.raw(), probs.data<float>());
+    // MIRRORED: the materialised attention's scratch.
     void* scratch = scratch_bytes(attention_scratch_bytes(B, heads, L));
     cuda::attention_forward(stream_, cublas_, q.data<float>(), k.data<float>(), v.data<float>(),
                             key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D, scale, dropout,
@@ -424,15 +434,20 @@ class CudaBackend final : public Backend {
                           const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
     const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
     if (q.dtype() != DType::F32 && !fused_attention(q.dtype(), D)) {
+      // MIRRORED: float32 dq, dk, dv, dctx, q, k, v (in this order), freed together.
       Tensor dq32 = Tensor::empty(ledger_, dq.shape(), DType::F32, Category::Temporary, "dq_f32");
       Tensor dk32 = Tensor::empty(ledger_, dk.shape(), DType::F32, Category::Temporary, "dk_f32");
       Tensor dv32 = Tensor::empty(ledger_, dv.shape(), DType::F32, Category::Temporary, "dv_f32");
-      attention_backward(as_f32(dctx, "dctx_f32"), as_f32(q, "q_f32"), as_f32(k, "k_f32"), as_f32(v, "v_f32"), ctx,
-                         probs, key_mask, heads, scale, dropout, dq32, dk32, dv32);
+      Tensor dctx32 = as_f32(dctx, "dctx_f32");
+      Tensor q32 = as_f32(q, "q_f32");
+      Tensor k32 = as_f32(k, "k_f32");
+      Tensor v32 = as_f32(v, "v_f32");
+      attention_backward(dctx32, q32, k32, v32, ctx, probs, key_mask, heads, scale, dropout, dq32, dk32, dv32);
       cast(dq32, dq);
       cast(dk32, dk);
       return cast(dv32, dv);
     }
+    // MIRRORED: each path's scratch.
     if (fused_attention(DType::F32, D) && q.dtype() == DType::F32) {
       void* scratch = scratch_bytes(flash_attention_f32_scratch_bytes(B, L, heads, D));
       return flash_attention_f32_backward(stream_, dctx.data<float>(), q.data<float>(), k.data<float>(),
@@ -471,6 +486,7 @@ class CudaBackend final : public Backend {
   }
 
   double sum_of_squares(const Tensor& t) override {
+    // MIRRORED: the partial sums' scratch.
     void* scratch = scratch_bytes(sum_of_squares_scratch_bytes(t.numel()));
     cuda::sum_of_squares(stream_, t.data<float>(), t.numel(), result_slot(), scratch);
     return read_result();
@@ -495,11 +511,12 @@ class CudaBackend final : public Backend {
       ANATOMY_CHECK(seg.offset >= 0 && seg.count >= 0 && seg.offset + seg.count <= param.numel(),
                     "adamw_step_flat: segment [{}, +{}) outside {}", seg.offset, seg.count, param.name());
     // The chunk table is built and uploaded once per distinct segment list.
+    // MIRRORED: the old table is released before the new one is allocated.
     if (!adamw_table_.defined() || segments != adamw_segments_) {
       std::vector<unsigned char> table;
       adamw_chunks_ = adamw_chunk_table(segments, table);
       adamw_table_ = Tensor();
-      adamw_table_ = Tensor::empty(ledger_, {static_cast<int64_t>((table.size() + 3) / 4) + 1}, DType::F32,
+      adamw_table_ = Tensor::empty(ledger_, {adamw_chunk_table_floats(table.size())}, DType::F32,
                                    Category::Functionality, "adamw_chunk_table");
       if (!table.empty()) {
         ANATOMY_CUDA_CHECK(
@@ -548,13 +565,15 @@ class CudaBackend final : public Backend {
   }
 
   // Scratch space shared by ops (one op at a time on the stream), grown on
-  // demand and kept; the ledger counts it as temporary memory.
+  // demand and kept; the ledger counts it as temporary memory. MIRRORED
+  // (MetaBackend::scratch_bytes): the old scratch is released before the
+  // larger one is allocated.
   void* scratch_bytes(size_t bytes) {
     if (bytes == 0) return nullptr;
     if (!scratch_.defined() || scratch_.nbytes() < bytes) {
       synchronize();  // a queued op may still read the old scratch
       scratch_ = Tensor();
-      const int64_t words = static_cast<int64_t>((bytes + 255) / 256 * 256 / 4);
+      const int64_t words = static_cast<int64_t>(scratch_allocation_bytes(bytes) / 4);
       scratch_ = Tensor::empty(ledger_, {words}, DType::F32, Category::Temporary, "kernel_scratch");
     }
     return scratch_.raw();

@@ -6,11 +6,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <unordered_map>
-#include <vector>
 #include <cstdio>
 
 #include "anatomy/core/error.h"
+#include "anatomy/core/pool.h"
 
 namespace anatomy::cuda {
 
@@ -46,33 +45,19 @@ void require_gpu_tensor(const Tensor& t, const char* what) {
     fail("{}: tensor '{}' is on {}, not a CUDA device", what, t.name(), t.device().str());
 }
 
-// cudaMalloc/cudaFree through a cache of freed blocks, keyed by size rounded
-// up to 512 bytes. A training step allocates the same sizes every step, so
-// after the first step nothing reaches cudaMalloc, and cudaFree (which waits
-// for the whole device) is called only when memory runs short. Reuse is safe
+// Segments of GPU memory for the ledger's pool (core/pool.h): cudaMalloc and
+// cudaFree, called only when the pool grows or gives memory back. The pool
+// hands out blocks of the segments best-fit and keeps them when freed, so a
+// training step reaches cudaMalloc only in its first step. Reuse is safe
 // because each backend queues all its work on one stream, in order.
-class CudaAllocator final : public DeviceAllocator {
+class CudaSegments final : public SegmentSource {
  public:
-  explicit CudaAllocator(int index) : index_(index) {}
-  ~CudaAllocator() override { release_cached(); }
+  explicit CudaSegments(int index) : index_(index) {}
 
-  void* allocate(size_t bytes) override {
-    const size_t rounded = round_up(bytes);
-    auto it = cache_.find(rounded);
-    if (it != cache_.end() && !it->second.empty()) {
-      void* ptr = it->second.back();
-      it->second.pop_back();
-      cached_bytes_ -= rounded;
-      return ptr;
-    }
+  void* map(size_t bytes) override {
     DeviceGuard guard(index_);
     void* ptr = nullptr;
-    cudaError_t status = cudaMalloc(&ptr, rounded);
-    if (status == cudaErrorMemoryAllocation && cached_bytes_ > 0) {
-      (void)cudaGetLastError();
-      release_cached();  // give the cache back and try once more
-      status = cudaMalloc(&ptr, rounded);
-    }
+    const cudaError_t status = cudaMalloc(&ptr, bytes);
     if (status == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // not sticky, but clear it so no later check sees it
       return nullptr;
@@ -81,36 +66,20 @@ class CudaAllocator final : public DeviceAllocator {
     return ptr;
   }
 
-  void release(void* ptr, size_t bytes) override {
-    const size_t rounded = round_up(bytes);
-    cache_[rounded].push_back(ptr);
-    cached_bytes_ += rounded;
+  // Also runs from the pool's destructor, so it must not throw. At process
+  // exit the runtime may already be unloading, which is harmless; anything
+  // else is reported.
+  void unmap(void* ptr, size_t) noexcept override {
+    const cudaError_t status = cudaFree(ptr);
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (status != cudaErrorCudartUnloading)
+        std::fprintf(stderr, "anatomy: cudaFree failed: %s\n", cudaGetErrorString(status));
+    }
   }
 
  private:
-  // Never zero: cudaMalloc(0) gives nullptr, which the Ledger would read as
-  // "out of memory".
-  static size_t round_up(size_t bytes) { return (std::max<size_t>(bytes, 1) + 511) / 512 * 512; }
-
-  void release_cached() noexcept {
-    // Also runs from the destructor, so it must not throw. At process exit the
-    // runtime may already be unloading, which is harmless; anything else is reported.
-    for (auto& [size, blocks] : cache_)
-      for (void* ptr : blocks) {
-        cudaError_t status = cudaFree(ptr);
-        if (status != cudaSuccess) {
-          (void)cudaGetLastError();
-          if (status != cudaErrorCudartUnloading)
-            std::fprintf(stderr, "anatomy: cudaFree failed: %s\n", cudaGetErrorString(status));
-        }
-      }
-    cache_.clear();
-    cached_bytes_ = 0;
-  }
-
   int index_;
-  std::unordered_map<size_t, std::vector<void*>> cache_;
-  size_t cached_bytes_ = 0;
 };
 
 __global__ void fill_f32_kernel(float* data, int64_t n, float value) {
@@ -142,7 +111,7 @@ std::string device_name(int index) {
 std::unique_ptr<DeviceAllocator> make_cuda_allocator(int index) {
   int count = device_count();
   if (index < 0 || index >= count) fail("no CUDA device {} (this machine has {})", index, count);
-  return std::make_unique<CudaAllocator>(index);
+  return make_pool_allocator(std::make_unique<CudaSegments>(index));
 }
 
 void fill(const Tensor& t, float value) {

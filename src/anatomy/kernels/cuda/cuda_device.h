@@ -16,8 +16,9 @@ namespace anatomy::cuda {
 int device_count();
 std::string device_name(int index);
 
-// cudaMalloc/cudaFree on device `index`. allocate() returns nullptr when the
-// device is out of memory, so that the Ledger reports it naming the buffer.
+// The ledger's pool (core/pool.h) over cudaMalloc'd segments of device
+// `index`. allocate() returns nullptr when the device is out of memory, so
+// that the Ledger reports it naming the buffer.
 std::unique_ptr<anatomy::DeviceAllocator> make_cuda_allocator(int index);
 
 // Sets every element of an F32 tensor on the GPU to `value`.

@@ -41,28 +41,26 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kColumnThreads = 128;  // columns per block in the backward kernels
 constexpr int kRunLanes = 4;         // runs of one chunk summed side by side
-constexpr int64_t kMinChunk = 64;
-// Partial slots are budgeted at this many doubles per token; choose_chunk()
-// picks S so that 2 slots of H doubles per chunk always fit (proof there).
-constexpr int64_t kPartialDoublesPerToken = 16;
+// Partial slots are budgeted at kEmbeddingPartialDoublesPerToken doubles per
+// token (cuda_memory.h, which lays out the scratch); choose_chunk() picks S so
+// that 2 slots of H doubles per chunk always fit (proof there).
+constexpr int64_t kPartialDoublesPerToken = kEmbeddingPartialDoublesPerToken;
 
 unsigned blocks_for(int64_t work, int threads = kThreads) {
   return static_cast<unsigned>(std::clamp<int64_t>((work + threads - 1) / threads, 1, 65536));
 }
-
-size_t round_up(size_t bytes) { return (bytes + 255) & ~size_t{255}; }
 
 // Element types: half_types.cuh.
 
 // Positions per chunk. With S >= H/4 and more than one chunk (so T > S):
 // slots = 2·ceil(T/S)·H < 2·(T/S + 1)·H = 2TH/S + 2H <= 8T + 2H < 8T + 8T,
 // which is within the budget of 16 doubles per token.
-int64_t choose_chunk(int64_t H) { return std::max(kMinChunk, (H + 3) / 4); }
+int64_t choose_chunk(int64_t H) { return embedding_backward_chunk(H); }
 
+// What CUB asks for a sort of T pairs. A size query (null storage) launches
+// nothing. All 64 key bits: the launcher sorts fewer, which never needs more storage.
 size_t cub_sort_bytes(int64_t T) {
   size_t bytes = 0;
-  // A size query (null storage) launches nothing. All 64 key bits: the
-  // launcher sorts fewer, which never needs more storage.
   ANATOMY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const uint64_t*>(nullptr),
                                                      static_cast<uint64_t*>(nullptr),
                                                      static_cast<const int32_t*>(nullptr),
@@ -70,20 +68,9 @@ size_t cub_sort_bytes(int64_t T) {
   return bytes;
 }
 
-// Where each piece of the scratch buffer lies, all 256-byte aligned.
-struct ScratchLayout {
-  size_t keys_sorted = 0, tokens_in = 0, tokens_sorted = 0, partials = 0, cub = 0, cub_bytes = 0, total = 0;
-  explicit ScratchLayout(int64_t T) {
-    const auto n = static_cast<size_t>(T);
-    keys_sorted = 0;
-    tokens_in = keys_sorted + round_up(n * sizeof(uint64_t));
-    tokens_sorted = tokens_in + round_up(n * sizeof(int32_t));
-    partials = tokens_sorted + round_up(n * sizeof(int32_t));
-    cub = partials + round_up(n * kPartialDoublesPerToken * sizeof(double));
-    cub_bytes = round_up(cub_sort_bytes(T));
-    total = cub + cub_bytes;
-  }
-};
+// The scratch's layout is EmbeddingScratchLayout (cuda_memory.h), whose CUB
+// part is a model of CUB's size query (so that it is known without a GPU).
+using ScratchLayout = EmbeddingScratchLayout;
 
 template <bool kVec4>
 __global__ void embedding_forward_kernel(const int64_t* ids, const float* table, float* out, int64_t T, int64_t H,
@@ -252,11 +239,7 @@ void embedding_forward(cudaStream_t s, const int64_t* ids, const float* table, f
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 
-size_t embedding_backward_scratch_bytes(int64_t T) {
-  if (T <= 0) return 0;
-  ANATOMY_CHECK(T <= INT_MAX, "embedding_backward: {} tokens are more than one sort handles", T);
-  return ScratchLayout(T).total;
-}
+size_t cub_sort_pairs_query_bytes(int64_t T) { return cub_sort_bytes(T); }
 
 namespace {
 
@@ -281,6 +264,13 @@ void embedding_backward_impl(cudaStream_t s, const int64_t* ids, const D* dout, 
   int end_bit = 1;
   while (end_bit < 64 && (static_cast<uint64_t>(std::max<int64_t>(V - 1, 0)) >> end_bit) != 0) ++end_bit;
   size_t cub_bytes = layout.cub_bytes;
+  // The layout's CUB part is a model of CUB's own answer (cuda_memory.cpp); a
+  // CUB that needs more than it says stops here rather than overrun the scratch.
+  const size_t cub_needs = cub_sort_bytes(T);
+  ANATOMY_CHECK(cub_needs <= cub_bytes,
+                "embedding_backward: CUB's sort of {} tokens needs {} bytes of storage, more than the {} "
+                "cuda_memory.cpp's cub_sort_pairs_bytes plans for (a CUB other than the one it models?)",
+                T, cub_needs, cub_bytes);
   ANATOMY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + layout.cub, cub_bytes,
                                                      reinterpret_cast<const uint64_t*>(ids), keys_sorted, tokens_in,
                                                      tokens_sorted, static_cast<int>(T), 0, end_bit, s));

@@ -69,6 +69,7 @@ namespace anatomy::cuda {
 namespace {
 
 constexpr int kTile = 64;      // keys per forward tile, query rows per backward tile
+static_assert(kTile == kFlashTile, "cuda_memory.h sizes the backward's scratch with this tile");
 constexpr int kThreads = 128;  // forward: 4 warps
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -1068,38 +1069,25 @@ __global__ void __launch_bounds__(256) dq_sum_kernel(const float* accum, T* dq, 
 // in shared memory: when the whole dQ of a (batch entry, head) fits next to
 // the tiles in the 227 KB a block may have on an sm_90 device, and there are
 // enough (batch entry, head) pairs to fill the GPU with one block each.
-// Functions of the shapes only, so results do not depend on the device.
-constexpr int64_t kMaxSmem = 232448;
-int64_t bwd_keys(int64_t D) { return D <= 64 ? 128 : 64; }
-int64_t bwd_base_bytes_host(int64_t D) {
-  const int64_t kN = bwd_keys(D);
-  return (2 * kN + 4 * kTile) * (D + 8) * 2 + kN * (kTile + 8) * 2 + 4 * kTile * 4;
+// Functions of the shapes only, so results do not depend on the device; they
+// live in cuda_memory.h (flash_backward_*), since the scratch depends on them.
+constexpr int64_t kMaxSmem = kFlashMaxSmem;
+template <int D>
+constexpr bool host_sizes_match() {
+  return flash_backward_keys(D) == 16 * bwd_warps<D>() && flash_backward_base_smem(D) == bwd_base_bytes<D>();
 }
-int64_t backward_splits(int64_t bh, int64_t L, int64_t D) {
-  const int64_t tiles = (L + bwd_keys(D) - 1) / bwd_keys(D);
-  const int64_t want = (264 + bh - 1) / bh;
-  return std::clamp<int64_t>(want, 1, tiles);
-}
-int64_t resident_bytes(int64_t L, int64_t D) { return bwd_base_bytes_host(D) + (L + kTile - 1) / kTile * kTile * D * 4; }
-bool backward_resident(int64_t bh, int64_t L, int64_t D) {
-  return D <= 64 && bh >= 128 && resident_bytes(L, D) <= kMaxSmem;
-}
+static_assert(host_sizes_match<32>() && host_sizes_match<64>() && host_sizes_match<128>(),
+              "cuda_memory.h's backward tiles are the kernel's");
+int64_t backward_splits(int64_t bh, int64_t L, int64_t D) { return flash_backward_splits(bh, L, D); }
+int64_t resident_bytes(int64_t L, int64_t D) { return flash_backward_resident_smem(L, D); }
+bool backward_resident(int64_t bh, int64_t L, int64_t D) { return flash_backward_resident(bh, L, D); }
 // Scratch of the backward: Δ, lse · log2 e (rows each), then the split dq
 // accumulators unless dq stays in shared memory.
-struct ScratchLayout {
-  size_t rows, accum, total;
-};
-ScratchLayout scratch_layout(int64_t bh, int64_t L, int64_t D) {
-  ScratchLayout s{};
-  s.rows = (static_cast<size_t>(bh * L) * sizeof(float) + 255) / 256 * 256;
-  s.accum = backward_resident(bh, L, D) ? 0 : static_cast<size_t>(backward_splits(bh, L, D) * bh * L * D) * sizeof(float);
-  s.total = 2 * s.rows + s.accum;
-  return s;
-}
+FlashScratchLayout scratch_layout(int64_t bh, int64_t L, int64_t D) { return flash_attention_scratch_layout(bh, L, D); }
 
 void check_args(const char* what, int64_t B, int64_t L, int64_t heads, int64_t D, const DropoutSpec& dropout,
                 std::initializer_list<const void*> ptrs) {
-  if (D != 32 && D != 64 && D != 128) fail("{}: head size {} is not supported (32, 64 or 128)", what, D);
+  if (!flash_attention_supported(D)) fail("{}: head size {} is not supported (32, 64 or 128)", what, D);
   if (L > (int64_t{1} << 24) || B * heads > 65535 || B * L * heads >= (int64_t{1} << 31))
     fail("{}: shape B={} L={} heads={} too large", what, B, L, heads);
   if (!(dropout.p >= 0.0f && dropout.p < 1.0f)) fail("{}: dropout probability {} not in [0, 1)", what, dropout.p);
@@ -1206,12 +1194,6 @@ void dispatch(AttnType t, int64_t D, bool dropout, int64_t L, F&& f) {
 
 }  // namespace
 
-size_t flash_attention_scratch_bytes(int64_t B, int64_t L, int64_t heads, int64_t D) {
-  const int64_t bh = B * heads;
-  if (bh <= 0 || L <= 0 || D <= 0) return 0;
-  return scratch_layout(bh, L, D).total;
-}
-
 void flash_attention_forward(cudaStream_t s, AttnType t, const void* q, const void* k, const void* v,
                              const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, float scale,
                              const DropoutSpec& dropout, void* ctx, float* lse) {
@@ -1243,7 +1225,7 @@ void flash_attention_backward(cudaStream_t s, AttnType t, const void* dctx, cons
   check_args("flash_attention_backward", B, L, heads, D, dropout, {dctx, q, k, v, ctx, dq, dk, dv, scratch});
   const bool use_dropout = dropout.p > 0.0f;
   const int64_t bh = B * heads;
-  const ScratchLayout layout = scratch_layout(bh, L, D);
+  const FlashScratchLayout layout = scratch_layout(bh, L, D);
   char* base = static_cast<char*>(scratch);
   float* delta = reinterpret_cast<float*>(base);
   float* lse2 = reinterpret_cast<float*>(base + layout.rows);

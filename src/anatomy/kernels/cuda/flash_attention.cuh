@@ -30,14 +30,16 @@
 #include <cstdint>
 
 #include "anatomy/kernels/backend.h"
+#include "anatomy/kernels/cuda_memory.h"
 
 namespace anatomy::cuda {
 
 enum class AttnType { BF16, F16 };
 
 // Bytes of device scratch flash_attention_backward needs (row sums dO·O and
-// the float32 dq accumulators).
-size_t flash_attention_scratch_bytes(int64_t B, int64_t L, int64_t heads, int64_t D);
+// the float32 dq accumulators): flash_attention_scratch_bytes(B, L, heads, D)
+// of cuda_memory.h, which also says which head sizes there are kernels for
+// (flash_attention_supported).
 
 void flash_attention_forward(cudaStream_t s, AttnType t, const void* q, const void* k, const void* v,
                              const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, float scale,

@@ -75,6 +75,8 @@ constexpr int kBwdRows = 64;            // query rows per backward step (4 per t
 constexpr int kLdS = kKeys + 4;         // backward P, dS [query][key] stride
 constexpr int kLdKt = kKeys + 4;        // backward Kᵀ [d][key] stride (read along keys by 8 rows at once)
 constexpr int kTargetBlocks = 264;      // two blocks per SM of a 132-SM GPU (a constant: splits depend on shapes only)
+static_assert(kKeys == kFlashF32Keys && kTargetBlocks == kFlashF32TargetBlocks,
+              "cuda_memory.h sizes the backward's scratch with these");
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -848,15 +850,9 @@ __global__ void __launch_bounds__(256) f32_dq_sum_kernel(const float* part, floa
 // ---------------------------------------------------------------------------
 
 // Splits of the key tiles in the backward: about kTargetBlocks blocks, each
-// with the same number of key tiles. A function of the shapes only.
-int64_t backward_splits(int64_t bh, int64_t L) {
-  const int64_t tiles = (L + kKeys - 1) / kKeys;
-  const int64_t want = std::clamp<int64_t>((kTargetBlocks + bh - 1) / bh, 1, tiles);
-  const int64_t per_block = (tiles + want - 1) / want;
-  return (tiles + per_block - 1) / per_block;
-}
-
-size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+// with the same number of key tiles. A function of the shapes only, in
+// cuda_memory.h since the scratch depends on it.
+int64_t backward_splits(int64_t bh, int64_t L) { return flash_f32_backward_splits(bh, L); }
 
 bool aligned16(std::initializer_list<const void*> ptrs) {
   for (const void* ptr : ptrs)
@@ -941,15 +937,6 @@ void dispatch(int64_t D, bool dropout, F&& f) {
 
 }  // namespace
 
-bool flash_attention_f32_supported(int64_t head_dim) { return head_dim == 32 || head_dim == 64; }
-
-size_t flash_attention_f32_scratch_bytes(int64_t B, int64_t L, int64_t heads, int64_t D) {
-  const int64_t bh = B * heads;
-  if (bh <= 0 || L <= 0 || D <= 0) return 0;
-  const size_t rows = align256(static_cast<size_t>(bh * L) * sizeof(float));  // Δ
-  return rows + static_cast<size_t>(backward_splits(bh, L) * bh * L * D) * sizeof(float);
-}
-
 void flash_attention_f32_forward(cudaStream_t s, const float* q, const float* k, const float* v,
                                  const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, float scale,
                                  const DropoutSpec& dropout, float* ctx, float* lse) {
@@ -981,8 +968,7 @@ void flash_attention_f32_backward(cudaStream_t s, const float* dctx, const float
   const bool use_dropout = dropout.p > 0.0f;
   const int64_t bh = B * heads;
   float* delta = static_cast<float*>(scratch);
-  float* part = reinterpret_cast<float*>(static_cast<char*>(scratch) +
-                                         align256(static_cast<size_t>(bh * L) * sizeof(float)));
+  float* part = reinterpret_cast<float*>(static_cast<char*>(scratch) + flash_f32_delta_bytes(bh, L));
   BwdParams p{};
   p.q = q;
   p.k = k;

@@ -35,15 +35,14 @@
 #include <cstdint>
 
 #include "anatomy/kernels/backend.h"
+#include "anatomy/kernels/cuda_memory.h"
 
 namespace anatomy::cuda {
 
-// Head sizes the kernels have (32 and 64).
-bool flash_attention_f32_supported(int64_t head_dim);
-
-// Bytes of device scratch flash_attention_f32_backward needs (row sums dO·O
-// and the float32 dq partial sums).
-size_t flash_attention_f32_scratch_bytes(int64_t B, int64_t L, int64_t heads, int64_t D);
+// Head sizes the kernels have (32 and 64): flash_attention_f32_supported of
+// cuda_memory.h. Bytes of device scratch flash_attention_f32_backward needs
+// (row sums dO·O and the float32 dq partial sums):
+// flash_attention_f32_scratch_bytes(B, L, heads, D), also there.
 
 void flash_attention_f32_forward(cudaStream_t s, const float* q, const float* k, const float* v,
                                  const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, float scale,

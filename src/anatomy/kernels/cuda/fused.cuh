@@ -16,8 +16,9 @@
 namespace anatomy::cuda {
 
 // Whether the fused residual LayerNorm kernels take rows of H elements (H a
-// multiple of 8, at most 2048) at these addresses (16-byte aligned).
-bool fused_layernorm_supported(int64_t H, std::initializer_list<const void*> pointers);
+// multiple of 8, at most 2048) at these addresses (16-byte aligned):
+// fused_layernorm_supported of cuda_memory.h (kernels.cuh includes it), as are
+// the scratch sizes below.
 
 // sum = round(dropout(x) + residual); y = round(LayerNorm(sum)) with float32
 // gamma, beta; mean and rstd [rows] in float32. x, residual, sum, y of
@@ -27,7 +28,7 @@ void residual_layernorm_forward_fused(cudaStream_t s, DType dtype, const void* x
                                      const DropoutSpec& dropout, const float* gamma, const float* beta, double eps,
                                      void* sum, void* y, float* mean, float* rstd, int64_t rows, int64_t H);
 
-size_t residual_layernorm_backward_scratch_bytes(int64_t rows, int64_t H);
+// `scratch`: residual_layernorm_backward_scratch_bytes(rows, H).
 // d_residual = round(∂L/∂sum); d_x = round(dropout(d_residual)); dgamma,
 // dbeta (float32) accumulate. d_residual may be dy (each row is read whole
 // before it is written).
@@ -38,9 +39,8 @@ void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* 
 
 // db[n] += Σ_rows dy[row, n] for a 16-bit dy [rows, N] with N % 8 == 0 and
 // 16-byte alignment: float partials over chunks of rows (16-byte loads), the
-// chunks added in order in double. `scratch`: column_sums_half_scratch_bytes.
-bool column_sums_half_supported(int64_t N, const void* dy);
-size_t column_sums_half_scratch_bytes(int64_t rows, int64_t N);
+// chunks added in order in double. `scratch`: column_sums_half_scratch_bytes;
+// column_sums_half_supported says when it applies (both in cuda_memory.h).
 void column_sums_accumulate_half_fast(cudaStream_t s, Half h, const void* dy, int64_t rows, int64_t N, float* db,
                                       void* scratch);
 
@@ -53,8 +53,8 @@ void activation_backward_recompute_half(cudaStream_t s, Half h, ActivationKind k
 void gelu_forward_half(cudaStream_t s, Half h, ActivationKind kind, const void* x, void* y, int64_t n);
 
 // Multi-tensor AdamW (optimizer.cu): the segments cut into chunks of one
-// parameter group each, as a table for the device (built once, uploaded by the caller).
-int64_t adamw_chunk_table(const std::vector<ParamSegment>& segments, std::vector<unsigned char>& table);
+// parameter group each, as a table for the device (adamw_chunk_table of
+// cuda_memory.h; built once, uploaded by the caller).
 // adamw_step on every chunk of the table in one launch, bit for bit; with
 // copy_type, half_copy (same layout) receives the new parameters rounded.
 void adamw_step_chunks(cudaStream_t s, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,

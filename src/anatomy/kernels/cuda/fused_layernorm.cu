@@ -38,7 +38,7 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int kWarpsPerBlock = 8;
 constexpr int kMaxGroups = 8;        // H <= 256 * 8
-constexpr int64_t kMaxChunks = 512;  // backward: row chunks of the dgamma/dbeta partials, at most
+static_assert(kMaxGroups == kFusedLayerNormMaxGroups, "fused_layernorm_supported (cuda_memory.h) admits this many");
 
 // Eight elements of T (16 bytes of 16-bit data, 32 of float) kept packed, moved by 16-byte accesses.
 template <typename T>
@@ -299,22 +299,13 @@ void with_groups(int64_t H, F&& f) {
   }
 }
 
-// Chunks of 32 rows, or of fewer (down to 8) when that keeps more blocks busy.
-int64_t chunk_count(int64_t rows) {
-  const int64_t rows_per_chunk = std::clamp<int64_t>(rows / (2 * kMaxChunks), 8, 32);
-  return std::clamp<int64_t>((rows + rows_per_chunk - 1) / rows_per_chunk, 1, kMaxChunks);
-}
+// Chunks of 32 rows, or of fewer (down to 8) when that keeps more blocks busy:
+// fused_partial_chunks of cuda_memory.h, which sizes the scratch.
+int64_t chunk_count(int64_t rows) { return fused_partial_chunks(rows); }
 
 float keep_scale_of(const DropoutSpec& d) { return d.p > 0.0f ? 1.0f / (1.0f - d.p) : 1.0f; }
 
 }  // namespace
-
-bool fused_layernorm_supported(int64_t H, std::initializer_list<const void*> pointers) {
-  if (H <= 0 || H % 8 != 0 || H > 256 * kMaxGroups) return false;
-  for (const void* p : pointers)
-    if ((reinterpret_cast<uintptr_t>(p) & 15u) != 0) return false;
-  return true;
-}
 
 // Runs f(std::type_identity<T>{}) for the element type of a float32, bf16 or fp16 tensor.
 template <typename F>
@@ -342,11 +333,6 @@ void residual_layernorm_forward_fused(cudaStream_t s, DType dtype, const void* x
     });
   });
   ANATOMY_CUDA_CHECK(cudaGetLastError());
-}
-
-size_t residual_layernorm_backward_scratch_bytes(int64_t rows, int64_t H) {
-  if (rows <= 0 || H <= 0) return 0;
-  return static_cast<size_t>(2 * chunk_count(rows) * H) * sizeof(float);
 }
 
 void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* dy, const void* sum, const float* mean,
@@ -379,15 +365,6 @@ void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* 
   partials_finish_kernel<<<static_cast<unsigned>((H + kFinishCols - 1) / kFinishCols), kFinishCols * kFinishLanes, 0,
                            s>>>(partial_gamma, partial_beta, dgamma, dbeta, chunks, static_cast<int>(H));
   ANATOMY_CUDA_CHECK(cudaGetLastError());
-}
-
-bool column_sums_half_supported(int64_t N, const void* dy) {
-  return N > 0 && N % 8 == 0 && N <= 0x7fffffff && (reinterpret_cast<uintptr_t>(dy) & 15u) == 0;
-}
-
-size_t column_sums_half_scratch_bytes(int64_t rows, int64_t N) {
-  if (rows <= 0 || N <= 0) return 0;
-  return static_cast<size_t>(chunk_count(rows) * N) * sizeof(float);
 }
 
 void column_sums_accumulate_half_fast(cudaStream_t s, Half half, const void* dy, int64_t rows, int64_t N, float* db,

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "anatomy/kernels/backend.h"
+#include "anatomy/kernels/cuda_memory.h"  // the scratch sizes (..._scratch_bytes) of these launchers
 
 namespace anatomy::cuda {
 
@@ -36,7 +37,9 @@ void embedding_forward(cudaStream_t s, const int64_t* ids, const float* table, f
                        bool accumulate);
 // dtable[ids[t], :] += dout[t, :] for ids != padding_idx, deterministic (tokens
 // of one id summed in token order). `scratch` must hold embedding_backward_scratch_bytes(T) bytes.
-size_t embedding_backward_scratch_bytes(int64_t T);
+// What CUB itself answers for the sort storage of T tokens (a size query, no
+// work), which cuda_memory.h's cub_sort_pairs_bytes(T) models; for tests.
+size_t cub_sort_pairs_query_bytes(int64_t T);
 void embedding_backward(cudaStream_t s, const int64_t* ids, const float* dout, float* dtable, int64_t T, int64_t H,
                         int64_t V, int64_t padding_idx, void* scratch);
 
@@ -44,7 +47,6 @@ void embedding_backward(cudaStream_t s, const int64_t* ids, const float* dout, f
 void layernorm_forward(cudaStream_t s, const float* x, const float* gamma, const float* beta, double eps, float* y,
                        float* mean, float* rstd, int64_t rows, int64_t H);
 // dx written; dgamma, dbeta accumulated (+=). `scratch` holds layernorm_backward_scratch_bytes(rows, H) bytes.
-size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t H);
 void layernorm_backward(cudaStream_t s, const float* dy, const float* x, const float* mean, const float* rstd,
                         const float* gamma, float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t H,
                         void* scratch);
@@ -58,7 +60,6 @@ void bce_with_logits(cudaStream_t s, const float* logits, const float* targets, 
 
 // ---- optimizer (optimizer.cu) ----
 // *result = Σ x[i]², in double, fixed order. `scratch` holds sum_of_squares_scratch_bytes(n) bytes.
-size_t sum_of_squares_scratch_bytes(int64_t n);
 void sum_of_squares(cudaStream_t s, const float* x, int64_t n, double* result, void* scratch);
 void adamw_step(cudaStream_t s, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                 const AdamWHyper& hyper);
@@ -68,7 +69,6 @@ void adamw_step(cudaStream_t s, float* param, const float* grad, float* exp_avg,
 // interleaved), key_mask int64 [B, L] or nullptr, probs [B, heads, L, L].
 // `scratch` holds attention_scratch_bytes(B, heads, L) bytes. The cuBLAS
 // handle is the backend's, already bound to stream `s`, in pure float32 mode.
-size_t attention_scratch_bytes(int64_t B, int64_t heads, int64_t L);
 void attention_forward(cudaStream_t s, cublasHandle_t cublas, const float* q, const float* k, const float* v,
                        const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, double scale,
                        const DropoutSpec& dropout, float* probs, float* ctx, void* scratch);
@@ -138,7 +138,6 @@ void adamw_step_with_copy(cudaStream_t s, Half h, float* param, const float* gra
 // *flag = 1 when every x[i] is finite (no inf, no NaN), else 0. With and_into_flag,
 // *flag = *flag && (all finite) instead, so that one flag can cover many tensors.
 // `scratch` holds all_finite_scratch_bytes(n) bytes (also for unscale_and_check).
-size_t all_finite_scratch_bytes(int64_t n);
 void all_finite(cudaStream_t s, const float* x, int64_t n, int* flag, void* scratch, bool and_into_flag = false);
 // x[i] *= inv_scale (in float) and the flag as all_finite's, of x before and after, in one pass.
 void unscale_and_check(cudaStream_t s, float* x, int64_t n, float inv_scale, int* flag, void* scratch,

@@ -38,10 +38,9 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;  // warps per block in the per-row kernels
 
-// dgamma/dbeta partial sums: at most kMaxChunks chunks of at least
-// kMinChunkRows rows; a block of kColTile columns × kRowLanes row lanes.
-constexpr int64_t kMaxChunks = 128;
-constexpr int64_t kMinChunkRows = 32;
+// dgamma/dbeta partial sums: chunks of rows (layernorm_partial_chunks,
+// cuda_memory.h, which sizes the scratch); a block of kColTile columns ×
+// kRowLanes row lanes.
 constexpr int kColTile = 32;
 constexpr int kRowLanes = 8;
 
@@ -74,7 +73,7 @@ __device__ __forceinline__ void store_vec(T* p, const float (&v)[V]) {
   }
 }
 
-int64_t chunk_count(int64_t rows) { return std::clamp<int64_t>((rows + kMinChunkRows - 1) / kMinChunkRows, 1, kMaxChunks); }
+int64_t chunk_count(int64_t rows) { return layernorm_partial_chunks(rows); }
 
 // All lanes end with the same, order-fixed sum.
 __device__ __forceinline__ double warp_sum(double v) {
@@ -275,11 +274,6 @@ void layernorm_forward(cudaStream_t s, const float* x, const float* gamma, const
                        float* mean, float* rstd, int64_t rows, int64_t H) {
   if (rows <= 0 || H <= 0) return;
   layernorm_forward_impl<float, 1>(s, x, gamma, beta, eps, y, mean, rstd, rows, H);
-}
-
-size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t H) {
-  if (rows <= 0 || H <= 0) return 0;
-  return static_cast<size_t>(2 * chunk_count(rows) * H) * sizeof(double);
 }
 
 void layernorm_backward(cudaStream_t s, const float* dy, const float* x, const float* mean, const float* rstd,

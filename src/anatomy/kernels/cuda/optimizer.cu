@@ -38,12 +38,14 @@ constexpr int kThreads = 256;
 constexpr int kFinishThreads = 1024;
 // The number of first-level blocks depends on n alone (not on the GPU), so
 // the summation order, and with it the result, is fixed for a given n.
+// (reduction_blocks of cuda_memory.h, which sizes the partials' scratch.)
 constexpr int64_t kMaxBlocks = kFinishThreads;
 constexpr int64_t kItemsPerThread = 16;  // four float4 groups
+static_assert(kThreads == kReductionThreads && kItemsPerThread == kReductionItemsPerThread &&
+                  kMaxBlocks == kReductionMaxBlocks,
+              "cuda_memory.h sizes the reductions' scratch with these");
 
-int64_t square_blocks(int64_t n) {
-  return std::clamp<int64_t>((n + kThreads * kItemsPerThread - 1) / (kThreads * kItemsPerThread), 1, kMaxBlocks);
-}
+int64_t square_blocks(int64_t n) { return reduction_blocks(n); }
 
 __device__ __forceinline__ double warp_sum(double v) {
 #pragma unroll
@@ -101,11 +103,9 @@ struct AdamWConstants {
   double beta1, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bias2_sqrt, decay;
 };
 
-struct AdamWChunk {
-  int64_t begin, end;
-  int64_t decay;  // 1: the group's weight decay; 0: none
-};
-constexpr int64_t kAdamWChunk = 8192;  // elements per block of the multi-tensor kernel
+// AdamWChunk and kAdamWChunk (elements per block of the multi-tensor kernel):
+// cuda_memory.h, which builds the chunk table.
+static_assert(sizeof(AdamWChunk) == 24 && alignof(AdamWChunk) == 8, "the table's layout, as the device reads it");
 
 // The CPU's loop body with every operation rounded on its own (the _rn
 // intrinsics stop nvcc fusing multiply-adds the x86 build does not fuse), so
@@ -280,8 +280,6 @@ unsigned adamw_blocks(int64_t n) {
 
 }  // namespace
 
-size_t sum_of_squares_scratch_bytes(int64_t n) { return static_cast<size_t>(square_blocks(n)) * sizeof(double); }
-
 void sum_of_squares(cudaStream_t s, const float* x, int64_t n, double* result, void* scratch) {
   // n == 0 still runs: one block sums nothing and the result is 0.
   n = std::max<int64_t>(n, 0);
@@ -305,16 +303,6 @@ void adamw_step(cudaStream_t s, float* param, const float* grad, float* exp_avg,
 }
 
 // ---- 16-bit variants and loss scaling ----
-
-int64_t adamw_chunk_table(const std::vector<ParamSegment>& segments, std::vector<unsigned char>& table) {
-  std::vector<AdamWChunk> chunks;
-  for (const ParamSegment& seg : segments)
-    for (int64_t b = seg.offset; b < seg.offset + seg.count; b += kAdamWChunk)
-      chunks.push_back(AdamWChunk{b, std::min(seg.offset + seg.count, b + kAdamWChunk), seg.weight_decay ? 1 : 0});
-  table.resize(chunks.size() * sizeof(AdamWChunk));
-  if (!chunks.empty()) std::memcpy(table.data(), chunks.data(), table.size());
-  return static_cast<int64_t>(chunks.size());
-}
 
 void adamw_step_chunks(cudaStream_t s, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                        const void* chunk_table, int64_t chunks, const AdamWHyper& hp, Half* copy_type,
@@ -347,8 +335,6 @@ void adamw_step_with_copy(cudaStream_t s, Half h, float* param, const float* gra
                                                               static_cast<__half*>(half_copy));
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
-
-size_t all_finite_scratch_bytes(int64_t n) { return static_cast<size_t>(finite_blocks(n)) * sizeof(int); }
 
 void all_finite(cudaStream_t s, const float* x, int64_t n, int* flag, void* scratch, bool and_into_flag) {
   launch_finite(s, x, nullptr, n, 1.0f, flag, scratch, and_into_flag);

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""memory_accuracy.py: the memory plan against the measurement, on this machine's GPU.
+
+For each configuration it runs `anatomy train` for a few steps with --output-dir and reads the
+anatomy.json it writes: the plan's prediction (computed before the run allocated anything) beside
+the ledger's measured peak, the pool's segments, the CUDA context and NVML's figure for the process.
+It also polls nvidia-smi during the run for the device's peak use. It prints one Markdown table:
+
+    python3 bench/memory_accuracy.py --anatomy build/anatomy [--configs base-fp32-b4,...] [--steps 3]
+
+Columns: predicted and measured ledger peak (the plan's exactness), predicted NVML total
+(pool segments + the context figure the plan assumed) against NVML's use of the process at the end
+(the pool keeps its segments, so the end shows the peak), and the rows' sum against NVML
+(the unattributed remainder).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+MODELS = {"base": "bert-base-uncased", "large": "bert-large-uncased"}
+PRECISIONS = {"fp32": [], "bf16": ["--bf16"], "fp16": ["--fp16"]}
+
+
+def all_configs():
+    out = {}
+    for m in MODELS:
+        for p in PRECISIONS:
+            for b in (4, 32):
+                out[f"{m}-{p}-b{b}"] = (MODELS[m], PRECISIONS[p], b)
+    return out
+
+
+class PeakMemory:
+    """Polls nvidia-smi for the memory used on GPU 0 while a run goes on."""
+
+    def __init__(self):
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self):
+        while not self._stop.is_set():
+            try:
+                out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+                                      "-i", "0"], capture_output=True, text=True, timeout=5).stdout
+                self.peak = max(self.peak, int(out.strip().splitlines()[0]))
+            except Exception:
+                pass
+            time.sleep(0.05)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def mib(b):
+    return b / 2**20
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--anatomy", required=True)
+    ap.add_argument("--configs", default=",".join(all_configs()))
+    ap.add_argument("--steps", type=int, default=3)
+    opts = ap.parse_args()
+    configs = all_configs()
+    rows = []
+    for name in opts.configs.split(","):
+        if name not in configs:
+            sys.exit(f"unknown configuration {name}; known: {', '.join(configs)}")
+        model, flags, batch = configs[name]
+        with tempfile.TemporaryDirectory() as out_dir:
+            cmd = [opts.anatomy, "train", "--model", model, "--per-device-train-batch-size", str(batch),
+                   "--max-steps", str(opts.steps), "--no-progress", "--output-dir", out_dir] + flags
+            with PeakMemory() as peak:
+                run = subprocess.run(cmd, capture_output=True, text=True)
+            if run.returncode != 0:
+                print(f"{name}: exit {run.returncode}\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}", file=sys.stderr)
+                continue
+            with open(os.path.join(out_dir, "anatomy.json")) as f:
+                a = json.load(f)
+        pred = a["predicted"]
+        led = a["ledger"]
+        unattributed = next(r["at_peak"] for r in a["rows"] if r["key"] == "unattributed")
+        nvml = a["nvml_used"]
+        rows.append(dict(
+            name=name, ledger_pred=pred["peak_total"], ledger_meas=led["peak_total"],
+            reserved_pred=pred["reserved_peak"], reserved_meas=led["reserved_peak"],
+            nvml_pred=pred["nvml_total"], nvml=nvml, smi_peak_mib=peak.peak,
+            context=a["context_bytes"], unattributed=unattributed))
+        r = rows[-1]
+        print(f"{name}: ledger {mib(r['ledger_pred']):.0f}/{mib(r['ledger_meas']):.0f} MiB, "
+              f"NVML predicted {mib(r['nvml_pred']):.0f} measured {mib(nvml):.0f} MiB", file=sys.stderr)
+
+    print("| configuration | ledger peak predicted / measured (MiB) | pool segments predicted / measured (MiB) "
+          "| NVML predicted / measured (MiB) | error | unattributed (MiB) | context and kernels (MiB) | nvidia-smi peak (MiB) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        err = 100.0 * (r["nvml_pred"] - r["nvml"]) / r["nvml"] if r["nvml"] > 0 else float("nan")
+        print(f"| {r['name']} | {mib(r['ledger_pred']):.1f} / {mib(r['ledger_meas']):.1f} "
+              f"| {mib(r['reserved_pred']):.0f} / {mib(r['reserved_meas']):.0f} "
+              f"| {mib(r['nvml_pred']):.0f} / {mib(r['nvml']):.0f} | {err:+.2f}% "
+              f"| {mib(r['unattributed']):+.0f} | {mib(r['context']):.0f} | {r['smi_peak_mib']} |")
+
+
+if __name__ == "__main__":
+    main()

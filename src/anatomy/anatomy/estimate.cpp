@@ -1,0 +1,116 @@
+// estimate.cpp: the plan on a named device, and its report.
+#include "anatomy/anatomy/estimate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace anatomy {
+
+namespace {
+
+size_t cat(Category c) { return static_cast<size_t>(c); }
+
+double per_param(int64_t bytes, int64_t params) {
+  return params > 0 ? static_cast<double>(bytes) / static_cast<double>(params) : 0.0;
+}
+
+std::string precision_name(const TrainingArguments& a, bool tf32) {
+  if (a.bf16) return "bf16 mixed precision";
+  if (a.fp16) return "fp16 mixed precision";
+  return tf32 ? "fp32 (TF32 products)" : "fp32";
+}
+
+}  // namespace
+
+TextbookBytes textbook_bytes_per_parameter(bool mixed_precision) {
+  // "Model weights: 4 bytes * number of parameters for fp32 training; 6 bytes
+  // for mixed precision training (a model in fp32 and one in fp16 in memory).
+  // Optimizer states: 8 bytes for normal AdamW (two states). Gradients: 4
+  // bytes for fp32 or mixed precision training (gradients are always kept in
+  // fp32)." — the seed's Model training anatomy.
+  return mixed_precision ? TextbookBytes{6, 8, 4, "AdamW"} : TextbookBytes{4, 8, 4, "AdamW"};
+}
+
+Estimate estimate_training(const EstimateRequest& request) {
+  Estimate e;
+  PlanTarget target;
+  target.gpu = request.gpu;
+  target.tf32 = request.tf32;
+  target.context_bytes = request.gpu ? request.context_bytes : 0;
+  e.plan = plan_training(request.config, request.args, request.shape, target);
+  if (request.device_total > 0) {
+    e.capacity = std::max<int64_t>(0, request.device_total - target.context_bytes - request.other_processes);
+    e.fits = e.plan.ledger.reserved_peak <= e.capacity;
+    target.capacity = e.capacity;
+    e.largest_batch = largest_fitting_batch(request.config, request.args, request.shape, target, request.batch_limit);
+  }
+  return e;
+}
+
+std::string format_estimate(const EstimateRequest& r, const Estimate& e) {
+  const MemoryPlan& p = e.plan;
+  const LedgerSnapshot& m = p.ledger;
+  const bool mixed = r.args.bf16 || r.args.fp16;
+  std::string out;
+  auto line = [&out](const std::string& s) { out += s + "\n"; };
+  line(fmt::format("Memory plan: {} ({} parameters), {}, AdamW, batch {} x {} tokens, on {}", r.model_name,
+                   p.parameters, precision_name(r.args, r.tf32), r.args.per_device_train_batch_size,
+                   r.shape.seq_len, r.device_name));
+  line("");
+  line(fmt::format("  {:<34} {:>12} {:>10}", "at the peak", "bytes", "per param"));
+  static constexpr Category kOrder[] = {Category::Weights,       Category::WeightsHalf, Category::OptimizerStates,
+                                        Category::Gradients,     Category::Activations, Category::Temporary,
+                                        Category::Functionality, Category::Data,        Category::Workspace,
+                                        Category::Communication};
+  for (Category c : kOrder) {
+    const int64_t b = m.at_peak[cat(c)];
+    if (b == 0 && (c == Category::WeightsHalf || c == Category::Communication || c == Category::Workspace))
+      continue;
+    line(fmt::format("  {:<34} {:>12} {:>10.2f}", category_name(c), format_bytes(b), per_param(b, p.parameters)));
+  }
+  line(fmt::format("  {:<34} {:>12}", "ledger total (peak)", format_bytes(m.peak_total)));
+  line(fmt::format("  the peak: \"{}\"{}", m.peak_phase,
+                   m.peak_step >= 0 ? fmt::format(" of step {}", m.peak_step + 1) : ""));
+  if (r.gpu) {
+    line(fmt::format("  {:<34} {:>12}", "free inside the pool", format_bytes(m.reserved_at_peak - m.peak_total)));
+    line(fmt::format("  {:<34} {:>12}", "pool segments (peak)", format_bytes(m.reserved_peak)));
+    line(fmt::format("  {:<34} {:>12}  ({})", "CUDA context and kernels", format_bytes(p.context_bytes),
+                     r.context_source));
+    line(fmt::format("  {:<34} {:>12}", "predicted NVML use", format_bytes(p.nvml_total())));
+  }
+  line("");
+  // The seed's textbook figures beside this engine's.
+  const TextbookBytes t = textbook_bytes_per_parameter(mixed);
+  const double weights = per_param(m.at_peak[cat(Category::Weights)] + m.at_peak[cat(Category::WeightsHalf)],
+                                    p.parameters);
+  const double optimizer = per_param(m.at_peak[cat(Category::OptimizerStates)], p.parameters);
+  const double gradients = per_param(m.at_peak[cat(Category::Gradients)], p.parameters);
+  line(fmt::format("  bytes per parameter       {:>9} {:>12}", "textbook", "this engine"));
+  line(fmt::format("  weights                   {:>9} {:>12.2f}", t.weights, weights));
+  line(fmt::format("  optimizer ({})        {:>9} {:>12.2f}", t.optimizer_name, t.optimizer, optimizer));
+  line(fmt::format("  gradients                 {:>9} {:>12.2f}", t.gradients, gradients));
+  line(fmt::format("  total                     {:>9} {:>12.2f}", t.weights + t.optimizer + t.gradients,
+                   weights + optimizer + gradients));
+  line("  (textbook, the seed: 8-bit AdamW 2 and SGD with momentum 4 bytes of optimizer state; mixed-precision "
+       "inference 6 bytes)");
+  if (r.device_total > 0) {
+    line("");
+    line(fmt::format("Device: {} of {}; in use before this run (driver, other processes) {}; the pool may take {}.",
+                     r.device_name, format_bytes(r.device_total), format_bytes(r.other_processes),
+                     format_bytes(e.capacity)));
+    const int64_t used = p.nvml_total() + r.other_processes;
+    const double share = 100.0 * static_cast<double>(used) / static_cast<double>(r.device_total);
+    line(fmt::format("{}: predicted {} of {} in use ({:.1f}%), this run's share {}.", e.fits ? "Fits" : "Does NOT fit",
+                     format_bytes(used), format_bytes(r.device_total), share, format_bytes(p.nvml_total())));
+    if (e.largest_batch > 0)
+      line(fmt::format("Largest batch that fits: {} (plain){}.", e.largest_batch,
+                       e.largest_batch >= r.batch_limit ? fmt::format(", the most searched") : ""));
+    else
+      line("Not even a batch of 1 fits this device.");
+    line("(Gradient checkpointing and gradient accumulation are not implemented yet, so no batch is given for them.)");
+  }
+  return out;
+}
+
+}  // namespace anatomy

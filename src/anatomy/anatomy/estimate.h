@@ -1,0 +1,45 @@
+// estimate.h: `anatomy estimate`: the memory plan of a training run on a GPU
+// that need not be present, whether it fits, the largest batch that fits, and
+// the seed's textbook bytes per parameter next to this engine's.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "anatomy/anatomy/memory_plan.h"
+
+namespace anatomy {
+
+struct EstimateRequest {
+  BertConfig config;
+  std::string model_name;        // for the report: a preset or a directory
+  TrainingArguments args;
+  DataShape shape;
+  bool gpu = true;               // false: the CPU backend's plan (no pool, no context)
+  bool tf32 = false;
+  std::string device_name;       // "NVIDIA H100 80GB HBM3", "16.0 GiB GPU", "cpu"
+  int64_t device_total = 0;      // bytes (0: unknown, no fit question)
+  int64_t context_bytes = 0;     // CUDA context and kernels assumed
+  std::string context_source;    // how that figure was obtained ("measured on an H100", ...)
+  int64_t other_processes = 0;   // bytes in use before the run: the driver's share, other processes
+  int64_t batch_limit = 4096;    // the largest batch searched
+};
+
+struct Estimate {
+  MemoryPlan plan;               // the requested batch, on an unlimited device
+  bool fits = true;              // its NVML total fits the device
+  int64_t capacity = 0;          // what the pool may take: total − context − other processes (0: unknown)
+  int64_t largest_batch = -1;    // the largest batch that fits (-1: not asked, no device size)
+};
+
+Estimate estimate_training(const EstimateRequest& request);
+std::string format_estimate(const EstimateRequest& request, const Estimate& estimate);
+
+// The seed's "Anatomy of Model's Memory" figures, bytes per parameter.
+struct TextbookBytes {
+  double weights, optimizer, gradients;
+  const char* optimizer_name;
+};
+TextbookBytes textbook_bytes_per_parameter(bool mixed_precision);
+
+}  // namespace anatomy

@@ -1,0 +1,68 @@
+// memory_anatomy.h: the memory of a run explained, category by category, so
+// that the rows add up to what NVML says the process uses. The ledger lists
+// every buffer the engine allocates; on top of it come the CUDA context and
+// loaded kernels (measured with NVML before the first allocation), memory
+// free inside the allocator's pool (its segments minus its live blocks), and
+// "unattributed": NVML's figure minus all of that, shown, never hidden.
+// A prediction (anatomy/memory_plan.h) may sit beside the measurement.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "anatomy/core/ledger.h"
+
+namespace anatomy {
+
+// What the estimator predicted for the same run.
+struct MemoryPrediction {
+  CategoryBytes at_peak{};      // per ledger category, at the predicted peak
+  int64_t peak_total = 0;       // the ledger's predicted peak
+  std::string peak_phase;
+  int64_t reserved_peak = 0;    // the pool's predicted segments at their peak
+  int64_t context_bytes = 0;    // the CUDA context and kernels assumed (0 on the CPU)
+  int64_t nvml_total = 0;       // reserved_peak + context_bytes: predicted NVML use of this process
+};
+
+struct MemoryAnatomy {
+  std::string device;           // "cuda:0" or "cpu"
+  std::string device_name;      // "NVIDIA H100 80GB HBM3", or "" when unknown
+  int64_t device_total = 0;     // the device's memory (0 when unknown, e.g. on the CPU)
+  LedgerSnapshot ledger;        // live now, peaks, composition at the peak
+  std::vector<PhaseSample> timeline;
+  int64_t timeline_dropped = 0;
+  // GPU only; -1 when unknown (CPU runs, or NVML unavailable).
+  int64_t context_bytes = -1;   // CUDA context and kernels (NVML, before the first allocation)
+  int64_t nvml_used = -1;       // NVML: this process's use when the anatomy was taken
+  std::optional<MemoryPrediction> predicted;
+};
+
+// One row of the anatomy: a ledger category or one of the device-level rows
+// ("context", "pool_free", "unattributed").
+struct MemoryRow {
+  std::string key;              // category_name(), or context / pool_free / unattributed
+  std::string label;            // for people: "Optimizer states", "CUDA context and kernels", ...
+  int64_t at_peak = 0;          // bytes at the ledger's peak (-1: unknown)
+  int64_t peak = 0;             // the row's own peak (ledger categories; else = at_peak)
+  int64_t predicted = -1;       // predicted bytes at the peak (-1: no prediction)
+};
+
+// The rows, in a fixed order: the ten ledger categories, then context,
+// pool_free (reserved_peak - peak_total) and unattributed (nvml_used -
+// context - reserved_peak; the pool keeps its segments, so NVML at the end
+// shows the peak's segments). Device-level rows are -1 when unknown.
+std::vector<MemoryRow> memory_rows(const MemoryAnatomy& m);
+
+// The terminal table: one line per row with a bar, the totals, the peak's
+// phase and step, and predicted vs measured when there is a prediction.
+std::string format_memory_table(const MemoryAnatomy& m);
+// anatomy.json: everything above, bytes as integers.
+std::string memory_anatomy_json(const MemoryAnatomy& m);
+// report.html: self-contained (no network), with inline SVG charts: the
+// stacked memory timeline by category, the composition at the peak, and
+// predicted vs measured.
+std::string memory_report_html(const MemoryAnatomy& m);
+
+}  // namespace anatomy

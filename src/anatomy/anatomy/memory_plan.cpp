@@ -1,0 +1,132 @@
+// memory_plan.cpp: the plan, by running the model's allocations on the meta backend.
+#include "anatomy/anatomy/memory_plan.h"
+
+#include <algorithm>
+
+#include "anatomy/kernels/meta/meta_backend.h"
+#include "anatomy/model/bert.h"
+#include "anatomy/model/parameters.h"
+#include "anatomy/train/trainer.h"
+
+namespace anatomy {
+
+DataShape DataShape::of(const Dataset& data) {
+  DataShape s;
+  s.size = data.size;
+  s.seq_len = data.seq_len;
+  s.token_type_ids = !data.token_type_ids.empty();
+  s.attention_mask = !data.attention_mask.empty();
+  s.label_dtype = data.label_dtype;
+  s.label_width = data.label_width;
+  return s;
+}
+
+MemoryPrediction MemoryPlan::prediction() const {
+  MemoryPrediction p;
+  p.at_peak = ledger.at_peak;
+  p.peak_total = ledger.peak_total;
+  p.peak_phase = ledger.peak_phase;
+  p.reserved_peak = ledger.reserved_peak;
+  p.context_bytes = context_bytes;
+  p.nvml_total = nvml_total();
+  return p;
+}
+
+namespace {
+
+// Data of `shape` with `size` examples: zeros, since only the sizes matter.
+Dataset synthetic_data(const DataShape& shape, int64_t size) {
+  Dataset d;
+  d.source = "the memory plan's data";
+  d.size = size;
+  d.seq_len = shape.seq_len;
+  const auto tokens = static_cast<size_t>(size * shape.seq_len);
+  d.input_ids.assign(tokens, 0);
+  if (shape.token_type_ids) d.token_type_ids.assign(tokens, 0);
+  if (shape.attention_mask) d.attention_mask.assign(tokens, 1);
+  d.label_dtype = shape.label_dtype;
+  d.label_width = shape.label_width;
+  const auto labels = static_cast<size_t>(size * shape.label_width);
+  if (shape.label_dtype == DType::I64)
+    d.labels_i64.assign(labels, 0);
+  else
+    d.labels_f32.assign(labels, 0.0f);
+  return d;
+}
+
+}  // namespace
+
+MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args, const DataShape& shape,
+                         const PlanTarget& target) {
+  ANATOMY_CHECK(shape.size > 0 && shape.seq_len > 0, "plan_training: empty data shape");
+  const int64_t B = args.per_device_train_batch_size;
+  // Steps 0 and 1 (the first allocates what later steps reuse) and a final
+  // partial batch when there is one. Fewer when the run itself is shorter.
+  const int64_t partial = shape.size > B ? shape.size % B : 0;
+  const int64_t size = shape.size <= B ? shape.size : 2 * B + partial;
+  int64_t steps = shape.size <= B ? 2 : (partial > 0 ? 3 : 2);
+  if (args.max_steps > 0) steps = std::min(steps, args.max_steps);
+  const Dataset data = synthetic_data(shape, size);
+
+  MetaOptions options;
+  options.target = target.gpu ? MetaTarget::Cuda : MetaTarget::Cpu;
+  options.tf32 = target.tf32;
+  options.device_capacity = target.capacity;
+  MemoryPlan plan;
+  plan.context_bytes = target.gpu ? target.context_bytes : 0;
+  TrainingArguments simulated = args;
+  simulated.max_steps = steps;
+  simulated.output_dir.clear();
+  simulated.progress = false;
+  simulated.logging_steps = 1 << 30;
+  std::unique_ptr<Backend> backend;
+  try {
+    backend = make_meta_backend(options);  // allocates the backend's own buffers, which may not fit either
+    backend->ledger().record_timeline(0, steps);
+    const DType compute = args.bf16 ? DType::BF16 : args.fp16 ? DType::F16 : DType::F32;
+    BertForSequenceClassification model(*backend, config, compute);
+    plan.parameters = model.weights().parameter_count();
+    Trainer trainer(*backend, model, data, simulated);
+    trainer.train();
+  } catch (const OutOfMemory& oom) {
+    plan.fits = false;
+    plan.out_of_memory = oom.message();
+    plan.ledger = oom.ledger;
+  }
+  if (backend) {
+    plan.ledger = backend->ledger().snapshot();
+    plan.timeline = backend->ledger().timeline();
+  }
+  if (plan.parameters == 0)  // the model itself did not fit
+    for (const ParamSpec& spec : bert_parameter_specs(config)) plan.parameters += shape_numel(spec.shape);
+  return plan;
+}
+
+int64_t largest_fitting_batch(const BertConfig& config, const TrainingArguments& args, const DataShape& shape,
+                              const PlanTarget& target, int64_t limit) {
+  auto fits = [&](int64_t batch) {
+    TrainingArguments a = args;
+    a.per_device_train_batch_size = batch;
+    a.max_steps = -1;
+    DataShape s = shape;
+    s.size = 2 * batch;  // two full steps: the batch, not the dataset's size, is the question
+    return plan_training(config, a, s, target).fits;
+  };
+  if (!fits(1)) return 0;
+  int64_t lo = 1, hi = 2;  // fits(lo); find a hi that does not fit
+  while (hi <= limit && fits(hi)) {
+    lo = hi;
+    hi *= 2;
+  }
+  if (hi > limit) {
+    if (fits(limit)) return limit;
+    hi = limit;
+  }
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+}  // namespace anatomy

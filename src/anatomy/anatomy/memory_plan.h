@@ -1,0 +1,61 @@
+// memory_plan.h: the memory plan of a training run, computed before anything
+// is allocated: the real model and Trainer run a few steps on the meta backend
+// (kernels/meta), which computes nothing but allocates every buffer through a
+// ledger exactly as the target backend would, over a simulated device with
+// the real pool's policy (core/pool.h). So the plan lists every buffer the run
+// will hold, and predicts both the ledger's peak and the pool's segments; a
+// run and `anatomy estimate` compute the same plan.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "anatomy/anatomy/memory_anatomy.h"
+#include "anatomy/core/ledger.h"
+#include "anatomy/data/dataset.h"
+#include "anatomy/model/config.h"
+#include "anatomy/train/arguments.h"
+
+namespace anatomy {
+
+// What of the data shapes memory: the batches' sizes and which inputs exist.
+struct DataShape {
+  int64_t size = 0, seq_len = 0;
+  bool token_type_ids = false, attention_mask = false;
+  DType label_dtype = DType::I64;
+  int64_t label_width = 1;
+  static DataShape of(const Dataset& data);
+};
+
+struct PlanTarget {
+  bool gpu = true;              // the CUDA backend's allocations and pool; else the CPU backend's
+  bool tf32 = false;
+  int64_t capacity = 0;         // bytes the pool may take from the device (0: unlimited)
+  int64_t context_bytes = 0;    // the CUDA context and kernels, added to predict NVML
+};
+
+struct MemoryPlan {
+  LedgerSnapshot ledger;              // the simulated run's ledger: peaks, composition at the peak
+  std::vector<PhaseSample> timeline;  // per phase of the simulated steps
+  int64_t parameters = 0;
+  int64_t context_bytes = 0;
+  bool fits = true;                   // false: the simulated device ran out
+  std::string out_of_memory;          // then: what could not be allocated, and where
+  int64_t nvml_total() const { return ledger.reserved_peak + context_bytes; }
+  MemoryPrediction prediction() const;
+};
+
+// Simulates the run of `args` (batch size, precision, ...) on data of `shape`:
+// the first two steps and, when the last batch is partial, that one too;
+// every other step allocates as these do.
+MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args, const DataShape& shape,
+                         const PlanTarget& target);
+
+// The largest per-device batch size (<= limit) whose plan fits target.capacity,
+// or 0 when not even 1 fits.
+int64_t largest_fitting_batch(const BertConfig& config, const TrainingArguments& args, const DataShape& shape,
+                              const PlanTarget& target, int64_t limit = 4096);
+
+}  // namespace anatomy

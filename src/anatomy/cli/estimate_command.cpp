@@ -1,0 +1,115 @@
+// estimate_command.cpp: `anatomy estimate`: the memory plan of `anatomy train`
+// with the same flags, on this machine's GPU or on a named one, without
+// allocating anything on a device.
+#include <fmt/format.h>
+
+#include "anatomy/anatomy/estimate.h"
+#include "anatomy/cli/commands.h"
+#include "anatomy/cli/training_flags.h"
+#include "anatomy/gpu/catalog.h"
+#include "anatomy/gpu/nvml.h"
+#include "anatomy/model/checkpoint.h"
+
+namespace anatomy::cli {
+
+namespace {
+
+struct EstimateFlags {
+  TrainFlags train;
+  std::string gpu;
+  std::string gpu_memory;
+  std::string context_memory;
+};
+
+// The data's shape from the flags, without generating dummy data.
+DataShape shape_from_flags(const TrainingArguments& args, const BertConfig& config) {
+  if (!args.train_file.empty()) return DataShape::of(load_tensor_dataset(args.train_file));
+  DataShape s;
+  s.size = args.dummy_size;
+  s.seq_len = args.dummy_seq_len;
+  s.label_width = 1;
+  s.label_dtype = config.num_labels == 1 ? DType::F32 : DType::I64;
+  if (s.seq_len > config.max_position_embeddings)
+    fail("--dummy-seq-len {}: longer than the model's max_position_embeddings ({})", s.seq_len,
+         config.max_position_embeddings);
+  return s;
+}
+
+int run_estimate(const EstimateFlags& flags, const CLI::App& app) {
+  TrainingArguments args = resolve_training_flags(flags.train, app);
+  const ModelSource source = resolve_model(args.model);
+  EstimateRequest r;
+  r.config = source.config;
+  r.model_name = source.preset.empty() ? source.directory : source.preset;
+  r.args = args;
+  r.shape = shape_from_flags(args, source.config);
+  r.tf32 = flags.train.tf32;
+  r.gpu = flags.train.device != "cpu";
+  if (!r.gpu && (args.bf16 || args.fp16))
+    fail("--{}: mixed precision runs on the GPU; drop --device cpu", args.bf16 ? "bf16" : "fp16");
+  if (!r.gpu && (!flags.gpu.empty() || !flags.gpu_memory.empty()))
+    fail("--device cpu: --gpu and --gpu-memory describe a GPU");
+
+  const gpu::GpuSpec* spec = nullptr;
+  if (!flags.gpu.empty()) {
+    spec = gpu::find_gpu(flags.gpu);
+    if (!spec) {
+      std::string known;
+      for (const gpu::GpuSpec& g : gpu::known_gpus()) known += (known.empty() ? "" : ", ") + g.key;
+      fail("--gpu {}: unknown GPU (known: {}; or give --gpu-memory SIZE)", flags.gpu, known);
+    }
+  }
+  if (r.gpu) {
+    const gpu::Nvml& nvml = gpu::Nvml::instance();
+    const bool here = flags.gpu.empty() && flags.gpu_memory.empty() && nvml.available() && nvml.device_count() > 0;
+    if (here) {  // this machine's GPU, as it is now
+      r.device_name = nvml.device_name(0).value_or("GPU 0");
+      if (const auto m = nvml.memory(0)) {
+        r.device_total = static_cast<int64_t>(m->total);
+        r.other_processes = static_cast<int64_t>(m->used);
+      }
+      spec = gpu::find_gpu(r.device_name);
+    } else if (spec) {
+      r.device_name = spec->name;
+      r.device_total = spec->total_bytes;
+      r.other_processes = spec->reserved_bytes;  // the driver's share of an idle device, as NVML counts it
+    }
+    if (!flags.gpu_memory.empty()) {
+      r.device_total = gpu::parse_byte_size(flags.gpu_memory, "--gpu-memory");
+      if (r.device_total <= 0) fail("--gpu-memory {}: must be positive", flags.gpu_memory);
+      if (!spec) r.device_name = fmt::format("a GPU of {}", format_bytes(r.device_total));
+    }
+    if (spec) {
+      r.context_bytes = spec->context_bytes;
+      r.context_source = spec->context_source;
+    } else {
+      r.context_bytes = gpu::default_context_bytes();
+      r.context_source = "a typical figure; give --context-memory to change it";
+    }
+    if (!flags.context_memory.empty()) {
+      r.context_bytes = gpu::parse_byte_size(flags.context_memory, "--context-memory");
+      r.context_source = "from --context-memory";
+    }
+    if (r.device_name.empty()) r.device_name = "a GPU (give --gpu or --gpu-memory to ask whether it fits)";
+  } else {
+    r.device_name = "the CPU";
+  }
+  const Estimate e = estimate_training(r);
+  fmt::print("{}", format_estimate(r, e));
+  return 0;
+}
+
+}  // namespace
+
+Command add_estimate_command(CLI::App& app) {
+  auto flags = std::make_shared<EstimateFlags>();
+  add_training_flags(app, flags->train);
+  app.add_option("--gpu", flags->gpu, "A GPU by name: v100-16gb, t4, a100-40gb, a100-80gb, h100-80gb, h200, ... "
+                                      "(default: this machine's GPU)");
+  app.add_option("--gpu-memory", flags->gpu_memory, "The GPU's memory, e.g. 16GiB or 24GB (instead of --gpu)");
+  app.add_option("--context-memory", flags->context_memory,
+                 "The CUDA context and kernels' memory to assume, e.g. 500MiB (default: the GPU's known figure)");
+  return [flags, &app]() -> int { return run_estimate(*flags, app); };
+}
+
+}  // namespace anatomy::cli

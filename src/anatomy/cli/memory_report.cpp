@@ -1,0 +1,115 @@
+// memory_report.cpp: NVML readings, the anatomy's files, and the out-of-memory report.
+#include "anatomy/cli/memory_report.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "anatomy/io/files.h"
+
+namespace anatomy::cli {
+
+GpuMemoryProbe::GpuMemoryProbe(int index) : index_(index) {
+  if (const auto m = gpu::Nvml::instance().memory(index)) baseline_ = static_cast<int64_t>(m->used);
+}
+
+std::optional<int64_t> GpuMemoryProbe::own_use() const {
+  const gpu::Nvml& nvml = gpu::Nvml::instance();
+  if (const auto own = nvml.process_used_bytes(index_, static_cast<int>(getpid()))) return *own;
+  const auto m = nvml.memory(index_);
+  if (!m || !baseline_) return std::nullopt;
+  return static_cast<int64_t>(m->used) - *baseline_;
+}
+
+std::optional<gpu::GpuMemory> GpuMemoryProbe::device() const { return gpu::Nvml::instance().memory(index_); }
+
+int64_t GpuMemoryProbe::others() const { return baseline_.value_or(0); }
+
+MemoryAnatomy take_memory_anatomy(Backend& backend, const DeviceFacts& facts, int64_t context_bytes,
+                                  int64_t nvml_used, const MemoryPlan* plan) {
+  MemoryAnatomy m;
+  Ledger& ledger = backend.ledger();
+  m.device = backend.device().str();
+  m.device_name = facts.name;
+  m.device_total = facts.total;
+  m.ledger = ledger.snapshot();
+  m.timeline = ledger.timeline();
+  m.timeline_dropped = ledger.timeline_dropped();
+  m.context_bytes = context_bytes;
+  m.nvml_used = nvml_used;
+  if (plan) m.predicted = plan->prediction();
+  return m;
+}
+
+void write_memory_reports(const MemoryAnatomy& anatomy, const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string json_path = (fs::path(dir) / "anatomy.json").string();
+  const std::string html_path = (fs::path(dir) / "report.html").string();
+  io::write_text_file_atomic(json_path, memory_anatomy_json(anatomy));
+  io::write_text_file_atomic(html_path, memory_report_html(anatomy));
+  fmt::print("Memory anatomy written to {} and {}\n", json_path, html_path);
+}
+
+std::vector<FittingSetting> settings_that_fit(const BertConfig& config, const TrainingArguments& args,
+                                              const DataShape& shape, const PlanTarget& target) {
+  std::vector<FittingSetting> out;
+  auto add = [&](const TrainingArguments& a, const std::string& precision_flag) {
+    const int64_t batch = largest_fitting_batch(config, a, shape, target, args.per_device_train_batch_size);
+    if (batch <= 0) return;
+    TrainingArguments fitted = a;
+    fitted.per_device_train_batch_size = batch;
+    DataShape s = shape;
+    s.size = std::min(shape.size, 2 * batch);
+    const MemoryPlan plan = plan_training(config, fitted, s, target);
+    out.push_back({fmt::format("{}--per-device-train-batch-size {}", precision_flag, batch), plan.nvml_total()});
+  };
+  add(args, args.bf16 ? "--bf16 " : args.fp16 ? "--fp16 " : "");
+  if (!args.bf16 && !args.fp16 && target.gpu) {
+    TrainingArguments bf16 = args;
+    bf16.bf16 = true;
+    add(bf16, "--bf16 ");
+  }
+  return out;
+}
+
+std::string out_of_memory_report(const OutOfMemory& oom, const std::optional<gpu::GpuMemory>& device,
+                                 const std::vector<FittingSetting>& settings, int64_t capacity) {
+  std::string out = fmt::format("error: {}{}\n", oom.message(),
+                                oom.step >= 0 ? fmt::format(" (step {})", oom.step + 1) : "");
+  out += "  held at that moment, by category:\n";
+  for (size_t c = 0; c < kCategoryCount; ++c)
+    if (oom.ledger.live[c] > 0)
+      out += fmt::format("    {:<18} {:>12}\n", category_name(static_cast<Category>(c)),
+                         format_bytes(oom.ledger.live[c]));
+  out += fmt::format("    {:<18} {:>12}\n", "total", format_bytes(oom.ledger.live_total));
+  if (oom.ledger.reserved > 0)
+    out += fmt::format("    {:<18} {:>12}\n", "pool segments", format_bytes(oom.ledger.reserved));
+  if (device) {
+    out += fmt::format("  GPU {}: {} free of {} (NVML)\n", oom.device.str(),
+                       format_bytes(static_cast<int64_t>(device->free)),
+                       format_bytes(static_cast<int64_t>(device->total)));
+    const auto processes = gpu::Nvml::instance().processes(oom.device.index);
+    const int own = static_cast<int>(getpid());
+    std::string others;
+    if (processes)
+      for (const gpu::GpuProcess& p : *processes)
+        if (p.pid != own)
+          others += fmt::format("    pid {:<8} {:<24} {}\n", p.pid, p.name.empty() ? "?" : p.name,
+                                p.used_bytes >= 0 ? format_bytes(p.used_bytes) : "unknown");
+    out += others.empty() ? "  no other process holds memory on it\n" : "  other processes on it:\n" + others;
+  }
+  if (settings.empty()) {
+    out += "  the memory plan finds no batch size that fits; a smaller model or a larger GPU is needed\n";
+  } else {
+    out += "  settings that fit (the memory plan):\n";
+    for (const FittingSetting& s : settings)
+      out += fmt::format("    {} fits: predicted {}{}\n", s.flags, format_bytes(s.predicted),
+                         capacity > 0 ? fmt::format(" of {} available", format_bytes(capacity)) : "");
+  }
+  return out;
+}
+
+}  // namespace anatomy::cli

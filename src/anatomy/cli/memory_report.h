@@ -1,0 +1,62 @@
+// memory_report.h: the memory side of a training run at the command line:
+// NVML readings of this process, the anatomy after (and during) training,
+// its files, and the out-of-memory report with settings that fit.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "anatomy/anatomy/memory_anatomy.h"
+#include "anatomy/anatomy/memory_plan.h"
+#include "anatomy/gpu/nvml.h"
+#include "anatomy/kernels/backend.h"
+
+namespace anatomy::cli {
+
+// This process's use of one GPU, from NVML: its own entry in the device's
+// process list when NVML lists it (it may not inside a container), else the
+// device's use minus what was in use before this process made its context.
+class GpuMemoryProbe {
+ public:
+  // Call before the CUDA context exists: reads the baseline.
+  explicit GpuMemoryProbe(int index);
+  int index() const { return index_; }
+  std::optional<int64_t> own_use() const;
+  std::optional<gpu::GpuMemory> device() const;
+  int64_t others() const;  // bytes other processes held at the baseline (0 when unknown)
+
+ private:
+  int index_;
+  std::optional<int64_t> baseline_;
+};
+
+struct DeviceFacts {
+  std::string name;            // NVML's name, "" when unknown
+  int64_t total = 0;           // bytes, 0 when unknown
+};
+
+// The anatomy of the backend's ledger now, with the device-level readings
+// (-1 when unknown) and the plan's prediction when there is one.
+MemoryAnatomy take_memory_anatomy(Backend& backend, const DeviceFacts& facts, int64_t context_bytes,
+                                  int64_t nvml_used, const MemoryPlan* plan);
+
+// anatomy.json and report.html in `dir`, each written whole or not at all.
+void write_memory_reports(const MemoryAnatomy& anatomy, const std::string& dir);
+
+// A setting that fits, as flags, with its predicted NVML use.
+struct FittingSetting {
+  std::string flags;
+  int64_t predicted = 0;
+};
+// The settings the plan says fit `target` (a batch that fits, with the
+// precision asked for and with bf16), best first.
+std::vector<FittingSetting> settings_that_fit(const BertConfig& config, const TrainingArguments& args,
+                                              const DataShape& shape, const PlanTarget& target);
+
+// The out-of-memory report: what was being allocated, the ledger then, the
+// device's free and total memory, other processes, and settings that fit.
+std::string out_of_memory_report(const OutOfMemory& oom, const std::optional<gpu::GpuMemory>& device,
+                                 const std::vector<FittingSetting>& settings, int64_t capacity);
+
+}  // namespace anatomy::cli

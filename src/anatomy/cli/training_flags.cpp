@@ -1,0 +1,73 @@
+// training_flags.cpp: registration and cross-checks of the training flags.
+#include "anatomy/cli/training_flags.h"
+
+#include <filesystem>
+
+#include "anatomy/cli/commands.h"
+#include "anatomy/core/error.h"
+
+namespace anatomy::cli {
+
+void add_training_flags(CLI::App& app, TrainFlags& flags) {
+  TrainingArguments& a = flags.args;
+  app.add_option("--model", a.model, "Directory with config.json + model.safetensors, or a preset "
+                                   "(bert-large-uncased, bert-base-uncased, bert-medium, bert-small, bert-mini, bert-tiny)")
+      ->capture_default_str();
+  app.add_option("--dataset", a.dataset, "Built-in dataset: dummy (the seed's random ids)")->capture_default_str();
+  app.add_option("--train-file", a.train_file, "Pre-tokenized safetensors file: input_ids [N, L] and optional "
+                                             "attention_mask, token_type_ids, labels");
+  app.add_option("--dummy-size", a.dummy_size, "Number of dummy sequences")->capture_default_str()->check(positive_number());
+  app.add_option("--dummy-seq-len", a.dummy_seq_len, "Tokens per dummy sequence")->capture_default_str()->check(positive_number());
+  app.add_option("--per-device-train-batch-size", a.per_device_train_batch_size, "Batch size")
+      ->capture_default_str()->check(positive_number());
+  app.add_option("--num-train-epochs", a.num_train_epochs, "Epochs (ignored when --max-steps > 0)")
+      ->capture_default_str()->check(positive_number());
+  app.add_option("--max-steps", a.max_steps, "Optimizer steps; overrides --num-train-epochs when > 0")->capture_default_str();
+  app.add_option("--learning-rate", a.learning_rate, "AdamW learning rate")->capture_default_str()->check(non_negative_number());
+  app.add_option("--weight-decay", a.weight_decay, "Decoupled weight decay (never on biases and LayerNorm)")
+      ->capture_default_str()->check(non_negative_number());
+  app.add_option("--adam-beta1", a.adam_beta1, "AdamW beta1")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--adam-beta2", a.adam_beta2, "AdamW beta2")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--adam-epsilon", a.adam_epsilon, "AdamW epsilon")->capture_default_str()->check(positive_number());
+  app.add_option("--warmup-steps", a.warmup_steps, "Linear warmup steps")->capture_default_str()->check(non_negative_number());
+  app.add_option("--lr-scheduler-type", flags.scheduler, "linear, constant or constant_with_warmup")
+      ->capture_default_str()->check(CLI::IsMember({"linear", "constant", "constant_with_warmup"}));
+  app.add_option("--max-grad-norm", a.max_grad_norm, "Clip the global gradient norm to this (0: no clipping)")
+      ->capture_default_str()->check(non_negative_number());
+  app.add_option("--seed", a.seed, "Seed of initialisation, data, shuffling and dropout")
+      ->capture_default_str()->check(non_negative_number());
+  app.add_flag("--no-shuffle", flags.no_shuffle, "Keep the data in file order");
+  app.add_option("--logging-steps", a.logging_steps, "Write a log record every N steps")
+      ->capture_default_str()->check(positive_number());
+  app.add_option("--output-dir", a.output_dir, "Write config.json, model.safetensors and log.jsonl here");
+  app.add_option("--device", flags.device, "cpu, cuda or auto")->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  app.add_flag("--no-progress", flags.no_progress, "No progress bar");
+  app.add_flag("--tf32", flags.tf32, "TensorFloat-32 matrix products on the GPU (float32 storage)");
+  app.add_flag("--bf16", a.bf16, "Mixed precision: bf16 compute, float32 master weights, gradients and AdamW states");
+  app.add_flag("--fp16", a.fp16, "Mixed precision in fp16 with dynamic loss scaling (as PyTorch's GradScaler)");
+  app.add_option("--anatomy-steps", flags.anatomy_steps,
+                 "Print the memory anatomy every N steps as well as at the end (0: at the end only)")
+      ->capture_default_str()->check(non_negative_number());
+  app.add_flag("--auto-find-batch-size", flags.auto_find_batch_size,
+               "Use the largest batch that fits (the memory plan's answer, confirmed by one real step)");
+}
+
+TrainingArguments resolve_training_flags(const TrainFlags& flags, const CLI::App& app) {
+  TrainingArguments args = flags.args;
+  parse_schedule_kind(flags.scheduler, &args.lr_scheduler_type);
+  args.shuffle = !flags.no_shuffle;
+  args.progress = !flags.no_progress;
+  if (!args.train_file.empty() && app.count("--dataset"))
+    fail("--dataset and --train-file are exclusive: give one");
+  if (args.train_file.empty() && args.dataset != "dummy")
+    fail("--dataset {}: only \"dummy\" is built in; give text or tensors with --train-file", args.dataset);
+  if (!args.output_dir.empty() && std::filesystem::exists(args.output_dir) &&
+      !std::filesystem::is_directory(args.output_dir))
+    fail("--output-dir {}: exists and is not a directory", args.output_dir);
+
+  if (args.bf16 && args.fp16) fail("--bf16 and --fp16 are exclusive: give one");
+  return args;
+}
+
+}  // namespace anatomy::cli

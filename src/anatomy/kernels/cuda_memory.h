@@ -1,0 +1,241 @@
+// cuda_memory.h: every size of device memory the CUDA backend allocates for
+// itself, in plain C++ (no CUDA types: it compiles in a CPU-only build). The
+// CUDA backend (kernels/cuda) and its kernels use these functions, and so does
+// the meta backend (kernels/meta), which runs the model without computing and
+// allocates what the CUDA backend would; one definition of each size, so the
+// two cannot drift apart. What is here:
+//
+//   - the CUDA backend's own buffers: the cuBLAS workspace, the host results
+//     slot, the grow-on-demand kernel scratch (rounded to 256 bytes);
+//   - each kernel's scratch needs, and the shape decisions those depend on
+//     (chunks of partial sums, splits of the fused attention's backward, ...),
+//     which the launchers use too, so that a scratch size and the launch that
+//     fills the scratch cannot disagree;
+//   - which attention and LayerNorm cases are fused (the unfused ones take
+//     other paths, with other temporaries);
+//   - AdamW's multi-tensor chunk table.
+//
+// Kernel sources keep their compile-time tile constants and static_assert
+// them against the ones here.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "anatomy/core/dtype.h"
+#include "anatomy/kernels/backend.h"
+
+namespace anatomy::cuda {
+
+// ---- the backend's own buffers (cuda_backend.cu) ----
+
+// cuBLAS wants a workspace on Hopper of up to 32 MiB; given through the ledger
+// ("cublas_workspace", category workspace), for cuBLAS and cuBLASLt alike.
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+// "host_results" (category functionality): float32 elements of the slot that
+// losses and sums land in before they are read back (one double is used).
+constexpr int64_t kHostResultsFloats = 4;
+// The shared kernel scratch ("kernel_scratch", category temporary) is grown to
+// the largest need so far, rounded up to this many bytes.
+constexpr size_t kScratchRounding = 256;
+constexpr size_t scratch_allocation_bytes(size_t need) {
+  return (need + kScratchRounding - 1) / kScratchRounding * kScratchRounding;
+}
+
+inline bool is_16_byte_aligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// ---- attention ----
+
+// Head sizes of the fused ("flash") kernels: 32, 64 and 128 in bf16/fp16
+// (flash_attention.cu); 32 and 64 in float32 (flash_attention_f32.cu).
+constexpr bool flash_attention_supported(int64_t head_dim) {
+  return head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
+constexpr bool flash_attention_f32_supported(int64_t head_dim) { return head_dim == 32 || head_dim == 64; }
+// Whether the CUDA backend's attention of this dtype and head size is fused
+// (saves the row log-sum-exp, not the probabilities). Unfused 16-bit attention
+// runs the float32 materialised path on float32 copies of its inputs.
+constexpr bool fused_attention(DType dtype, int64_t head_dim) {
+  return dtype == DType::F32 ? flash_attention_f32_supported(head_dim) : flash_attention_supported(head_dim);
+}
+
+// Materialised float32 attention (attention.cu): the dropped probabilities
+// (forward), then dP / dS (backward), one [B, heads, L, L] float buffer.
+constexpr size_t attention_scratch_bytes(int64_t B, int64_t heads, int64_t L) {
+  return static_cast<size_t>(B * heads * L * L) * sizeof(float);
+}
+
+// The 16-bit flash backward (flash_attention.cu): query rows per tile, the
+// shared memory a block may have on sm_90, keys per tile, and the splits of
+// the key tiles (about two blocks per SM of a 132-SM GPU, at most one per key
+// tile). dQ stays in shared memory ("resident") when the whole dQ of a
+// (batch entry, head) fits next to the tiles and there are enough pairs to
+// fill the GPU with one block each. Functions of the shapes only.
+constexpr int64_t kFlashTile = 64;
+constexpr int64_t kFlashMaxSmem = 232448;
+constexpr int64_t kFlashTargetBlocks = 264;
+constexpr int64_t flash_backward_keys(int64_t D) { return D <= 64 ? 128 : 64; }
+// Shared memory of the backward block besides dQ: K, V; 2 × Q, 2 × dO; dSᵀ; 2 × (lse, Δ).
+constexpr int64_t flash_backward_base_smem(int64_t D) {
+  const int64_t keys = flash_backward_keys(D);
+  return (2 * keys + 4 * kFlashTile) * (D + 8) * 2 + keys * (kFlashTile + 8) * 2 + 4 * kFlashTile * 4;
+}
+constexpr int64_t flash_backward_splits(int64_t bh, int64_t L, int64_t D) {
+  const int64_t tiles = (L + flash_backward_keys(D) - 1) / flash_backward_keys(D);
+  const int64_t want = (kFlashTargetBlocks + bh - 1) / bh;
+  return std::clamp<int64_t>(want, 1, tiles);
+}
+constexpr int64_t flash_backward_resident_smem(int64_t L, int64_t D) {
+  return flash_backward_base_smem(D) + (L + kFlashTile - 1) / kFlashTile * kFlashTile * D * 4;
+}
+constexpr bool flash_backward_resident(int64_t bh, int64_t L, int64_t D) {
+  return D <= 64 && bh >= 128 && flash_backward_resident_smem(L, D) <= kFlashMaxSmem;
+}
+// Its scratch: Δ and lse · log2 e (bh·L floats each, 256-byte aligned), then
+// the split dQ accumulators unless dQ stays in shared memory.
+struct FlashScratchLayout {
+  size_t rows = 0, accum = 0, total = 0;
+};
+constexpr FlashScratchLayout flash_attention_scratch_layout(int64_t bh, int64_t L, int64_t D) {
+  FlashScratchLayout s{};
+  s.rows = (static_cast<size_t>(bh * L) * sizeof(float) + 255) / 256 * 256;
+  s.accum = flash_backward_resident(bh, L, D)
+                ? 0
+                : static_cast<size_t>(flash_backward_splits(bh, L, D) * bh * L * D) * sizeof(float);
+  s.total = 2 * s.rows + s.accum;
+  return s;
+}
+constexpr size_t flash_attention_scratch_bytes(int64_t B, int64_t L, int64_t heads, int64_t D) {
+  const int64_t bh = B * heads;
+  if (bh <= 0 || L <= 0 || D <= 0) return 0;
+  return flash_attention_scratch_layout(bh, L, D).total;
+}
+
+// The float32 flash backward (flash_attention_f32.cu): keys per tile, and the
+// splits of the key tiles (about kFlashF32TargetBlocks blocks, each with the
+// same number of tiles). Its scratch: Δ (bh·L floats, 256-byte aligned), then
+// the dQ partial sums of every split.
+constexpr int64_t kFlashF32Keys = 64;
+constexpr int64_t kFlashF32TargetBlocks = 264;
+constexpr int64_t flash_f32_backward_splits(int64_t bh, int64_t L) {
+  const int64_t tiles = (L + kFlashF32Keys - 1) / kFlashF32Keys;
+  const int64_t want = std::clamp<int64_t>((kFlashF32TargetBlocks + bh - 1) / bh, 1, tiles);
+  const int64_t per_block = (tiles + want - 1) / want;
+  return (tiles + per_block - 1) / per_block;
+}
+constexpr size_t flash_f32_delta_bytes(int64_t bh, int64_t L) {
+  return (static_cast<size_t>(bh * L) * sizeof(float) + 255) / 256 * 256;
+}
+constexpr size_t flash_attention_f32_scratch_bytes(int64_t B, int64_t L, int64_t heads, int64_t D) {
+  const int64_t bh = B * heads;
+  if (bh <= 0 || L <= 0 || D <= 0) return 0;
+  return flash_f32_delta_bytes(bh, L) + static_cast<size_t>(flash_f32_backward_splits(bh, L) * bh * L * D) * sizeof(float);
+}
+
+// ---- LayerNorm ----
+
+// The plain LayerNorm backward (layernorm.cu): dgamma/dbeta partial sums (in
+// double) over chunks of at least 32 rows, at most 128 chunks.
+constexpr int64_t kLayerNormMaxChunks = 128;
+constexpr int64_t kLayerNormMinChunkRows = 32;
+constexpr int64_t layernorm_partial_chunks(int64_t rows) {
+  return std::clamp<int64_t>((rows + kLayerNormMinChunkRows - 1) / kLayerNormMinChunkRows, 1, kLayerNormMaxChunks);
+}
+constexpr size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t H) {
+  if (rows <= 0 || H <= 0) return 0;
+  return static_cast<size_t>(2 * layernorm_partial_chunks(rows) * H) * sizeof(double);
+}
+
+// The fused residual LayerNorm (fused_layernorm.cu): rows of H elements, H a
+// multiple of 8 up to 8 groups of 256, 16-byte aligned tensors. Its backward
+// and the 16-bit bias-gradient column sums keep float partial sums over
+// chunks of 32 rows, or of fewer (down to 8) when that keeps more blocks busy,
+// at most 512 chunks.
+constexpr int64_t kFusedLayerNormMaxGroups = 8;
+constexpr int64_t kFusedLayerNormMaxChunks = 512;
+inline bool fused_layernorm_supported(int64_t H, std::initializer_list<const void*> pointers) {
+  if (H <= 0 || H % 8 != 0 || H > 256 * kFusedLayerNormMaxGroups) return false;
+  for (const void* p : pointers)
+    if (!is_16_byte_aligned(p)) return false;
+  return true;
+}
+constexpr int64_t fused_partial_chunks(int64_t rows) {
+  const int64_t rows_per_chunk = std::clamp<int64_t>(rows / (2 * kFusedLayerNormMaxChunks), 8, 32);
+  return std::clamp<int64_t>((rows + rows_per_chunk - 1) / rows_per_chunk, 1, kFusedLayerNormMaxChunks);
+}
+constexpr size_t residual_layernorm_backward_scratch_bytes(int64_t rows, int64_t H) {
+  if (rows <= 0 || H <= 0) return 0;
+  return static_cast<size_t>(2 * fused_partial_chunks(rows) * H) * sizeof(float);
+}
+// db += Σ_rows dy for a 16-bit dy [rows, N]: the fast kernel takes N % 8 == 0
+// and a 16-byte aligned dy; otherwise a kernel without scratch runs.
+inline bool column_sums_half_supported(int64_t N, const void* dy) {
+  return N > 0 && N % 8 == 0 && N <= 0x7fffffff && is_16_byte_aligned(dy);
+}
+constexpr size_t column_sums_half_scratch_bytes(int64_t rows, int64_t N) {
+  if (rows <= 0 || N <= 0) return 0;
+  return static_cast<size_t>(fused_partial_chunks(rows) * N) * sizeof(float);
+}
+
+// ---- embeddings (embedding.cu) ----
+
+// The backward sorts the T token ids (CUB's radix sort of 64-bit keys with
+// 32-bit token indices), then sums each id's rows over chunks of S positions
+// (partial slots budgeted at kEmbeddingPartialDoublesPerToken doubles per token).
+constexpr int64_t kEmbeddingMinChunk = 64;
+constexpr int64_t kEmbeddingPartialDoublesPerToken = 16;
+constexpr int64_t embedding_backward_chunk(int64_t H) { return std::max(kEmbeddingMinChunk, (H + 3) / 4); }
+// CUB's temporary storage for cub::DeviceRadixSort::SortPairs of T
+// (uint64_t key, int32_t value) pairs over all 64 key bits, as CCCL 3.0 (CUDA
+// 13.0) computes it for sm_90 and later: 1 byte for a single tile (up to 2304
+// items), else its one-sweep allocations (bins, lookback, the other key and
+// value buffers, counters), each rounded to 256 bytes, plus 255. embedding.cu
+// checks at run time that CUB asks for no more than this.
+size_t cub_sort_pairs_bytes(int64_t T);
+// Where each piece of the scratch lies, all 256-byte aligned: the sorted keys,
+// token indices in and sorted, the chunks' partial sums, CUB's storage.
+struct EmbeddingScratchLayout {
+  size_t keys_sorted = 0, tokens_in = 0, tokens_sorted = 0, partials = 0, cub = 0, cub_bytes = 0, total = 0;
+  explicit EmbeddingScratchLayout(int64_t T);
+};
+// 0 for T <= 0; fails for more tokens than one sort handles (INT_MAX).
+size_t embedding_backward_scratch_bytes(int64_t T);
+
+// ---- optimizer (optimizer.cu) ----
+
+// Blocks of the first level of the deterministic reductions (sum of squares,
+// the finite checks): a function of n alone, at most 1024, each of 256 threads
+// × 16 items; one partial (a double, or an int flag) per block.
+constexpr int64_t kReductionThreads = 256;
+constexpr int64_t kReductionItemsPerThread = 16;
+constexpr int64_t kReductionMaxBlocks = 1024;
+constexpr int64_t reduction_blocks(int64_t n) {
+  return std::clamp<int64_t>((n + kReductionThreads * kReductionItemsPerThread - 1) /
+                                 (kReductionThreads * kReductionItemsPerThread),
+                             1, kReductionMaxBlocks);
+}
+constexpr size_t sum_of_squares_scratch_bytes(int64_t n) {
+  return static_cast<size_t>(reduction_blocks(n)) * sizeof(double);
+}
+constexpr size_t all_finite_scratch_bytes(int64_t n) { return static_cast<size_t>(reduction_blocks(n)) * sizeof(int); }
+
+// Multi-tensor AdamW: the segments cut into chunks of at most kAdamWChunk
+// elements of one parameter group each; block b of the kernel updates chunk b.
+constexpr int64_t kAdamWChunk = 8192;
+struct AdamWChunk {
+  int64_t begin, end;
+  int64_t decay;  // 1: the group's weight decay; 0: none
+};
+// Builds the table for the device (bytes of AdamWChunk) and returns the number of chunks.
+int64_t adamw_chunk_table(const std::vector<ParamSegment>& segments, std::vector<unsigned char>& table);
+// Float32 elements of the "adamw_chunk_table" tensor (category functionality)
+// that holds `table_bytes` bytes of the table (one more than needed, so that
+// it is never empty).
+constexpr int64_t adamw_chunk_table_floats(size_t table_bytes) {
+  return static_cast<int64_t>((table_bytes + 3) / 4) + 1;
+}
+
+}  // namespace anatomy::cuda

@@ -1,0 +1,293 @@
+// meta_backend.cpp: MetaBackend, the Backend that allocates as its target
+// does and computes nothing (meta_backend.h).
+//
+// Keeping the mirror honest: every allocation the CUDA backend makes for
+// itself (kernels/cuda/cuda_backend.cu, marked "MIRRORED" there) has its twin
+// here, marked "MIRRORS", with the size from kernels/cuda_memory.h, the same
+// name, category, order and lifetime, under the same conditions (which path an
+// op takes may depend on the dtype, the head size, the hidden size and the
+// 16-byte alignment of the tensors' addresses; the simulated addresses keep
+// the real ones' alignment, since both come from the same pool policy). The
+// CPU backend allocates nothing for itself. tests/test_meta_backend.cpp and
+// tests/gpu/test_meta_backend_cuda.cpp compare the ledgers of real and meta
+// training runs.
+#include "anatomy/kernels/meta/meta_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "anatomy/core/error.h"
+#include "anatomy/core/pool.h"
+#include "anatomy/kernels/cuda_memory.h"
+
+namespace anatomy {
+
+namespace {
+
+// Made-up host addresses: 64-byte aligned as the C library's aligned_alloc
+// gives them (cpu allocator, core/ledger.cpp), never reused, never touched.
+class SimulatedCpuAllocator final : public DeviceAllocator {
+ public:
+  explicit SimulatedCpuAllocator(int64_t capacity) : capacity_(capacity) {}
+  void* allocate(size_t bytes) override {
+    if (capacity_ > 0 && live_ + static_cast<int64_t>(bytes) > capacity_) return nullptr;
+    const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    void* ptr = reinterpret_cast<void*>(next_);
+    next_ += rounded + 64;  // a gap, so that no two buffers are adjacent
+    live_ += static_cast<int64_t>(bytes);
+    return ptr;
+  }
+  void release(void*, size_t bytes) override { live_ -= static_cast<int64_t>(bytes); }
+  int64_t reserved_bytes() const override { return live_; }
+
+ private:
+  int64_t capacity_;
+  int64_t live_ = 0;
+  uintptr_t next_ = uintptr_t{1} << 44;
+};
+
+int64_t rows_of(const Tensor& t) { return t.numel() / t.dim(-1); }
+
+class MetaBackend final : public Backend {
+ public:
+  explicit MetaBackend(const MetaOptions& options)
+      : target_(options.target),
+        ledger_(options.target == MetaTarget::Cuda ? Device::cuda(0) : Device::cpu(),
+                options.target == MetaTarget::Cuda ? make_pool_allocator(make_simulated_segments(options.device_capacity))
+                                                   : make_simulated_cpu_allocator(options.device_capacity)) {
+    if (cuda()) {
+      // MIRRORS the CudaBackend constructor: the cuBLAS workspace, then the results slot.
+      workspace_ = Tensor::empty(ledger_, {static_cast<int64_t>(cuda::kCublasWorkspaceBytes / 4)}, DType::F32,
+                                 Category::Workspace, "cublas_workspace");
+      results_ = Tensor::empty(ledger_, {cuda::kHostResultsFloats}, DType::F32, Category::Functionality,
+                               "host_results");
+    }
+  }
+
+  Device device() const override { return cuda() ? Device::cuda(0) : Device::cpu(); }
+  Ledger& ledger() override { return ledger_; }
+
+  // --- memory: nothing moves; what is read back is zeros ---
+  void zero(const Tensor&) override {}
+  void upload_async(const Tensor&, const void*) override {}
+  void upload_wait() override {}
+  void copy_from_host(const Tensor&, const void*) override {}
+  void copy_to_host(const Tensor& src, void* dst) override {
+    if (src.nbytes() > 0) std::memset(dst, 0, src.nbytes());
+  }
+  void copy(const Tensor& dst, const Tensor& src) override {
+    ANATOMY_CHECK(dst.nbytes() == src.nbytes(), "copy: {} and {} differ in size", dst.name(), src.name());
+  }
+  void cast(const Tensor& src, const Tensor& dst) override {
+    ANATOMY_CHECK(src.numel() == dst.numel(), "cast: {} and {} differ in size", src.name(), dst.name());
+    const bool ok = src.dtype() == dst.dtype() ||
+                    (src.dtype() == DType::F32 && (dst.dtype() == DType::BF16 || dst.dtype() == DType::F16)) ||
+                    (dst.dtype() == DType::F32 && (src.dtype() == DType::BF16 || src.dtype() == DType::F16));
+    ANATOMY_CHECK(ok, "cast from {} to {}", dtype_name(src.dtype()), dtype_name(dst.dtype()));
+  }
+
+  // --- products ---
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) override {
+    if (!cuda())  // the CPU backend has float32 products only
+      ANATOMY_CHECK(x.defined() && x.dtype() == DType::F32, "linear_forward: '{}' must be a defined float32 tensor",
+                    x.name());
+    const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
+    ANATOMY_CHECK(w.dim(1) == K && y.numel() == M * N, "linear_forward: shapes of {} {} {}", x.name(), w.name(),
+                  y.name());
+  }
+  void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor& dw,
+                       const Tensor* db, bool accumulate_dx) override {
+    const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
+    ANATOMY_CHECK(dy.numel() == M * N && (!dw.defined() || dw.numel() == N * K), "linear_backward: shapes of {} {}",
+                  dy.name(), dw.name());
+    // MIRRORS CudaBackend::linear_backward: the fast 16-bit column sums' scratch.
+    if (cuda() && db && x.dtype() != DType::F32 && cuda::column_sums_half_supported(N, dy.raw()))
+      scratch_bytes(cuda::column_sums_half_scratch_bytes(M, N));
+  }
+  // linear_forward_n and linear_backward_weights_n: Backend's, one product at a
+  // time. The CUDA backend's batched versions allocate what these do (its
+  // batched weight gradients still take each bias gradient by linear_backward).
+
+  // --- embeddings ---
+  void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool) override {
+    ANATOMY_CHECK(out.numel() == ids.numel() * table.dim(1), "embedding_forward: {} does not fit {} rows of {}",
+                  out.name(), ids.numel(), table.dim(1));
+  }
+  void embedding_backward(const Tensor& ids, const Tensor&, const Tensor&, int64_t) override {
+    // MIRRORS CudaBackend::embedding_backward: the sort's and partial sums' scratch.
+    if (cuda()) scratch_bytes(cuda::embedding_backward_scratch_bytes(ids.numel()));
+  }
+
+  // --- normalisation ---
+  void layernorm_forward(const Tensor&, const Tensor&, const Tensor&, double, const Tensor&, const Tensor&,
+                         const Tensor&) override {}
+  void layernorm_backward(const Tensor&, const Tensor& x, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                          const Tensor&, const Tensor&) override {
+    // MIRRORS CudaBackend::layernorm_backward: the partial sums' scratch.
+    if (cuda()) scratch_bytes(cuda::layernorm_backward_scratch_bytes(rows_of(x), x.dim(-1)));
+  }
+  void residual_layernorm_forward(const Tensor& x, const Tensor& residual, const DropoutSpec&, const Tensor&,
+                                  const Tensor&, double, const Tensor& sum, const Tensor& y, const Tensor&,
+                                  const Tensor&) override {
+    ANATOMY_CHECK(x.numel() == sum.numel() && residual.numel() == sum.numel() && y.numel() == sum.numel() &&
+                      x.dtype() == sum.dtype() && residual.dtype() == sum.dtype() && y.dtype() == sum.dtype(),
+                  "residual_layernorm_forward: {} {} {} {} differ in size or dtype", x.name(), residual.name(),
+                  sum.name(), y.name());
+    // Fused or not, the CUDA backend allocates nothing here.
+  }
+  void residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& gamma, const DropoutSpec&, const Tensor& d_residual,
+                                   const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta) override {
+    ANATOMY_CHECK(dy.numel() == sum.numel() && d_residual.numel() == sum.numel() && d_x.numel() == sum.numel() &&
+                      dy.dtype() == sum.dtype() && d_residual.dtype() == sum.dtype() && d_x.dtype() == sum.dtype(),
+                  "residual_layernorm_backward: {} {} {} {} differ in size or dtype", dy.name(), sum.name(),
+                  d_residual.name(), d_x.name());
+    if (!cuda()) return;
+    // MIRRORS CudaBackend::residual_layernorm_backward: the fused backward's
+    // scratch, else the plain LayerNorm backward's.
+    const int64_t H = sum.dim(-1);
+    if (cuda::fused_layernorm_supported(H, {dy.raw(), sum.raw(), d_residual.raw(), d_x.raw()}))
+      return scratch_bytes(cuda::residual_layernorm_backward_scratch_bytes(rows_of(sum), H));
+    layernorm_backward(dy, sum, mean, rstd, gamma, d_x, dgamma, dbeta);
+  }
+
+  // --- element-wise: nothing allocated on either target ---
+  void add(const Tensor&, const Tensor&, const Tensor&) override {}
+  void add_inplace(const Tensor&, const Tensor&) override {}
+  void activation_forward(ActivationKind, const Tensor&, const Tensor&) override {}
+  void activation_backward(ActivationKind, const Tensor&, const Tensor&, const Tensor&) override {}
+  void activation_backward_recompute(ActivationKind kind, const Tensor&, const Tensor&, const Tensor&,
+                                     const Tensor&) override {
+    ANATOMY_CHECK(kind != ActivationKind::Tanh, "activation_backward_recompute: tanh saves its output, not its input");
+  }
+  void dropout(const Tensor&, const Tensor&, const DropoutSpec&) override {}
+  void select_row(const Tensor&, int64_t, const Tensor&) override {}
+  void select_row_backward(const Tensor&, int64_t, const Tensor&) override {}
+
+  // --- attention ---
+  bool attention_saves_probabilities(DType dtype, int64_t head_dim) const override {
+    return cuda() ? !cuda::fused_attention(dtype, head_dim) : true;
+  }
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
+                         double scale, const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) override {
+    if (!cuda()) return;
+    // MIRRORS CudaBackend::attention_forward.
+    const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
+    if (q.dtype() != DType::F32 && !cuda::fused_attention(q.dtype(), D)) {
+      // Float32 ctx, q, k, v, in this order, freed together.
+      Tensor ctx32 = temporary(ctx.shape(), "ctx_f32");
+      Tensor q32 = temporary(q.shape(), "q_f32");
+      Tensor k32 = temporary(k.shape(), "k_f32");
+      Tensor v32 = temporary(v.shape(), "v_f32");
+      return attention_forward(q32, k32, v32, key_mask, heads, scale, dropout, probs, ctx32);
+    }
+    if (q.dtype() == DType::F32 && cuda::fused_attention(DType::F32, D)) return;  // flash, float32
+    if (q.dtype() != DType::F32) return;                                           // flash, 16-bit
+    scratch_bytes(cuda::attention_scratch_bytes(B, heads, L));                     // materialised
+  }
+  void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx,
+                          const Tensor& saved, const Tensor& key_mask, int64_t heads, double scale,
+                          const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
+    if (!cuda()) return;
+    // MIRRORS CudaBackend::attention_backward.
+    const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
+    if (q.dtype() != DType::F32 && !cuda::fused_attention(q.dtype(), D)) {
+      // Float32 dq, dk, dv, dctx, q, k, v, in this order, freed together.
+      Tensor dq32 = temporary(dq.shape(), "dq_f32");
+      Tensor dk32 = temporary(dk.shape(), "dk_f32");
+      Tensor dv32 = temporary(dv.shape(), "dv_f32");
+      Tensor dctx32 = temporary(dctx.shape(), "dctx_f32");
+      Tensor q32 = temporary(q.shape(), "q_f32");
+      Tensor k32 = temporary(k.shape(), "k_f32");
+      Tensor v32 = temporary(v.shape(), "v_f32");
+      return attention_backward(dctx32, q32, k32, v32, ctx, saved, key_mask, heads, scale, dropout, dq32, dk32,
+                                dv32);
+    }
+    if (q.dtype() == DType::F32 && cuda::fused_attention(DType::F32, D))
+      return scratch_bytes(cuda::flash_attention_f32_scratch_bytes(B, L, heads, D));
+    if (q.dtype() != DType::F32) return scratch_bytes(cuda::flash_attention_scratch_bytes(B, L, heads, D));
+    scratch_bytes(cuda::attention_scratch_bytes(B, heads, L));
+  }
+
+  // --- losses: 0, with nothing read ---
+  double cross_entropy(const Tensor&, const Tensor&, const Tensor&) override { return 0.0; }
+  double mse(const Tensor&, const Tensor&, const Tensor&) override { return 0.0; }
+  double bce_with_logits(const Tensor&, const Tensor&, const Tensor&) override { return 0.0; }
+
+  // --- optimizer ---
+  double sum_of_squares(const Tensor& t) override {
+    // MIRRORS CudaBackend::sum_of_squares: the partial sums' scratch.
+    if (cuda()) scratch_bytes(cuda::sum_of_squares_scratch_bytes(t.numel()));
+    return 0.0;
+  }
+  void scale(const Tensor&, double) override {}
+  void adamw_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamWHyper&) override {}
+  void adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                       const std::vector<ParamSegment>& segments, const AdamWHyper&,
+                       const Tensor* half_copy) override {
+    ANATOMY_CHECK(param.numel() == grad.numel() && param.numel() == exp_avg.numel() &&
+                      param.numel() == exp_avg_sq.numel() && (!half_copy || half_copy->numel() == param.numel()),
+                  "adamw_step_flat: {} {} {} {} differ in size", param.name(), grad.name(), exp_avg.name(),
+                  exp_avg_sq.name());
+    for (const ParamSegment& seg : segments)
+      ANATOMY_CHECK(seg.offset >= 0 && seg.count >= 0 && seg.offset + seg.count <= param.numel(),
+                    "adamw_step_flat: segment [{}, +{}) outside {}", seg.offset, seg.count, param.name());
+    if (!cuda()) return;
+    // MIRRORS CudaBackend::adamw_step_flat: the chunk table, once per distinct
+    // segment list, the old one released before the new one is allocated.
+    if (!adamw_table_.defined() || segments != adamw_segments_) {
+      std::vector<unsigned char> table;
+      cuda::adamw_chunk_table(segments, table);
+      adamw_table_ = Tensor();
+      adamw_table_ = Tensor::empty(ledger_, {cuda::adamw_chunk_table_floats(table.size())}, DType::F32,
+                                   Category::Functionality, "adamw_chunk_table");
+      adamw_segments_ = segments;
+    }
+  }
+
+  // --- timing: markers that measure nothing ---
+  int64_t record_marker() override { return markers_++; }
+  double marker_elapsed_ms(int64_t from, int64_t to) override {
+    ANATOMY_CHECK(from >= 0 && to >= 0 && from < markers_ && to < markers_, "marker_elapsed_ms: no markers {} and {}",
+                  from, to);
+    return 0.0;
+  }
+  void clear_markers() override { markers_ = 0; }
+
+ private:
+  bool cuda() const { return target_ == MetaTarget::Cuda; }
+
+  Tensor temporary(const Shape& shape, const char* name) {
+    return Tensor::empty(ledger_, shape, DType::F32, Category::Temporary, name);
+  }
+
+  // MIRRORS CudaBackend::scratch_bytes: one scratch shared by the ops, grown
+  // to the largest need so far (rounded), the old one released first.
+  void scratch_bytes(size_t bytes) {
+    if (bytes == 0) return;
+    if (!scratch_.defined() || scratch_.nbytes() < bytes) {
+      scratch_ = Tensor();
+      const auto words = static_cast<int64_t>(cuda::scratch_allocation_bytes(bytes) / 4);
+      scratch_ = Tensor::empty(ledger_, {words}, DType::F32, Category::Temporary, "kernel_scratch");
+    }
+  }
+
+  MetaTarget target_;
+  Ledger ledger_;  // first, so that it outlives the buffers below
+  Tensor workspace_, results_, scratch_, adamw_table_;
+  std::vector<ParamSegment> adamw_segments_;  // what adamw_table_ was built from
+  int64_t markers_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceAllocator> make_simulated_cpu_allocator(int64_t capacity) {
+  return std::make_unique<SimulatedCpuAllocator>(capacity);
+}
+
+std::unique_ptr<Backend> make_meta_backend(const MetaOptions& options) {
+  return std::make_unique<MetaBackend>(options);
+}
+
+}  // namespace anatomy

@@ -1,0 +1,158 @@
+// test_memory_plan.cpp: the plan is the estimate. A plan computed without
+// running (anatomy/memory_plan.h) must equal the ledger of a real CPU run over
+// the whole dataset, partial last batch included, byte for byte; and
+// `anatomy estimate` must report it, with the seed's textbook bytes per parameter.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "anatomy/anatomy/estimate.h"
+#include "anatomy/anatomy/memory_plan.h"
+#include "anatomy/data/dataset.h"
+#include "anatomy/model/checkpoint.h"
+#include "anatomy/model/parameters.h"
+#include "anatomy/train/trainer.h"
+#include "test_util.h"
+
+namespace anatomy {
+namespace {
+
+struct Case {
+  const char* name;
+  int64_t layers, hidden, heads, batch, size, seq_len;
+  bool mask, types;
+  int64_t num_labels;
+};
+
+BertConfig config_of(const Case& c) {
+  BertConfig config = *bert_preset("bert-tiny");
+  config.vocab_size = 500;
+  config.max_position_embeddings = 64;
+  config.num_hidden_layers = c.layers;
+  config.hidden_size = c.hidden;
+  config.num_attention_heads = c.heads;
+  config.intermediate_size = 4 * c.hidden;
+  config.num_labels = c.num_labels;
+  return config;
+}
+
+Dataset data_of(const Case& c) {
+  Dataset d = make_dummy_dataset(c.size, c.seq_len, 3);
+  for (auto& id : d.input_ids) id %= 500;
+  if (c.mask) {
+    d.attention_mask.assign(d.input_ids.size(), 1);
+    d.attention_mask[1] = 0;
+  }
+  if (c.types) d.token_type_ids.assign(d.input_ids.size(), 0);
+  if (c.num_labels == 1) {
+    d.label_dtype = DType::F32;
+    d.labels_f32.assign(d.size, 0.5f);
+    d.labels_i64.clear();
+  }
+  return d;
+}
+
+class PlanEqualsRun : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PlanEqualsRun, LedgerPeakCompositionAndPhaseAreExact) {
+  const Case c = GetParam();
+  const BertConfig config = config_of(c);
+  const Dataset data = data_of(c);
+  TrainingArguments args;
+  args.per_device_train_batch_size = c.batch;
+  args.progress = false;
+  args.num_train_epochs = 2;
+
+  PlanTarget cpu;
+  cpu.gpu = false;
+  const MemoryPlan plan = plan_training(config, args, DataShape::of(data), cpu);
+  ASSERT_TRUE(plan.fits);
+
+  auto backend = make_cpu_backend(1);
+  LedgerSnapshot measured;
+  {
+    BertForSequenceClassification model(*backend, config);
+    init_weights(model, 1);
+    Trainer trainer(*backend, model, data, args);
+    measured = trainer.train().memory;
+  }
+  EXPECT_EQ(plan.ledger.peak_total, measured.peak_total);
+  for (size_t k = 0; k < kCategoryCount; ++k) {
+    EXPECT_EQ(plan.ledger.at_peak[k], measured.at_peak[k]) << category_name(static_cast<Category>(k));
+    EXPECT_EQ(plan.ledger.peak[k], measured.peak[k]) << category_name(static_cast<Category>(k));
+  }
+  EXPECT_EQ(plan.ledger.peak_phase, measured.peak_phase);
+  EXPECT_EQ(plan.ledger.peak_step, measured.peak_step);
+  int64_t parameters = 0;
+  for (const ParamSpec& spec : bert_parameter_specs(config)) parameters += shape_numel(spec.shape);
+  EXPECT_EQ(plan.parameters, parameters);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configurations, PlanEqualsRun,
+    ::testing::Values(Case{"tiny_b4_partial", 2, 32, 2, 4, 10, 16, false, false, 2},
+                      Case{"mask_types_b3", 2, 48, 4, 3, 9, 24, true, true, 3},
+                      Case{"regression_b5", 1, 64, 4, 5, 5, 33, true, false, 1},
+                      Case{"batch_larger_than_data", 3, 32, 2, 8, 6, 12, false, true, 2}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(MemoryPlan, ASimulatedDeviceTooSmallSaysItDoesNotFitAndNamesTheBuffer) {
+  const Case c{"x", 2, 32, 2, 4, 8, 16, false, false, 2};
+  TrainingArguments args;
+  args.per_device_train_batch_size = 4;
+  PlanTarget gpu;
+  gpu.capacity = 1 << 20;  // 1 MiB: not even the cuBLAS workspace
+  const MemoryPlan plan = plan_training(config_of(c), args, DataShape::of(data_of(c)), gpu);
+  EXPECT_FALSE(plan.fits);
+  EXPECT_NE(plan.out_of_memory.find("out of memory"), std::string::npos) << plan.out_of_memory;
+}
+
+TEST(MemoryPlan, TheLargestFittingBatchFitsAndTheNextDoesNot) {
+  const BertConfig config = *bert_preset("bert-base-uncased");
+  TrainingArguments args;
+  DataShape shape;
+  shape.size = 64;
+  shape.seq_len = 128;
+  PlanTarget gpu;
+  gpu.capacity = int64_t{6} << 30;
+  const int64_t best = largest_fitting_batch(config, args, shape, gpu);
+  ASSERT_GT(best, 1);
+  auto fits = [&](int64_t b) {
+    TrainingArguments a = args;
+    a.per_device_train_batch_size = b;
+    DataShape s = shape;
+    s.size = 2 * b;
+    return plan_training(config, a, s, gpu).fits;
+  };
+  EXPECT_TRUE(fits(best));
+  EXPECT_FALSE(fits(best + 1));
+}
+
+TEST(Estimate, TheSeedSettingOnAV100ShowsTextbookBytesPerParameter) {
+  const auto r = test::run_anatomy("estimate --gpu v100-16gb");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Weights, gradients and AdamW states at exactly 4 + 4 + 8 bytes per parameter.
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(weights\s+4\s+4\.00)"))) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(optimizer \(AdamW\)\s+8\s+8\.00)"))) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(gradients\s+4\s+4\.00)"))) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(Largest batch that fits: \d+)"))) << r.output;
+}
+
+TEST(Estimate, MixedPrecisionKeepsAHalfCopyOfTheWeights) {
+  const auto r = test::run_anatomy("estimate --gpu h100-80gb --bf16 --per-device-train-batch-size 32");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(weights\s+6\s+6\.00)"))) << r.output;
+  EXPECT_NE(r.output.find("weights_half"), std::string::npos);
+  EXPECT_NE(r.output.find("Fits"), std::string::npos);
+}
+
+TEST(Estimate, BadDeviceFlagsAreOneClearError) {
+  auto r = test::run_anatomy("estimate --gpu z80");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("z80"), std::string::npos) << r.output;
+  r = test::run_anatomy("estimate --gpu-memory 16 parsecs");
+  EXPECT_NE(r.exit_code, 0);
+}
+
+}  // namespace
+}  // namespace anatomy

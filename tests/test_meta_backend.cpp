@@ -1,0 +1,335 @@
+// test_meta_backend.cpp: the meta backend (kernels/meta) runs the real model
+// and Trainer without computing, and its ledger is the real backend's, byte
+// for byte: peaks, the composition at the peak, the phase of the peak, the
+// number of allocations, the timeline of phases and the buffers left live.
+// Here against the CPU backend; tests/gpu/test_meta_backend_cuda.cpp does the
+// same against the CUDA backend. Also: what the meta run reads back is zeros,
+// never garbage, and its CUDA target works on a machine without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "anatomy/core/pool.h"
+#include "anatomy/data/dataset.h"
+#include "anatomy/kernels/cuda_memory.h"
+#include "anatomy/kernels/meta/meta_backend.h"
+#include "anatomy/model/checkpoint.h"
+#include "anatomy/train/trainer.h"
+
+namespace anatomy {
+namespace {
+
+// A small training run: the model, the data's shape and the arguments.
+struct RunCase {
+  std::string name;
+  BertConfig config;
+  int64_t size = 4, seq_len = 16, batch = 2, steps = 2;
+  bool padding = false;     // an attention mask with padded tails
+  bool token_types = false; // token_type_ids given
+  DType compute = DType::F32;
+};
+// GoogleTest names a case by this (not by its bytes).
+void PrintTo(const RunCase& c, std::ostream* os) { *os << c.name; }
+
+BertConfig small_bert(int64_t hidden, int64_t heads, int64_t layers, int64_t intermediate) {
+  BertConfig c;
+  c.vocab_size = 500;
+  c.hidden_size = hidden;
+  c.num_attention_heads = heads;
+  c.num_hidden_layers = layers;
+  c.intermediate_size = intermediate;
+  c.max_position_embeddings = 64;
+  return c;
+}
+
+BertConfig preset(const char* name) {
+  BertConfig c = *bert_preset(name);
+  c.vocab_size = 500;
+  c.max_position_embeddings = 64;
+  return c;
+}
+
+// Deterministic data for the case: ids within the vocabulary, labels of the
+// problem type the config asks for, optionally a padding mask and token types.
+Dataset case_data(const RunCase& c) {
+  Dataset d;
+  d.source = "meta test data";
+  d.size = c.size;
+  d.seq_len = c.seq_len;
+  const int64_t n = c.size * c.seq_len;
+  d.input_ids.resize(n);
+  for (int64_t i = 0; i < n; ++i) d.input_ids[i] = 1 + (i * 7919) % (c.config.vocab_size - 1);
+  if (c.padding) {
+    d.attention_mask.assign(n, 1);
+    for (int64_t e = 0; e < c.size; ++e)
+      for (int64_t t = c.seq_len - (e % 3) * 3; t < c.seq_len; ++t) {
+        d.attention_mask[e * c.seq_len + t] = 0;
+        d.input_ids[e * c.seq_len + t] = c.config.pad_token_id;
+      }
+  }
+  if (c.token_types) {
+    d.token_type_ids.resize(n);
+    for (int64_t i = 0; i < n; ++i) d.token_type_ids[i] = (i % c.seq_len) >= c.seq_len / 2 ? 1 : 0;
+  }
+  const int64_t labels = c.config.num_labels;
+  if (c.config.problem_type == ProblemType::Regression || c.config.problem_type == ProblemType::MultiLabel ||
+      labels == 1) {
+    d.label_dtype = DType::F32;
+    d.label_width = labels;
+    d.labels_f32.resize(c.size * labels);
+    for (size_t i = 0; i < d.labels_f32.size(); ++i)
+      d.labels_f32[i] = c.config.problem_type == ProblemType::MultiLabel ? static_cast<float>(i % 2) : 0.25f * i;
+  } else {
+    d.label_dtype = DType::I64;
+    d.label_width = 1;
+    d.labels_i64.resize(c.size);
+    for (int64_t i = 0; i < c.size; ++i) d.labels_i64[i] = i % labels;
+  }
+  return d;
+}
+
+struct RunRecord {
+  TrainResult result;
+  std::vector<PhaseSample> timeline;
+  std::vector<LedgerEntry> live_after;  // with the model still alive
+  LedgerSnapshot after_teardown;        // once the model and the trainer are gone
+};
+
+RunRecord train_on(Backend& backend, const RunCase& c) {
+  RunRecord r;
+  Ledger& ledger = backend.ledger();
+  ledger.record_timeline(0, c.steps);
+  const Dataset data = case_data(c);
+  {
+    BertForSequenceClassification model(backend, c.config, c.compute);
+    init_weights(model, 7);
+    model.refresh_half_weights();
+    TrainingArguments args;
+    args.per_device_train_batch_size = c.batch;
+    args.max_steps = c.steps;
+    args.learning_rate = 1e-3;
+    args.progress = false;
+    args.bf16 = c.compute == DType::BF16;
+    args.fp16 = c.compute == DType::F16;
+    Trainer trainer(backend, model, data, args);
+    r.result = trainer.train();
+    r.live_after = ledger.live_entries();
+  }
+  r.timeline = ledger.timeline();
+  r.after_teardown = ledger.snapshot();
+  return r;
+}
+
+void expect_same_snapshot(const LedgerSnapshot& real, const LedgerSnapshot& meta, bool reserved) {
+  EXPECT_EQ(real.peak_total, meta.peak_total);
+  EXPECT_EQ(real.live_total, meta.live_total);
+  for (size_t i = 0; i < kCategoryCount; ++i) {
+    const auto name = category_name(static_cast<Category>(i));
+    EXPECT_EQ(real.at_peak[i], meta.at_peak[i]) << "at the peak: " << name;
+    EXPECT_EQ(real.peak[i], meta.peak[i]) << "peak of " << name;
+    EXPECT_EQ(real.live[i], meta.live[i]) << "live " << name;
+  }
+  EXPECT_EQ(real.peak_phase, meta.peak_phase);
+  EXPECT_EQ(real.peak_step, meta.peak_step);
+  EXPECT_EQ(real.allocations, meta.allocations);
+  if (reserved) {
+    EXPECT_EQ(real.reserved, meta.reserved);
+    EXPECT_EQ(real.reserved_peak, meta.reserved_peak);
+    EXPECT_EQ(real.reserved_at_peak, meta.reserved_at_peak);
+  }
+}
+
+void expect_same_run(const RunRecord& real, const RunRecord& meta, bool reserved) {
+  {
+    SCOPED_TRACE("ledger at the end of training");
+    expect_same_snapshot(real.result.memory, meta.result.memory, reserved);
+  }
+  {
+    SCOPED_TRACE("ledger after teardown");
+    expect_same_snapshot(real.after_teardown, meta.after_teardown, reserved);
+  }
+  ASSERT_EQ(real.timeline.size(), meta.timeline.size());
+  for (size_t i = 0; i < real.timeline.size(); ++i) {
+    const PhaseSample &a = real.timeline[i], &b = meta.timeline[i];
+    EXPECT_EQ(a.phase, b.phase) << "sample " << i;
+    EXPECT_EQ(a.step, b.step) << "sample " << i << " " << a.phase;
+    EXPECT_EQ(a.total, b.total) << "sample " << i << " " << a.phase;
+    EXPECT_TRUE(a.live == b.live) << "sample " << i << " " << a.phase;
+    if (reserved) {
+      EXPECT_EQ(a.reserved, b.reserved) << "sample " << i << " " << a.phase;
+    }
+  }
+  ASSERT_EQ(real.live_after.size(), meta.live_after.size());
+  for (size_t i = 0; i < real.live_after.size(); ++i) {
+    EXPECT_EQ(real.live_after[i].name, meta.live_after[i].name);
+    EXPECT_EQ(real.live_after[i].category, meta.live_after[i].category) << real.live_after[i].name;
+    EXPECT_EQ(real.live_after[i].bytes, meta.live_after[i].bytes) << real.live_after[i].name;
+  }
+  EXPECT_EQ(real.result.steps, meta.result.steps);
+  EXPECT_EQ(real.result.samples, meta.result.samples);
+}
+
+// The meta run read nothing: every loss is exactly 0 (losses return 0, and
+// nothing it reads back is garbage).
+void expect_zero_losses(const TrainResult& r, int64_t steps) {
+  ASSERT_EQ(static_cast<int64_t>(r.losses.size()), steps);
+  for (double loss : r.losses) {
+    EXPECT_TRUE(std::isfinite(loss));
+    EXPECT_EQ(loss, 0.0);
+  }
+  EXPECT_EQ(r.skipped_steps, 0);
+}
+
+std::vector<RunCase> cpu_cases() {
+  std::vector<RunCase> cases;
+  auto add = [&](std::string name, BertConfig config, int64_t size, int64_t seq_len, int64_t batch, int64_t steps,
+                 bool padding, bool token_types) {
+    RunCase c;
+    c.name = std::move(name);
+    c.config = std::move(config);
+    c.size = size;
+    c.seq_len = seq_len;
+    c.batch = batch;
+    c.steps = steps;
+    c.padding = padding;
+    c.token_types = token_types;
+    cases.push_back(std::move(c));
+  };
+  add("tiny_b2_l16", preset("bert-tiny"), 4, 16, 2, 2, false, false);
+  add("tiny_b5_l33_padded", preset("bert-tiny"), 10, 33, 5, 2, true, true);
+  add("mini_b2_l33", preset("bert-mini"), 4, 33, 2, 2, false, false);
+  add("h64_b5_l16_ragged", small_bert(64, 4, 2, 128), 7, 16, 5, 3, true, false);  // 5 then a last batch of 2
+  BertConfig regression = small_bert(64, 4, 2, 128);
+  regression.num_labels = 1;  // regression (MSE)
+  add("h64_regression_b5_l33", regression, 10, 33, 5, 2, true, false);
+  BertConfig multi = small_bert(48, 4, 2, 96);
+  multi.num_labels = 3;
+  multi.problem_type = ProblemType::MultiLabel;  // BCE with logits
+  add("h48_multilabel_b2_l16", multi, 4, 16, 2, 2, false, true);
+  return cases;
+}
+
+class MetaMatchesCpu : public ::testing::TestWithParam<RunCase> {};
+
+TEST_P(MetaMatchesCpu, LedgerOfTwoTrainingStepsIsIdentical) {
+  const RunCase& c = GetParam();
+  auto cpu = make_cpu_backend(1);
+  const RunRecord real = train_on(*cpu, c);
+  MetaOptions options;
+  options.target = MetaTarget::Cpu;
+  auto meta = make_meta_backend(options);
+  EXPECT_TRUE(meta->device().is_cpu());
+  const RunRecord simulated = train_on(*meta, c);
+  expect_same_run(real, simulated, /*reserved=*/true);
+  expect_zero_losses(simulated.result, c.steps);
+  // The real run computed something.
+  for (double loss : real.result.losses) EXPECT_GT(loss, 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Configurations, MetaMatchesCpu, ::testing::ValuesIn(cpu_cases()),
+                         [](const ::testing::TestParamInfo<RunCase>& info) { return info.param.name; });
+
+TEST(MetaBackend, CopyToHostWritesZerosAndOpsTouchNothing) {
+  auto meta = make_meta_backend(MetaOptions{MetaTarget::Cpu});
+  Tensor t = Tensor::empty(meta->ledger(), {3, 5}, DType::F32, Category::Temporary, "t");
+  EXPECT_NE(t.raw(), nullptr);
+  std::vector<float> host(15, 7.0f);
+  meta->copy_from_host(t, host.data());
+  meta->zero(t);
+  meta->scale(t, 2.0);
+  meta->copy_to_host(t, host.data());
+  for (float v : host) EXPECT_EQ(v, 0.0f);
+  EXPECT_EQ(meta->sum_of_squares(t), 0.0);
+  EXPECT_TRUE(meta->attention_saves_probabilities(DType::F32, 64));  // as the CPU backend
+  const auto s = meta->ledger().snapshot();
+  EXPECT_EQ(s.live_total, 60);
+  EXPECT_EQ(s.reserved, 60);  // the CPU's reserved bytes are its live bytes
+}
+
+TEST(MetaBackend, CpuTargetRunsOutOfMemoryAtItsCapacity) {
+  MetaOptions options;
+  options.target = MetaTarget::Cpu;
+  options.device_capacity = 1000;
+  auto meta = make_meta_backend(options);
+  Tensor a = Tensor::empty(meta->ledger(), {200}, DType::F32, Category::Weights, "a");
+  try {
+    Tensor b = Tensor::empty(meta->ledger(), {100}, DType::F32, Category::Activations, "b");
+    FAIL() << "expected OutOfMemory";
+  } catch (const OutOfMemory& oom) {
+    EXPECT_EQ(oom.name, "b");
+    EXPECT_EQ(oom.bytes, 400);
+  }
+}
+
+// The CUDA target needs no GPU: it runs the model, mixed precision included,
+// with the CUDA backend's own buffers in its ledger and a pool's reserved bytes.
+TEST(MetaBackend, CudaTargetRunsWithoutAGpu) {
+  for (DType compute : {DType::F32, DType::BF16, DType::F16}) {
+    for (int64_t heads : {2, 4}) {  // head size 32 (fused attention) and 16 (not)
+      SCOPED_TRACE(std::string(dtype_name(compute)) + " heads " + std::to_string(heads));
+      RunCase c;
+      c.config = small_bert(64, heads, 2, 128);
+      c.size = 10;
+      c.seq_len = 33;
+      c.batch = 5;
+      c.padding = true;
+      c.compute = compute;
+      MetaOptions options;
+      options.target = MetaTarget::Cuda;
+      auto meta = make_meta_backend(options);
+      EXPECT_EQ(meta->device(), Device::cuda(0));
+      EXPECT_EQ(meta->attention_saves_probabilities(compute, 64 / heads),
+                !cuda::fused_attention(compute, 64 / heads));
+      const RunRecord r = train_on(*meta, c);
+      expect_zero_losses(r.result, c.steps);
+      const LedgerSnapshot& m = r.result.memory;
+      EXPECT_EQ(m.live[static_cast<size_t>(Category::Workspace)], static_cast<int64_t>(cuda::kCublasWorkspaceBytes));
+      EXPECT_GT(m.peak[static_cast<size_t>(Category::Temporary)], 0);  // the kernel scratch at least
+      EXPECT_GE(m.reserved_peak, m.peak_total);
+      EXPECT_EQ(m.reserved_peak % static_cast<int64_t>(kSegmentGranularity), 0);
+      bool scratch = false;
+      for (const LedgerEntry& e : r.live_after) scratch = scratch || e.name == "kernel_scratch";
+      EXPECT_TRUE(scratch);
+      // A second run plans the same, to the byte.
+      auto again = make_meta_backend(options);
+      const RunRecord r2 = train_on(*again, c);
+      expect_same_run(r, r2, /*reserved=*/true);
+    }
+  }
+}
+
+TEST(MetaBackend, CudaTargetRunsOutOfMemoryAtTheDeviceCapacity) {
+  MetaOptions options;
+  options.target = MetaTarget::Cuda;
+  options.device_capacity = int64_t{40} << 20;  // the 32 MiB cuBLAS workspace fits, a 16 MiB buffer does not
+  auto meta = make_meta_backend(options);
+  EXPECT_THROW(Tensor::empty(meta->ledger(), {int64_t{4} << 20}, DType::F32, Category::Weights, "w"), OutOfMemory);
+}
+
+TEST(CudaMemory, SizesAreTheKernelsRules) {
+  // The cub model: a single tile answers 1 byte; past it, one sweep over 8 passes.
+  EXPECT_EQ(cuda::cub_sort_pairs_bytes(1), 1u);
+  EXPECT_EQ(cuda::cub_sort_pairs_bytes(2304), 1u);
+  // bins 8·256·4, lookback 256·4, keys 2305·8, values 2305·4, counters 8·4; each to 256, + 255.
+  EXPECT_EQ(cuda::cub_sort_pairs_bytes(2305), 8192u + 1024u + 18688u + 9472u + 256u + 255u);
+  EXPECT_EQ(cuda::embedding_backward_scratch_bytes(0), 0u);
+  EXPECT_EQ(cuda::embedding_backward_scratch_bytes(10) % 256, 0u);
+  EXPECT_TRUE(cuda::fused_attention(DType::BF16, 128));
+  EXPECT_FALSE(cuda::fused_attention(DType::F32, 128));
+  EXPECT_FALSE(cuda::fused_attention(DType::F16, 12));
+  EXPECT_EQ(cuda::scratch_allocation_bytes(1), 256u);
+  EXPECT_EQ(cuda::scratch_allocation_bytes(256), 256u);
+  EXPECT_EQ(cuda::attention_scratch_bytes(2, 3, 5), size_t{2 * 3 * 5 * 5 * 4});
+  EXPECT_EQ(cuda::sum_of_squares_scratch_bytes(1), 8u);
+  EXPECT_EQ(cuda::sum_of_squares_scratch_bytes(int64_t{1} << 30), 1024u * 8u);
+  std::vector<unsigned char> table;
+  EXPECT_EQ(cuda::adamw_chunk_table({{0, 8192, true}, {8192, 8193, false}}, table), 3);
+  EXPECT_EQ(table.size(), 3 * sizeof(cuda::AdamWChunk));
+  EXPECT_EQ(cuda::adamw_chunk_table_floats(table.size()), 3 * 24 / 4 + 1);
+}
+
+}  // namespace
+}  // namespace anatomy
