@@ -91,6 +91,7 @@ MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args
   } catch (const OutOfMemory& oom) {
     plan.fits = false;
     plan.out_of_memory = oom.message();
+    plan.failure = oom;
     plan.ledger = oom.ledger;
   }
   if (backend) {
@@ -100,6 +101,11 @@ MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args
   if (plan.parameters == 0)  // the model itself did not fit
     for (const ParamSpec& spec : bert_parameter_specs(config)) plan.parameters += shape_numel(spec.shape);
   return plan;
+}
+
+int64_t capacity_with_headroom(int64_t capacity) {
+  if (capacity <= 0) return capacity;
+  return std::max<int64_t>(0, capacity - std::max<int64_t>(capacity / 50, int64_t{256} << 20));
 }
 
 int64_t largest_fitting_batch(const BertConfig& config, const TrainingArguments& args, const DataShape& shape,

@@ -43,6 +43,7 @@ struct MemoryPlan {
   int64_t context_bytes = 0;
   bool fits = true;                   // false: the simulated device ran out
   std::string out_of_memory;          // then: what could not be allocated, and where
+  std::optional<OutOfMemory> failure; // and the simulated device's ledger at that moment
   int64_t nvml_total() const { return ledger.reserved_peak + context_bytes; }
   MemoryPrediction prediction() const;
 };
@@ -52,6 +53,11 @@ struct MemoryPlan {
 // every other step allocates as these do.
 MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args, const DataShape& shape,
                          const PlanTarget& target);
+
+// The capacity less a margin for what the plan cannot see coming (the
+// driver's own fragmentation, a library's lazy buffers): 2%, at least 256 MiB.
+// Settings the program suggests, and --auto-find-batch-size, keep to it.
+int64_t capacity_with_headroom(int64_t capacity);
 
 // The largest per-device batch size (<= limit) whose plan fits target.capacity,
 // or 0 when not even 1 fits.

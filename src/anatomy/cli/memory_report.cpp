@@ -56,14 +56,16 @@ void write_memory_reports(const MemoryAnatomy& anatomy, const std::string& dir) 
 std::vector<FittingSetting> settings_that_fit(const BertConfig& config, const TrainingArguments& args,
                                               const DataShape& shape, const PlanTarget& target) {
   std::vector<FittingSetting> out;
+  PlanTarget roomy = target;
+  roomy.capacity = capacity_with_headroom(target.capacity);
   auto add = [&](const TrainingArguments& a, const std::string& precision_flag) {
-    const int64_t batch = largest_fitting_batch(config, a, shape, target, args.per_device_train_batch_size);
+    const int64_t batch = largest_fitting_batch(config, a, shape, roomy, args.per_device_train_batch_size);
     if (batch <= 0) return;
     TrainingArguments fitted = a;
     fitted.per_device_train_batch_size = batch;
     DataShape s = shape;
     s.size = std::min(shape.size, 2 * batch);
-    const MemoryPlan plan = plan_training(config, fitted, s, target);
+    const MemoryPlan plan = plan_training(config, fitted, s, roomy);
     out.push_back({fmt::format("{}--per-device-train-batch-size {}", precision_flag, batch), plan.nvml_total()});
   };
   add(args, args.bf16 ? "--bf16 " : args.fp16 ? "--fp16 " : "");
@@ -75,11 +77,12 @@ std::vector<FittingSetting> settings_that_fit(const BertConfig& config, const Tr
   return out;
 }
 
-std::string out_of_memory_report(const OutOfMemory& oom, const std::optional<gpu::GpuMemory>& device,
-                                 const std::vector<FittingSetting>& settings, int64_t capacity) {
-  std::string out = fmt::format("error: {}{}\n", oom.message(),
-                                oom.step >= 0 ? fmt::format(" (step {})", oom.step + 1) : "");
-  out += "  held at that moment, by category:\n";
+std::string out_of_memory_report(const OutOfMemory& oom, bool predicted, const std::optional<gpu::GpuMemory>& device,
+                                 const std::vector<FittingSetting>& settings, int64_t available) {
+  std::string out = fmt::format("error: {}{}{}\n",
+                                predicted ? "this run does not fit (the memory plan, before allocating anything): " : "",
+                                oom.message(), oom.step >= 0 ? fmt::format(" in step {}", oom.step + 1) : "");
+  out += predicted ? "  it would hold at that moment, by category:\n" : "  held at that moment, by category:\n";
   for (size_t c = 0; c < kCategoryCount; ++c)
     if (oom.ledger.live[c] > 0)
       out += fmt::format("    {:<18} {:>12}\n", category_name(static_cast<Category>(c)),
@@ -107,7 +110,7 @@ std::string out_of_memory_report(const OutOfMemory& oom, const std::optional<gpu
     out += "  settings that fit (the memory plan):\n";
     for (const FittingSetting& s : settings)
       out += fmt::format("    {} fits: predicted {}{}\n", s.flags, format_bytes(s.predicted),
-                         capacity > 0 ? fmt::format(" of {} available", format_bytes(capacity)) : "");
+                         available > 0 ? fmt::format(" of the {} this process can have", format_bytes(available)) : "");
   }
   return out;
 }

@@ -49,14 +49,16 @@ struct FittingSetting {
   std::string flags;
   int64_t predicted = 0;
 };
-// The settings the plan says fit `target` (a batch that fits, with the
-// precision asked for and with bf16), best first.
+// The settings the plan says fit `target` with headroom (capacity_with_headroom):
+// the largest batch with the precision asked for, and with bf16; best first.
 std::vector<FittingSetting> settings_that_fit(const BertConfig& config, const TrainingArguments& args,
                                               const DataShape& shape, const PlanTarget& target);
 
 // The out-of-memory report: what was being allocated, the ledger then, the
-// device's free and total memory, other processes, and settings that fit.
-std::string out_of_memory_report(const OutOfMemory& oom, const std::optional<gpu::GpuMemory>& device,
-                                 const std::vector<FittingSetting>& settings, int64_t capacity);
+// device's free and total memory, other processes, and settings that fit in
+// `available` bytes of NVML use. `predicted`: the memory plan foresaw it,
+// before anything was allocated.
+std::string out_of_memory_report(const OutOfMemory& oom, bool predicted, const std::optional<gpu::GpuMemory>& device,
+                                 const std::vector<FittingSetting>& settings, int64_t available);
 
 }  // namespace anatomy::cli

@@ -252,16 +252,19 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
   if (probe)
     if (const auto m = probe->device()) target.capacity = static_cast<int64_t>(m->free) + reserved;
   if (const int64_t used = own_gpu_use(probe); used >= 0) target.context_bytes = used - reserved;
-  auto report_out_of_memory = [&](const OutOfMemory& oom) {
+  auto report_out_of_memory = [&](const OutOfMemory& oom, bool predicted) {
     std::fflush(stdout);
     const auto settings = settings_that_fit(source.config, args, shape, target);
-    fmt::print(stderr, "{}", out_of_memory_report(oom, probe ? probe->device() : std::nullopt, settings,
-                                                  target.capacity));
+    const int64_t available = target.capacity > 0 ? target.capacity + target.context_bytes : 0;
+    fmt::print(stderr, "{}", out_of_memory_report(oom, predicted, probe ? probe->device() : std::nullopt,
+                                                  settings, available));
     return 3;
   };
   if (flags.auto_find_batch_size) {
+    PlanTarget roomy = target;
+    roomy.capacity = capacity_with_headroom(target.capacity);
     const int64_t batch =
-        largest_fitting_batch(source.config, args, shape, target, args.per_device_train_batch_size);
+        largest_fitting_batch(source.config, args, shape, roomy, args.per_device_train_batch_size);
     if (batch == 0) fail("--auto-find-batch-size: not even a batch of 1 fits this device");
     if (batch < args.per_device_train_batch_size)
       fmt::print("--auto-find-batch-size: batch {} does not fit; using {}\n", args.per_device_train_batch_size,
@@ -271,15 +274,7 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
 
   for (;;) {
     const MemoryPlan plan = plan_training(source.config, args, shape, target);
-    if (!plan.fits) {
-      OutOfMemory oom;
-      oom.device = backend.device();
-      oom.name = "the memory plan";
-      oom.phase = plan.out_of_memory;
-      oom.ledger = plan.ledger;
-      fmt::print(stderr, "The memory plan does not fit: {}\n", plan.out_of_memory);
-      return report_out_of_memory(oom);
-    }
+    if (!plan.fits) return report_out_of_memory(*plan.failure, /*predicted=*/true);
     fmt::print("Memory plan: ledger peak {} during \"{}\"{}\n", format_bytes(plan.ledger.peak_total),
                plan.ledger.peak_phase,
                on_gpu ? fmt::format("; pool segments {}, NVML {} with the context", format_bytes(plan.ledger.reserved_peak),
@@ -303,7 +298,7 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
         args.per_device_train_batch_size = smaller;
         continue;
       }
-      return report_out_of_memory(oom);
+      return report_out_of_memory(oom, /*predicted=*/false);
     }
   }
 }
