@@ -44,6 +44,18 @@ Estimate estimate_training(const EstimateRequest& request) {
     e.fits = e.plan.ledger.reserved_peak <= e.capacity;
     target.capacity = e.capacity;
     e.largest_batch = largest_fitting_batch(request.config, request.args, request.shape, target, request.batch_limit);
+    TrainingArguments other = request.args;
+    other.gradient_checkpointing = !request.args.gradient_checkpointing;
+    const int64_t other_largest =
+        largest_fitting_batch(request.config, other, request.shape, target, request.batch_limit);
+    e.largest_plain = request.args.gradient_checkpointing ? other_largest : e.largest_batch;
+    e.largest_checkpointed = request.args.gradient_checkpointing ? e.largest_batch : other_largest;
+    // The same effective batch in equal micro-batches that fit.
+    const int64_t effective = request.args.per_device_train_batch_size * request.args.gradient_accumulation_steps;
+    if (e.largest_batch > 0) {
+      e.accumulate_batch = largest_divisor_at_most(effective, e.largest_batch);
+      e.accumulate_steps = effective / e.accumulate_batch;
+    }
   }
   return e;
 }
@@ -54,9 +66,13 @@ std::string format_estimate(const EstimateRequest& r, const Estimate& e) {
   const bool mixed = r.args.bf16 || r.args.fp16;
   std::string out;
   auto line = [&out](const std::string& s) { out += s + "\n"; };
-  line(fmt::format("Memory plan: {} ({} parameters), {}, AdamW, batch {} x {} tokens, on {}", r.model_name,
+  line(fmt::format("Memory plan: {} ({} parameters), {}, AdamW, batch {} x {} tokens{}{}, on {}", r.model_name,
                    p.parameters, precision_name(r.args, r.tf32), r.args.per_device_train_batch_size,
-                   r.shape.seq_len, r.device_name));
+                   r.shape.seq_len,
+                   r.args.gradient_accumulation_steps > 1
+                       ? fmt::format(", {} batches per update", r.args.gradient_accumulation_steps)
+                       : "",
+                   r.args.gradient_checkpointing ? ", gradient checkpointing" : "", r.device_name));
   line("");
   line(fmt::format("  {:<34} {:>12} {:>10}", "at the peak", "bytes", "per param"));
   static constexpr Category kOrder[] = {Category::Weights,       Category::WeightsHalf, Category::OptimizerStates,
@@ -103,12 +119,20 @@ std::string format_estimate(const EstimateRequest& r, const Estimate& e) {
     const double share = 100.0 * static_cast<double>(used) / static_cast<double>(r.device_total);
     line(fmt::format("{}: predicted {} of {} in use ({:.1f}%), this run's share {}.", e.fits ? "Fits" : "Does NOT fit",
                      format_bytes(used), format_bytes(r.device_total), share, format_bytes(p.nvml_total())));
-    if (e.largest_batch > 0)
-      line(fmt::format("Largest batch that fits: {} (plain){}.", e.largest_batch,
-                       e.largest_batch >= r.batch_limit ? fmt::format(", the most searched") : ""));
-    else
-      line("Not even a batch of 1 fits this device.");
-    line("(Gradient checkpointing and gradient accumulation are not implemented yet, so no batch is given for them.)");
+    auto batch = [&](int64_t b) {
+      return b >= r.batch_limit ? fmt::format("{} or more", b) : b > 0 ? fmt::format("{}", b) : std::string("none");
+    };
+    line(fmt::format("Largest batch that fits: {} plain, {} with --gradient-checkpointing.", batch(e.largest_plain),
+                     batch(e.largest_checkpointed)));
+    const int64_t effective = r.args.per_device_train_batch_size * r.args.gradient_accumulation_steps;
+    if (!e.fits && e.accumulate_batch > 0)
+      line(fmt::format("With accumulation the same effective batch of {} fits: --per-device-train-batch-size {} "
+                       "--gradient-accumulation-steps {}.",
+                       effective, e.accumulate_batch, e.accumulate_steps));
+    else if (e.largest_batch > 0)
+      line(fmt::format("With accumulation any effective batch trains in batches of at most {} "
+                       "(--gradient-accumulation-steps N: N batches per update).",
+                       batch(e.largest_batch)));
   }
   return out;
 }

@@ -30,6 +30,11 @@ struct Estimate {
   bool fits = true;              // its NVML total fits the device
   int64_t capacity = 0;          // what the pool may take: total − context − other processes (0: unknown)
   int64_t largest_batch = -1;    // the largest batch that fits (-1: not asked, no device size)
+  int64_t largest_plain = -1;         // without gradient checkpointing
+  int64_t largest_checkpointed = -1;  // with it
+  // The requested effective batch (batch × accumulation) as micro-batches that
+  // fit: batch `accumulate_batch` × `accumulate_steps` (0 when none fits).
+  int64_t accumulate_batch = 0, accumulate_steps = 0;
 };
 
 Estimate estimate_training(const EstimateRequest& request);

@@ -103,6 +103,12 @@ MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args
   return plan;
 }
 
+int64_t largest_divisor_at_most(int64_t n, int64_t cap) {
+  for (int64_t d = std::min(n, cap); d > 1; --d)
+    if (n % d == 0) return d;
+  return 1;
+}
+
 int64_t capacity_with_headroom(int64_t capacity) {
   if (capacity <= 0) return capacity;
   return std::max<int64_t>(0, capacity - std::max<int64_t>(capacity / 50, int64_t{256} << 20));

@@ -59,6 +59,10 @@ MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args
 // Settings the program suggests, and --auto-find-batch-size, keep to it.
 int64_t capacity_with_headroom(int64_t capacity);
 
+// The largest divisor of n that is at most cap (1 at least): the micro-batch
+// that splits a batch of n into equal accumulation steps.
+int64_t largest_divisor_at_most(int64_t n, int64_t cap);
+
 // The largest per-device batch size (<= limit) whose plan fits target.capacity,
 // or 0 when not even 1 fits.
 int64_t largest_fitting_batch(const BertConfig& config, const TrainingArguments& args, const DataShape& shape,

@@ -58,21 +58,45 @@ std::vector<FittingSetting> settings_that_fit(const BertConfig& config, const Tr
   std::vector<FittingSetting> out;
   PlanTarget roomy = target;
   roomy.capacity = capacity_with_headroom(target.capacity);
-  auto add = [&](const TrainingArguments& a, const std::string& precision_flag) {
-    const int64_t batch = largest_fitting_batch(config, a, shape, roomy, args.per_device_train_batch_size);
-    if (batch <= 0) return;
-    TrainingArguments fitted = a;
-    fitted.per_device_train_batch_size = batch;
+  auto predicted = [&](const TrainingArguments& a) {
     DataShape s = shape;
-    s.size = std::min(shape.size, 2 * batch);
-    const MemoryPlan plan = plan_training(config, fitted, s, roomy);
-    out.push_back({fmt::format("{}--per-device-train-batch-size {}", precision_flag, batch), plan.nvml_total()});
+    s.size = std::min(shape.size, 2 * a.per_device_train_batch_size);
+    return plan_training(config, a, s, roomy).nvml_total();
   };
-  add(args, args.bf16 ? "--bf16 " : args.fp16 ? "--fp16 " : "");
+  const std::string precision = args.bf16 ? "--bf16 " : args.fp16 ? "--fp16 " : "";
+  const int64_t asked = args.per_device_train_batch_size;
+  const int64_t largest = largest_fitting_batch(config, args, shape, roomy, asked);
+  // The same effective batch, in equal micro-batches that fit: the same training.
+  if (largest > 0) {
+    TrainingArguments a = args;
+    a.per_device_train_batch_size = largest_divisor_at_most(asked, largest);
+    a.gradient_accumulation_steps = args.gradient_accumulation_steps * (asked / a.per_device_train_batch_size);
+    out.push_back({fmt::format("{}--per-device-train-batch-size {} --gradient-accumulation-steps {}", precision,
+                               a.per_device_train_batch_size, a.gradient_accumulation_steps),
+                   predicted(a)});
+  }
+  // The batch asked for, recomputing each layer in backward.
+  if (!args.gradient_checkpointing) {
+    TrainingArguments a = args;
+    a.gradient_checkpointing = true;
+    if (largest_fitting_batch(config, a, shape, roomy, asked) == asked)
+      out.push_back({fmt::format("{}--per-device-train-batch-size {} --gradient-checkpointing", precision, asked),
+                     predicted(a)});
+  }
+  // A smaller batch; and bf16, which halves the activations.
+  if (largest > 0) {
+    TrainingArguments a = args;
+    a.per_device_train_batch_size = largest;
+    out.push_back({fmt::format("{}--per-device-train-batch-size {}", precision, largest), predicted(a)});
+  }
   if (!args.bf16 && !args.fp16 && target.gpu) {
-    TrainingArguments bf16 = args;
-    bf16.bf16 = true;
-    add(bf16, "--bf16 ");
+    TrainingArguments a = args;
+    a.bf16 = true;
+    const int64_t b = largest_fitting_batch(config, a, shape, roomy, asked);
+    if (b > 0) {
+      a.per_device_train_batch_size = b;
+      out.push_back({fmt::format("--bf16 --per-device-train-batch-size {}", b), predicted(a)});
+    }
   }
   return out;
 }

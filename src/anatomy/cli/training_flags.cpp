@@ -20,6 +20,11 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
   app.add_option("--dummy-seq-len", a.dummy_seq_len, "Tokens per dummy sequence")->capture_default_str()->check(positive_number());
   app.add_option("--per-device-train-batch-size", a.per_device_train_batch_size, "Batch size")
       ->capture_default_str()->check(positive_number());
+  app.add_option("--gradient-accumulation-steps", a.gradient_accumulation_steps,
+                 "Batches whose gradients add up before each optimizer update (the loss of each counts 1/N)")
+      ->capture_default_str()->check(positive_number());
+  app.add_flag("--gradient-checkpointing", a.gradient_checkpointing,
+               "Keep only each encoder layer's output in forward; recompute the layer in backward");
   app.add_option("--num-train-epochs", a.num_train_epochs, "Epochs (ignored when --max-steps > 0)")
       ->capture_default_str()->check(positive_number());
   app.add_option("--max-steps", a.max_steps, "Optimizer steps; overrides --num-train-epochs when > 0")->capture_default_str();

@@ -50,9 +50,16 @@ std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& c, i
 }
 
 SavedTensors::SavedTensors(Backend& backend, const std::vector<SavedSpec>& specs, Category category,
-                           const std::string& prefix) {
-  for (const auto& s : specs)
-    tensors_.emplace(s.name, Tensor::empty(backend.ledger(), s.shape, s.dtype, category, prefix + s.name));
+                           const std::string& prefix, const char* checkpoint) {
+  for (const auto& s : specs) {
+    const Category c = checkpoint == nullptr || s.name == checkpoint ? category : Category::Temporary;
+    tensors_.emplace(s.name, Tensor::empty(backend.ledger(), s.shape, s.dtype, c, prefix + s.name));
+  }
+}
+
+void SavedTensors::keep_only(const std::string& name) {
+  ANATOMY_CHECK(tensors_.count(name) != 0, "no saved tensor named {}", name);
+  std::erase_if(tensors_, [&](const auto& entry) { return entry.first != name; });
 }
 
 const Tensor& SavedTensors::operator[](const std::string& name) const {

@@ -43,7 +43,13 @@ class SavedTensors {
  public:
   SavedTensors() = default;
   // `category` is Activations when training, Temporary when no backward will follow.
-  SavedTensors(Backend& backend, const std::vector<SavedSpec>& specs, Category category, const std::string& prefix);
+  // With `checkpoint` (gradient checkpointing) only that tensor is in `category`
+  // and the others are Temporary: keep_only(checkpoint) drops them once the
+  // layer has run, and backward recomputes them.
+  SavedTensors(Backend& backend, const std::vector<SavedSpec>& specs, Category category, const std::string& prefix,
+               const char* checkpoint = nullptr);
+  // Releases every tensor but `name`.
+  void keep_only(const std::string& name);
   const Tensor& operator[](const std::string& name) const;
   int64_t bytes() const;
 

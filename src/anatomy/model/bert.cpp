@@ -149,11 +149,14 @@ ForwardOutput BertForSequenceClassification::forward(const BertInputs& inputs, c
   embeddings_forward(step->embeddings);
   const Tensor* hidden = &step->embeddings["out"];
   SavedTensors previous;  // inference keeps only the layer before
+  // Gradient checkpointing keeps each layer's output (the next layer's input) only.
+  const bool checkpointing = options.save_for_backward && options.gradient_checkpointing;
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     ledger.set_phase(fmt::format("forward layer {}", l));
     SavedTensors layer(backend_, saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, plan), kept,
-                       fmt::format("layer.{}.", l));
+                       fmt::format("layer.{}.", l), checkpointing ? "out" : nullptr);
     encoder_forward(l, *hidden, layer);
+    if (checkpointing) layer.keep_only("out");
     if (options.save_for_backward) {
       step->layers.push_back(std::move(layer));
       hidden = &step->layers.back()["out"];
@@ -285,9 +288,21 @@ void BertForSequenceClassification::backward(double loss_scale) {
   step->head = SavedTensors();
 
   for (int64_t l = config_.num_hidden_layers - 1; l >= 0; --l) {
-    ledger.set_phase(fmt::format("backward layer {}", l));
     const Tensor& x = l > 0 ? step->layers[l - 1]["out"] : step->embeddings["out"];
-    d_hidden = encoder_backward(l, x, step->layers[l], d_hidden);
+    if (options_.gradient_checkpointing) {
+      // The layer's forward again, from its checkpointed input: the same
+      // kernels and the same dropout masks (a function of seed, step and
+      // site), so the same activations and gradients as without checkpointing.
+      ledger.set_phase(fmt::format("recompute layer {}", l));
+      SavedTensors layer(backend_, saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, activation_plan()),
+                         Category::Activations, fmt::format("layer.{}.", l));
+      encoder_forward(l, x, layer);
+      ledger.set_phase(fmt::format("backward layer {}", l));
+      d_hidden = encoder_backward(l, x, layer, d_hidden);
+    } else {
+      ledger.set_phase(fmt::format("backward layer {}", l));
+      d_hidden = encoder_backward(l, x, step->layers[l], d_hidden);
+    }
     step->layers.pop_back();  // layer l's saved tensors are no longer needed
   }
   ledger.set_phase("backward embeddings");

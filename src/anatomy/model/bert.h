@@ -27,6 +27,9 @@ struct BertInputs {
 struct ForwardOptions {
   bool training = false;           // dropout on
   bool save_for_backward = false;  // keep activations for backward()
+  // With save_for_backward: keep only each encoder layer's output, and
+  // recompute the layer's forward (same dropout masks) in backward.
+  bool gradient_checkpointing = false;
   uint64_t seed = 42;              // dropout masks are a function of (seed, step, site)
   uint64_t step = 0;
 };

@@ -138,8 +138,12 @@ Trainer::Trainer(Backend& backend, BertForSequenceClassification& model, const D
     fail("--per-device-train-batch-size must be positive, got {}", args_.per_device_train_batch_size);
   if (args_.logging_steps <= 0) fail("--logging-steps must be positive, got {}", args_.logging_steps);
   if (!data_.has_labels()) fail("{}: training needs labels, and the data has none", data_.source);
-  const int64_t B = args_.per_device_train_batch_size;
-  steps_per_epoch_ = (data_.size + B - 1) / B;
+  if (args_.gradient_accumulation_steps <= 0)
+    fail("--gradient-accumulation-steps must be positive, got {}", args_.gradient_accumulation_steps);
+  const int64_t B = args_.per_device_train_batch_size, N = args_.gradient_accumulation_steps;
+  batches_per_epoch_ = (data_.size + B - 1) / B;
+  // An update every N batches, and one for the rest of an epoch's batches (as Hugging Face's).
+  steps_per_epoch_ = (batches_per_epoch_ + N - 1) / N;
   if (args_.max_steps > 0) {
     total_steps_ = args_.max_steps;
   } else {
@@ -171,19 +175,27 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   const int64_t B = args_.per_device_train_batch_size;
   std::vector<int64_t> order;
   int64_t order_epoch = -1;
-  // The samples [begin, end) of the epoch order that step `step` trains on.
-  auto batch_of = [&](int64_t step) {
-    const int64_t epoch = step / steps_per_epoch_;
+  // The batches of update `step`: (epoch, first sample) of each, in order.
+  const int64_t N = args_.gradient_accumulation_steps;
+  auto window_of = [&](int64_t step) {
+    const int64_t epoch = step / steps_per_epoch_, first = (step % steps_per_epoch_) * N;
+    std::vector<std::pair<int64_t, int64_t>> batches;
+    for (int64_t b = first; b < std::min(first + N, batches_per_epoch_); ++b) batches.emplace_back(epoch, b * B);
+    return batches;
+  };
+  auto batch_at = [&](std::pair<int64_t, int64_t> at) {
+    const auto [epoch, begin] = at;
     if (epoch != order_epoch) {
       order = epoch_order(data_.size, args_.shuffle, args_.seed, epoch);
       order_epoch = epoch;
     }
-    const int64_t begin = (step % steps_per_epoch_) * B;
     return gather_batch(data_, order, begin, std::min(data_.size, begin + B));
   };
   ledger.set_phase("data");
   InputSlots slots(backend_, data_, std::min(B, data_.size));
-  BertInputs next_inputs = slots.upload(0, batch_of(0));
+  std::vector<std::pair<int64_t, int64_t>> window = window_of(0);
+  int64_t micro = 0;  // batches begun so far, over the whole run: picks the upload slot and the dropout masks
+  BertInputs next_inputs = slots.upload(0, batch_at(window[0]));
   double window_loss = 0.0;
   int64_t window_steps = 0, window_samples = 0;
   auto window_start = Clock::now();
@@ -194,23 +206,33 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   int64_t clean_steps = 0, updates = 0;
 
   for (int64_t step = 0; step < total_steps_; ++step) {
-    const int64_t begin = (step % steps_per_epoch_) * B, end = std::min(data_.size, begin + B);
     if (hooks_.before) hooks_.before(step);
     ledger.set_step(step);
-    ledger.set_phase("data");
-    backend_.upload_wait();  // this step's batch, uploaded during the previous step
-    const BertInputs inputs = next_inputs;
-
-    model_.zero_gradients();
-    ForwardOptions options;
-    options.training = true;
-    options.save_for_backward = true;
-    options.seed = args_.seed;
-    options.step = static_cast<uint64_t>(step);
-    const ForwardOutput out = model_.forward(inputs, options);
-    const double loss = *out.loss;
     const double step_scale = loss_scale;
-    model_.backward(step_scale);
+    const auto count = static_cast<int64_t>(window.size());
+    double loss = 0.0;  // the mean of the batches' losses, as Hugging Face logs it
+    int64_t samples = 0;
+    model_.zero_gradients();
+    for (int64_t m = 0; m < count; ++m, ++micro) {
+      ledger.set_phase("data");
+      backend_.upload_wait();  // this batch, uploaded during the previous one
+      const BertInputs inputs = next_inputs;
+      samples += inputs.input_ids.dim(0);
+      ForwardOptions options;
+      options.training = true;
+      options.save_for_backward = true;
+      options.gradient_checkpointing = args_.gradient_checkpointing;
+      options.seed = args_.seed;
+      options.step = static_cast<uint64_t>(micro);
+      const ForwardOutput out = model_.forward(inputs, options);
+      loss += *out.loss / static_cast<double>(count);
+      // Each batch's loss counts 1/count: count batches of b make one batch of count·b.
+      model_.backward(step_scale / static_cast<double>(count));
+      if (m + 1 < count) {  // the window's next batch uploads while this one's work runs
+        ledger.set_phase("data");
+        next_inputs = slots.upload(static_cast<int>((micro + 1) % 2), batch_at(window[m + 1]));
+      }
+    }
     ledger.set_phase("optimizer step");
     if (step_scale != 1.0) backend_.scale(grads.flat(), 1.0 / step_scale);
     const double grad_norm = clip_grad_norm(backend_, grads, args_.max_grad_norm);
@@ -233,17 +255,18 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       optimizer.step(model_.weights(), grads, lr, model_.half_weights());  // refreshes the 16-bit copy too
       ++updates;
     }
-    if (step + 1 < total_steps_) {  // the next batch's upload overlaps this step's work on the device
+    if (step + 1 < total_steps_) {  // the next update's first batch uploads while this one's work runs
+      window = window_of(step + 1);
       ledger.set_phase("data");
-      next_inputs = slots.upload(static_cast<int>((step + 1) % 2), batch_of(step + 1));
+      next_inputs = slots.upload(static_cast<int>(micro % 2), batch_at(window[0]));
     }
     if (hooks_.after) hooks_.after(step);
 
     result.losses.push_back(loss);
-    result.samples += end - begin;
+    result.samples += samples;
     window_loss += loss;
     window_steps += 1;
-    window_samples += end - begin;
+    window_samples += samples;
     bar.update(step + 1, loss, seconds_since(start));
 
     if ((step + 1) % args_.logging_steps == 0 || step + 1 == total_steps_) {

@@ -46,6 +46,7 @@ struct StepHooks {
 class Trainer {
  public:
   Trainer(Backend& backend, BertForSequenceClassification& model, const Dataset& data, TrainingArguments args);
+  // Optimizer updates (each of gradient_accumulation_steps batches).
   int64_t total_steps() const { return total_steps_; }
   // Runs the loop; `on_log` sees each logging record (also written to
   // output_dir/log.jsonl when an output directory is set).
@@ -57,7 +58,8 @@ class Trainer {
   BertForSequenceClassification& model_;
   const Dataset& data_;
   TrainingArguments args_;
-  int64_t steps_per_epoch_ = 0;
+  int64_t batches_per_epoch_ = 0;
+  int64_t steps_per_epoch_ = 0;  // optimizer updates per epoch
   int64_t total_steps_ = 0;
   StepHooks hooks_;
 };
