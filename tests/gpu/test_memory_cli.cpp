@@ -59,9 +59,10 @@ TEST(MemoryCli, ABatchThatCannotFitEndsWithTheReportAndExitCode3AndASuggestionRu
   EXPECT_NE(r.output.find("free of"), std::string::npos) << "the GPU's free and total memory";
   EXPECT_FALSE(std::filesystem::exists(dir.file("log.jsonl"))) << "nothing half-written";
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(\n    ((--bf16 )?--per-device-train-batch-size \d+) fits)")))
-      << r.output;
-  const auto ok = test::run_anatomy("train " + m[1].str() + " --max-steps 2 --no-progress");
+  // The first suggestion: the same effective batch in micro-batches that fit.
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(\n    (--[^\n]*?) fits: predicted)"))) << r.output;
+  EXPECT_NE(m[1].str().find("--gradient-accumulation-steps"), std::string::npos) << m[1].str();
+  const auto ok = test::run_anatomy("train " + m[1].str() + " --max-steps 1 --no-progress");
   EXPECT_EQ(ok.exit_code, 0) << m[1].str() << "\n" << ok.output;
 }
 
