@@ -11,6 +11,7 @@ std::string_view dtype_name(DType t) {
     case DType::F16: return "F16";
     case DType::BF16: return "BF16";
     case DType::I64: return "I64";
+    case DType::U8: return "U8";
   }
   return "?";
 }
@@ -20,6 +21,7 @@ bool parse_dtype(std::string_view name, DType* out) {
   else if (name == "F16") *out = DType::F16;
   else if (name == "BF16") *out = DType::BF16;
   else if (name == "I64") *out = DType::I64;
+  else if (name == "U8") *out = DType::U8;
   else return false;
   return true;
 }

@@ -10,7 +10,7 @@
 
 namespace anatomy {
 
-enum class DType { F32, F16, BF16, I64 };
+enum class DType { F32, F16, BF16, I64, U8 };  // U8: quantized optimizer states
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -18,6 +18,7 @@ constexpr size_t dtype_size(DType t) {
     case DType::F16: return 2;
     case DType::BF16: return 2;
     case DType::I64: return 8;
+    case DType::U8: return 1;
   }
   return 0;
 }

@@ -336,4 +336,33 @@ void ProfilingBackend::adamw_step_flat(const Tensor& param, const Tensor& grad, 
         [&] { inner_.adamw_step_flat(param, grad, exp_avg, exp_avg_sq, segments, hyper, half_copy); });
 }
 
+void ProfilingBackend::sgd_step_flat(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                                     const std::vector<ParamSegment>& segments, const SgdHyper& hyper,
+                                     const Tensor* half_copy) {
+  double n = 0.0;
+  for (const ParamSegment& seg : segments) n += static_cast<double>(seg.count);
+  const double words = momentum_buf.defined() ? 5.0 : 3.0;  // p read+write, g read, buffer read+write
+  timed("sgd_step", "sgd", OpClass::Optimizer, 5.0 * n, n * (4.0 * words + (half_copy ? 2.0 : 0.0)),
+        [&] { inner_.sgd_step_flat(param, grad, momentum_buf, segments, hyper, half_copy); });
+}
+
+void ProfilingBackend::adafactor_step(const Tensor& param, const Tensor& grad, const Tensor& row_state,
+                                      const Tensor& col_state, const Tensor& v_state, const AdafactorHyper& hyper,
+                                      const Tensor* half_copy) {
+  const auto n = static_cast<double>(param.numel());
+  // grad read twice (statistics, then the update), param read and written.
+  timed("adafactor_step", param.name(), OpClass::Optimizer, 10.0 * n, n * (4.0 * 4.0 + (half_copy ? 2.0 : 0.0)),
+        [&] { inner_.adafactor_step(param, grad, row_state, col_state, v_state, hyper, half_copy); });
+}
+
+void ProfilingBackend::adamw8bit_step(const Tensor& param, const Tensor& grad, const Tensor& state1,
+                                      const Tensor& state2, const Tensor& absmax1, const Tensor& absmax2,
+                                      const Tensor& qmap1, const Tensor& qmap2, const AdamWHyper& hyper,
+                                      const Tensor* half_copy) {
+  const auto n = static_cast<double>(param.numel());
+  // p read and written, g read, two one-byte states read and written.
+  timed("adamw8bit_step", param.name(), OpClass::Optimizer, 16.0 * n, n * (4.0 * 3.0 + 4.0 + (half_copy ? 2.0 : 0.0)),
+        [&] { inner_.adamw8bit_step(param, grad, state1, state2, absmax1, absmax2, qmap1, qmap2, hyper, half_copy); });
+}
+
 }  // namespace anatomy

@@ -3,22 +3,91 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 namespace anatomy {
+
+bool parse_optimizer_kind(const std::string& name, OptimizerKind* out) {
+  if (name == "adamw" || name == "adamw_torch" || name == "adamw_torch_fused") *out = OptimizerKind::AdamW;
+  else if (name == "adamw_8bit" || name == "adamw_bnb_8bit") *out = OptimizerKind::AdamW8bit;
+  else if (name == "sgd") *out = OptimizerKind::Sgd;
+  else if (name == "adafactor") *out = OptimizerKind::Adafactor;
+  else return false;
+  return true;
+}
+
+std::string optimizer_name(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::AdamW: return "adamw";
+    case OptimizerKind::AdamW8bit: return "adamw_8bit";
+    case OptimizerKind::Sgd: return "sgd";
+    case OptimizerKind::Adafactor: return "adafactor";
+  }
+  return "?";
+}
+
+void parse_optim_args(const std::string& text, OptimizerOptions* options) {
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) fail("--optim-args {}: '{}' is not key=value", text, item);
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    auto number = [&] {
+      try {
+        size_t used = 0;
+        const double v = std::stod(value, &used);
+        if (used != value.size() || !std::isfinite(v) || v < 0) throw std::invalid_argument(value);
+        return v;
+      } catch (const std::exception&) {
+        fail("--optim-args {}: {}={} is not a non-negative number", text, key, value);
+      }
+    };
+    if (key == "momentum") options->momentum = number();
+    else if (key == "dampening") options->dampening = number();
+    else if (key == "nesterov") {
+      if (value == "True" || value == "true" || value == "1") options->nesterov = true;
+      else if (value == "False" || value == "false" || value == "0") options->nesterov = false;
+      else fail("--optim-args {}: nesterov={} is not True or False", text, value);
+    } else {
+      fail("--optim-args {}: unknown key '{}' (known: momentum, dampening, nesterov)", text, key);
+    }
+  }
+}
+
+std::vector<ParamSegment> flat_segments(const ParameterSet& set) {
+  std::vector<ParamSegment> segments;
+  const auto* base = static_cast<const char*>(set.flat().raw());
+  const auto element = static_cast<int64_t>(dtype_size(set.flat().dtype()));
+  for (size_t i = 0; i < set.specs().size(); ++i) {
+    const Tensor& t = set.tensors()[i];
+    const int64_t offset = (static_cast<const char*>(t.raw()) - base) / element;
+    segments.push_back(ParamSegment{offset, t.numel(), set.specs()[i].weight_decay});
+  }
+  return segments;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(Backend& backend, const ParameterSet& params,
+                                          const OptimizerOptions& options) {
+  switch (options.kind) {
+    case OptimizerKind::AdamW: return std::make_unique<AdamW>(backend, params, options.adam);
+    case OptimizerKind::AdamW8bit: return make_adamw_8bit(backend, params, options);
+    case OptimizerKind::Sgd: return make_sgd(backend, params, options);
+    case OptimizerKind::Adafactor: return make_adafactor(backend, params, options);
+  }
+  fail("unknown optimizer");
+}
 
 AdamW::AdamW(Backend& backend, const ParameterSet& params, AdamWOptions options)
     : backend_(backend),
       options_(options),
       exp_avg_(backend, params.specs(), Category::OptimizerStates, "exp_avg."),
       exp_avg_sq_(backend, params.specs(), Category::OptimizerStates, "exp_avg_sq.") {
-  // Each tensor's run of the flat buffers, with its parameter group: the same
-  // for every set of these specs (weights, gradients, moments, 16-bit copy).
-  const auto* base = static_cast<const char*>(exp_avg_.flat().raw());
-  for (size_t i = 0; i < exp_avg_.specs().size(); ++i) {
-    const Tensor& t = exp_avg_.tensors()[i];
-    const int64_t offset = (static_cast<const char*>(t.raw()) - base) / static_cast<int64_t>(sizeof(float));
-    segments_.push_back(ParamSegment{offset, t.numel(), exp_avg_.specs()[i].weight_decay});
-  }
+  segments_ = flat_segments(exp_avg_);
 }
 
 void AdamW::step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy) {

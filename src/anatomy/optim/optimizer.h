@@ -1,10 +1,14 @@
-// optimizer.h: AdamW as torch.optim.AdamW computes it, over the flat parameter
-// buffer, with Hugging Face Trainer's parameter groups (no weight decay on
-// biases and LayerNorm weights); global gradient-norm clipping as
-// torch.nn.utils.clip_grad_norm_; learning-rate schedules as transformers'.
+// optimizer.h: the optimizers of Hugging Face Trainer's `optim` (AdamW as
+// torch.optim.AdamW, 8-bit AdamW as bitsandbytes', SGD as torch.optim.SGD,
+// Adafactor as transformers'), over the flat parameter buffer with Trainer's
+// parameter groups (no weight decay on biases and LayerNorm weights); global
+// gradient-norm clipping as torch.nn.utils.clip_grad_norm_; learning-rate
+// schedules as transformers'. Every state lands in the ledger's
+// optimizer_states category.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,15 +24,63 @@ struct AdamWOptions {
   double weight_decay = 0.0;
 };
 
-class AdamW {
+enum class OptimizerKind { AdamW, AdamW8bit, Sgd, Adafactor };
+
+// --optim: adamw (also adamw_torch, adamw_torch_fused), adamw_8bit (also
+// adamw_bnb_8bit), sgd, adafactor. False for anything else.
+bool parse_optimizer_kind(const std::string& name, OptimizerKind* out);
+std::string optimizer_name(OptimizerKind kind);
+
+struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::AdamW;
+  AdamWOptions adam;          // AdamW and 8-bit AdamW (weight_decay for every optimizer's decaying group)
+  double momentum = 0.0;      // SGD, from --optim-args as Hugging Face's optim_args
+  double dampening = 0.0;
+  bool nesterov = false;
+};
+
+// Hugging Face's optim_args ("momentum=0.9,nesterov=True"): the SGD keys
+// momentum, dampening, nesterov. Errors name the key or value.
+void parse_optim_args(const std::string& text, OptimizerOptions* options);
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update at learning rate `lr` from the gradients; `half_copy` (a 16-bit
+  // set of the same layout, the weights a mixed-precision forward reads) is
+  // refreshed from the updated float32 weights.
+  virtual void step(const ParameterSet& params, const ParameterSet& grads, double lr,
+                    const ParameterSet* half_copy = nullptr) = 0;
+  virtual std::string name() const = 0;
+  int64_t steps_taken() const { return steps_; }
+
+ protected:
+  int64_t steps_ = 0;
+};
+
+// Each tensor's run [offset, offset + count) of a set's flat buffer, with its
+// weight-decay group: the same for every set of these specs.
+std::vector<ParamSegment> flat_segments(const ParameterSet& set);
+
+std::unique_ptr<Optimizer> make_optimizer(Backend& backend, const ParameterSet& params,
+                                          const OptimizerOptions& options);
+// Each in its own file (sgd.cpp, adafactor.cpp, adamw_8bit.cpp).
+std::unique_ptr<Optimizer> make_sgd(Backend& backend, const ParameterSet& params, const OptimizerOptions& options);
+std::unique_ptr<Optimizer> make_adafactor(Backend& backend, const ParameterSet& params,
+                                          const OptimizerOptions& options);
+std::unique_ptr<Optimizer> make_adamw_8bit(Backend& backend, const ParameterSet& params,
+                                           const OptimizerOptions& options);
+
+class AdamW final : public Optimizer {
  public:
   // Allocates both moments (category optimizer_states), zeroed.
   AdamW(Backend& backend, const ParameterSet& params, AdamWOptions options);
   // One update at learning rate `lr` of every parameter from its gradient, in
   // one pass over the flat buffers. `half_copy` (a 16-bit set of the same
   // layout, the weights a mixed-precision forward reads) is refreshed in the same pass.
-  void step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy = nullptr);
-  int64_t steps_taken() const { return steps_; }
+  void step(const ParameterSet& params, const ParameterSet& grads, double lr,
+            const ParameterSet* half_copy = nullptr) override;
+  std::string name() const override { return "adamw"; }
   const ParameterSet& exp_avg() const { return exp_avg_; }
   const ParameterSet& exp_avg_sq() const { return exp_avg_sq_; }
 
@@ -37,7 +89,6 @@ class AdamW {
   AdamWOptions options_;
   ParameterSet exp_avg_, exp_avg_sq_;
   std::vector<ParamSegment> segments_;  // the flat layout's tensors and their groups
-  int64_t steps_ = 0;
 };
 
 // Returns the global L2 norm of all gradients and scales them by

@@ -132,12 +132,26 @@ BertInputs upload_dataset(Backend& backend, const Dataset& data) {
   return upload_batch(backend, gather_batch(data, order, 0, data.size), data.label_dtype, data.label_width);
 }
 
+OptimizerOptions optimizer_options(const TrainingArguments& args) {
+  OptimizerOptions o;
+  if (!parse_optimizer_kind(args.optim, &o.kind))
+    fail("--optim {}: expected adamw, adamw_8bit, sgd or adafactor", args.optim);
+  o.adam = AdamWOptions{args.adam_beta1, args.adam_beta2, args.adam_epsilon, args.weight_decay};
+  parse_optim_args(args.optim_args, &o);
+  if (o.kind != OptimizerKind::Sgd && !args.optim_args.empty())
+    fail("--optim-args {}: only --optim sgd takes arguments", args.optim_args);
+  if (o.nesterov && (o.momentum <= 0.0 || o.dampening != 0.0))
+    fail("--optim-args {}: Nesterov momentum needs a momentum and zero dampening", args.optim_args);
+  return o;
+}
+
 Trainer::Trainer(Backend& backend, BertForSequenceClassification& model, const Dataset& data, TrainingArguments args)
     : backend_(backend), model_(model), data_(data), args_(std::move(args)) {
   if (args_.per_device_train_batch_size <= 0)
     fail("--per-device-train-batch-size must be positive, got {}", args_.per_device_train_batch_size);
   if (args_.logging_steps <= 0) fail("--logging-steps must be positive, got {}", args_.logging_steps);
   if (!data_.has_labels()) fail("{}: training needs labels, and the data has none", data_.source);
+  optimizer_options(args_);  // bad --optim / --optim-args fail here, before any allocation
   if (args_.gradient_accumulation_steps <= 0)
     fail("--gradient-accumulation-steps must be positive, got {}", args_.gradient_accumulation_steps);
   const int64_t B = args_.per_device_train_batch_size, N = args_.gradient_accumulation_steps;
@@ -156,8 +170,8 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   namespace fs = std::filesystem;
   Ledger& ledger = backend_.ledger();
   ParameterSet& grads = model_.gradients();
-  AdamW optimizer(backend_, model_.weights(),
-                  AdamWOptions{args_.adam_beta1, args_.adam_beta2, args_.adam_epsilon, args_.weight_decay});
+  const std::unique_ptr<Optimizer> optimizer =
+      make_optimizer(backend_, model_.weights(), optimizer_options(args_));
 
   std::ofstream log;
   std::string log_path;
@@ -252,7 +266,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       }
     }
     if (!skip) {
-      optimizer.step(model_.weights(), grads, lr, model_.half_weights());  // refreshes the 16-bit copy too
+      optimizer->step(model_.weights(), grads, lr, model_.half_weights());  // refreshes the 16-bit copy too
       ++updates;
     }
     if (step + 1 < total_steps_) {  // the next update's first batch uploads while this one's work runs

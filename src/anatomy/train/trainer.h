@@ -11,6 +11,7 @@
 #include "anatomy/data/dataset.h"
 #include "anatomy/kernels/backend.h"
 #include "anatomy/model/bert.h"
+#include "anatomy/optim/optimizer.h"
 #include "anatomy/train/arguments.h"
 
 namespace anatomy {
@@ -63,6 +64,9 @@ class Trainer {
   int64_t total_steps_ = 0;
   StepHooks hooks_;
 };
+
+// The optimizer --optim and --optim-args ask for (errors name the flag).
+OptimizerOptions optimizer_options(const TrainingArguments& args);
 
 // Copies a host batch to the backend's device (category "data").
 BertInputs upload_batch(Backend& backend, const HostBatch& batch, DType label_dtype, int64_t label_width);

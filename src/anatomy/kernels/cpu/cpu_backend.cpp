@@ -11,6 +11,7 @@
 
 #include "anatomy/core/random.h"
 #include "anatomy/kernels/backend.h"
+#include "anatomy/kernels/cpu/optimizer_kernels.h"
 
 namespace anatomy {
 
@@ -442,6 +443,21 @@ class CpuBackend final : public Backend {
     expect_same_numel(param, grad, "adamw_step");
     adamw_loop(param.data<float>(), grad.data<float>(), exp_avg.data<float>(), exp_avg_sq.data<float>(),
                param.numel(), hp);
+  }
+
+  void sgd_step_flat(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                     const std::vector<ParamSegment>& segments, const SgdHyper& hyper,
+                     const Tensor* half_copy) override {
+    cpu::sgd_step_flat(param, grad, momentum_buf, segments, hyper, half_copy);
+  }
+  void adafactor_step(const Tensor& param, const Tensor& grad, const Tensor& row_state, const Tensor& col_state,
+                      const Tensor& v_state, const AdafactorHyper& hyper, const Tensor* half_copy) override {
+    cpu::adafactor_step(param, grad, row_state, col_state, v_state, hyper, half_copy);
+  }
+  void adamw8bit_step(const Tensor& param, const Tensor& grad, const Tensor& state1, const Tensor& state2,
+                      const Tensor& absmax1, const Tensor& absmax2, const Tensor& qmap1, const Tensor& qmap2,
+                      const AdamWHyper& hyper, const Tensor* half_copy) override {
+    cpu::adamw8bit_step(param, grad, state1, state2, absmax1, absmax2, qmap1, qmap2, hyper, half_copy);
   }
 
   void adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,

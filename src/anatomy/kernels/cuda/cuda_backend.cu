@@ -32,6 +32,7 @@
 #include "anatomy/kernels/cuda/fused.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
 #include "anatomy/kernels/cuda/mixed.cuh"
+#include "anatomy/kernels/cuda/optimizer_kernels.cuh"
 #include "anatomy/kernels/cuda_memory.h"
 
 namespace anatomy::cuda {
@@ -498,6 +499,23 @@ class CudaBackend final : public Backend {
                   const AdamWHyper& hyper) override {
     cuda::adamw_step(stream_, param.data<float>(), grad.data<float>(), exp_avg.data<float>(),
                      exp_avg_sq.data<float>(), param.numel(), hyper);
+  }
+
+  void sgd_step_flat(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                     const std::vector<ParamSegment>& segments, const SgdHyper& hyper,
+                     const Tensor* half_copy) override {
+    cuda::sgd_step_flat(stream_, param, grad, momentum_buf, segments, hyper, half_copy);
+  }
+  void adafactor_step(const Tensor& param, const Tensor& grad, const Tensor& row_state, const Tensor& col_state,
+                      const Tensor& v_state, const AdafactorHyper& hyper, const Tensor* half_copy) override {
+    // MIRRORED by MetaBackend::adafactor_step: the reductions' scratch.
+    void* scratch = scratch_bytes(adafactor_scratch_bytes(param.numel()));
+    cuda::adafactor_step(stream_, param, grad, row_state, col_state, v_state, hyper, half_copy, scratch);
+  }
+  void adamw8bit_step(const Tensor& param, const Tensor& grad, const Tensor& state1, const Tensor& state2,
+                      const Tensor& absmax1, const Tensor& absmax2, const Tensor& qmap1, const Tensor& qmap2,
+                      const AdamWHyper& hyper, const Tensor* half_copy) override {
+    cuda::adamw8bit_step(stream_, param, grad, state1, state2, absmax1, absmax2, qmap1, qmap2, hyper, half_copy);
   }
 
   void adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,

@@ -223,6 +223,16 @@ class MetaBackend final : public Backend {
   }
   void scale(const Tensor&, double) override {}
   void adamw_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamWHyper&) override {}
+  void sgd_step_flat(const Tensor&, const Tensor&, const Tensor&, const std::vector<ParamSegment>&, const SgdHyper&,
+                     const Tensor*) override {}
+  void adafactor_step(const Tensor& param, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                      const AdafactorHyper&, const Tensor*) override {
+    // MIRRORS CudaBackend::adafactor_step: the reductions' scratch.
+    if (cuda()) scratch_bytes(cuda::adafactor_scratch_bytes(param.numel()));
+  }
+  void adamw8bit_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                      const Tensor&, const Tensor&, const AdamWHyper&, const Tensor*) override {}
+
   void adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                        const std::vector<ParamSegment>& segments, const AdamWHyper&,
                        const Tensor* half_copy) override {

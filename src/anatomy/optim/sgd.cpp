@@ -1,0 +1,10 @@
+// sgd.cpp: PLACEHOLDER being replaced by its implementation in this session.
+#include "anatomy/optim/optimizer.h"
+
+namespace anatomy {
+
+std::unique_ptr<Optimizer> make_sgd(Backend&, const ParameterSet&, const OptimizerOptions&) {
+  fail("--optim sgd: not implemented yet");
+}
+
+}  // namespace anatomy
