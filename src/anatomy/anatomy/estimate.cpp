@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "anatomy/optim/optimizer.h"
+
 namespace anatomy {
 
 namespace {
@@ -23,13 +25,27 @@ std::string precision_name(const TrainingArguments& a, bool tf32) {
 
 }  // namespace
 
-TextbookBytes textbook_bytes_per_parameter(bool mixed_precision) {
+TextbookBytes textbook_bytes_per_parameter(const TrainingArguments& args) {
   // "Model weights: 4 bytes * number of parameters for fp32 training; 6 bytes
   // for mixed precision training (a model in fp32 and one in fp16 in memory).
-  // Optimizer states: 8 bytes for normal AdamW (two states). Gradients: 4
-  // bytes for fp32 or mixed precision training (gradients are always kept in
-  // fp32)." — the seed's Model training anatomy.
-  return mixed_precision ? TextbookBytes{6, 8, 4, "AdamW"} : TextbookBytes{4, 8, 4, "AdamW"};
+  // Optimizer States: 8 bytes * number of parameters for normal AdamW
+  // (maintains 2 states); 2 bytes * number of parameters for 8-bit AdamW
+  // optimizers like bitsandbytes; 4 bytes * number of parameters for
+  // optimizers like SGD with momentum (maintains only 1 state). Gradients: 4
+  // bytes * number of parameters for either fp32 or mixed precision training
+  // (gradients are always kept in fp32)." — the seed's Model training anatomy.
+  const double weights = args.bf16 || args.fp16 ? 6 : 4;
+  OptimizerOptions o;
+  parse_optimizer_kind(args.optim, &o.kind);
+  parse_optim_args(args.optim_args, &o);
+  switch (o.kind) {
+    case OptimizerKind::AdamW8bit: return {weights, 2, 4, "8-bit AdamW"};
+    case OptimizerKind::Sgd:
+      return o.momentum > 0 ? TextbookBytes{weights, 4, 4, "SGD, momentum"} : TextbookBytes{weights, 0, 4, "SGD"};
+    case OptimizerKind::Adafactor: return {weights, -1, 4, "Adafactor"};
+    case OptimizerKind::AdamW: break;
+  }
+  return {weights, 8, 4, "AdamW"};
 }
 
 Estimate estimate_training(const EstimateRequest& request) {
@@ -63,11 +79,10 @@ Estimate estimate_training(const EstimateRequest& request) {
 std::string format_estimate(const EstimateRequest& r, const Estimate& e) {
   const MemoryPlan& p = e.plan;
   const LedgerSnapshot& m = p.ledger;
-  const bool mixed = r.args.bf16 || r.args.fp16;
   std::string out;
   auto line = [&out](const std::string& s) { out += s + "\n"; };
-  line(fmt::format("Memory plan: {} ({} parameters), {}, AdamW, batch {} x {} tokens{}{}, on {}", r.model_name,
-                   p.parameters, precision_name(r.args, r.tf32), r.args.per_device_train_batch_size,
+  line(fmt::format("Memory plan: {} ({} parameters), {}, {}, batch {} x {} tokens{}{}, on {}", r.model_name,
+                   p.parameters, precision_name(r.args, r.tf32), r.args.optim, r.args.per_device_train_batch_size,
                    r.shape.seq_len,
                    r.args.gradient_accumulation_steps > 1
                        ? fmt::format(", {} batches per update", r.args.gradient_accumulation_steps)
@@ -97,19 +112,22 @@ std::string format_estimate(const EstimateRequest& r, const Estimate& e) {
   }
   line("");
   // The seed's textbook figures beside this engine's.
-  const TextbookBytes t = textbook_bytes_per_parameter(mixed);
+  const TextbookBytes t = textbook_bytes_per_parameter(r.args);
   const double weights = per_param(m.at_peak[cat(Category::Weights)] + m.at_peak[cat(Category::WeightsHalf)],
                                     p.parameters);
   const double optimizer = per_param(m.at_peak[cat(Category::OptimizerStates)], p.parameters);
   const double gradients = per_param(m.at_peak[cat(Category::Gradients)], p.parameters);
   line(fmt::format("  bytes per parameter       {:>9} {:>12}", "textbook", "this engine"));
   line(fmt::format("  weights                   {:>9} {:>12.2f}", t.weights, weights));
-  line(fmt::format("  optimizer ({})        {:>9} {:>12.2f}", t.optimizer_name, t.optimizer, optimizer));
+  const std::string optimizer_label = fmt::format("optimizer ({})", t.optimizer_name);
+  const std::string textbook_optimizer = t.optimizer >= 0 ? fmt::format("{}", t.optimizer) : "rows+cols";
+  const std::string textbook_total =
+      t.optimizer >= 0 ? fmt::format("{}", t.weights + t.optimizer + t.gradients) : "-";
+  line(fmt::format("  {:<24}  {:>9} {:>12.2f}", optimizer_label, textbook_optimizer, optimizer));
   line(fmt::format("  gradients                 {:>9} {:>12.2f}", t.gradients, gradients));
-  line(fmt::format("  total                     {:>9} {:>12.2f}", t.weights + t.optimizer + t.gradients,
-                   weights + optimizer + gradients));
-  line("  (textbook, the seed: 8-bit AdamW 2 and SGD with momentum 4 bytes of optimizer state; mixed-precision "
-       "inference 6 bytes)");
+  line(fmt::format("  total                     {:>9} {:>12.2f}", textbook_total, weights + optimizer + gradients));
+  line("  (textbook, the seed: AdamW 8, 8-bit AdamW 2, SGD with momentum 4 bytes of optimizer state; "
+       "mixed-precision inference 6 bytes)");
   if (r.device_total > 0) {
     line("");
     line(fmt::format("Device: {} of {}; in use before this run (driver, other processes) {}; the pool may take {}.",
