@@ -79,6 +79,7 @@ MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args
   simulated.output_dir.clear();
   simulated.progress = false;
   simulated.logging_steps = 1 << 30;
+  simulated.dataloader_num_workers = 0;  // the host side's threads change no device memory
   std::unique_ptr<Backend> backend;
   try {
     backend = make_meta_backend(options);  // allocates the backend's own buffers, which may not fit either

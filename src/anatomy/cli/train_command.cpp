@@ -153,6 +153,8 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
 
   fmt::print("Time: {:.2f}\n", result.seconds);
   fmt::print("Samples/second: {:.2f}\n", result.samples_per_second);
+  fmt::print("Data wait: {:.3f} s ({:.1f}% of the time; --dataloader-num-workers {})\n", result.data_wait_seconds,
+             100.0 * result.data_wait_seconds / std::max(result.seconds, 1e-9), args.dataloader_num_workers);
   if (on_gpu)
     print_gpu_memory(backend);
   else

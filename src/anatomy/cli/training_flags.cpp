@@ -47,6 +47,12 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
   app.add_option("--seed", a.seed, "Seed of initialisation, data, shuffling and dropout")
       ->capture_default_str()->check(non_negative_number());
   app.add_flag("--no-shuffle", flags.no_shuffle, "Keep the data in file order");
+  app.add_option("--dataloader-num-workers", a.dataloader_num_workers,
+                 "Threads that build batches ahead (0: each batch is built when needed)")
+      ->capture_default_str()->check(non_negative_number());
+  app.add_option("--dataloader-prefetch-factor", a.dataloader_prefetch_factor, "Batches each worker keeps ready")
+      ->capture_default_str()->check(positive_number());
+  app.add_flag("--dataloader-drop-last", a.dataloader_drop_last, "Drop each epoch's last partial batch");
   app.add_option("--logging-steps", a.logging_steps, "Write a log record every N steps")
       ->capture_default_str()->check(positive_number());
   app.add_option("--output-dir", a.output_dir, "Write config.json, model.safetensors and log.jsonl here");

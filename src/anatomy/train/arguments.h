@@ -32,6 +32,9 @@ struct TrainingArguments {
   double max_grad_norm = 1.0;
   uint64_t seed = 42;
   bool shuffle = true;
+  int64_t dataloader_num_workers = 0;        // threads building batches ahead (0: when needed, as Hugging Face's default)
+  int64_t dataloader_prefetch_factor = 2;    // batches each worker keeps ready
+  bool dataloader_drop_last = false;         // drop each epoch's last partial batch
   int64_t logging_steps = 500;
   std::string output_dir;                    // empty: write nothing
   bool progress = true;                      // progress bar when stderr is a terminal

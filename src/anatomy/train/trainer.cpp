@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "anatomy/data/loader.h"
 #include "anatomy/optim/optimizer.h"
 
 namespace anatomy {
@@ -155,7 +156,9 @@ Trainer::Trainer(Backend& backend, BertForSequenceClassification& model, const D
   if (args_.gradient_accumulation_steps <= 0)
     fail("--gradient-accumulation-steps must be positive, got {}", args_.gradient_accumulation_steps);
   const int64_t B = args_.per_device_train_batch_size, N = args_.gradient_accumulation_steps;
-  batches_per_epoch_ = (data_.size + B - 1) / B;
+  batches_per_epoch_ = args_.dataloader_drop_last ? data_.size / B : (data_.size + B - 1) / B;
+  if (batches_per_epoch_ == 0)
+    fail("--dataloader-drop-last: {} examples make no full batch of {}", data_.size, B);
   // An update every N batches, and one for the rest of an epoch's batches (as Hugging Face's).
   steps_per_epoch_ = (batches_per_epoch_ + N - 1) / N;
   if (args_.max_steps > 0) {
@@ -187,29 +190,25 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   TrainResult result;
   ProgressBar bar(total_steps_, args_.progress);
   const int64_t B = args_.per_device_train_batch_size;
-  std::vector<int64_t> order;
-  int64_t order_epoch = -1;
-  // The batches of update `step`: (epoch, first sample) of each, in order.
+  // The batches of update `step`: as many as the window of its epoch holds.
   const int64_t N = args_.gradient_accumulation_steps;
   auto window_of = [&](int64_t step) {
-    const int64_t epoch = step / steps_per_epoch_, first = (step % steps_per_epoch_) * N;
-    std::vector<std::pair<int64_t, int64_t>> batches;
-    for (int64_t b = first; b < std::min(first + N, batches_per_epoch_); ++b) batches.emplace_back(epoch, b * B);
-    return batches;
+    const int64_t first = (step % steps_per_epoch_) * N;
+    return std::min(first + N, batches_per_epoch_) - first;
   };
-  auto batch_at = [&](std::pair<int64_t, int64_t> at) {
-    const auto [epoch, begin] = at;
-    if (epoch != order_epoch) {
-      order = epoch_order(data_.size, args_.shuffle, args_.seed, epoch);
-      order_epoch = epoch;
-    }
-    return gather_batch(data_, order, begin, std::min(data_.size, begin + B));
-  };
+  LoaderOptions loader_options;
+  loader_options.batch_size = B;
+  loader_options.shuffle = args_.shuffle;
+  loader_options.seed = args_.seed;
+  loader_options.drop_last = args_.dataloader_drop_last;
+  loader_options.num_workers = args_.dataloader_num_workers;
+  loader_options.prefetch_factor = args_.dataloader_prefetch_factor;
+  BatchLoader loader(data_, loader_options);
   ledger.set_phase("data");
   InputSlots slots(backend_, data_, std::min(B, data_.size));
-  std::vector<std::pair<int64_t, int64_t>> window = window_of(0);
+  int64_t window = window_of(0);
   int64_t micro = 0;  // batches begun so far, over the whole run: picks the upload slot and the dropout masks
-  BertInputs next_inputs = slots.upload(0, batch_at(window[0]));
+  BertInputs next_inputs = slots.upload(0, loader.next());
   double window_loss = 0.0;
   int64_t window_steps = 0, window_samples = 0;
   auto window_start = Clock::now();
@@ -223,7 +222,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
     if (hooks_.before) hooks_.before(step);
     ledger.set_step(step);
     const double step_scale = loss_scale;
-    const auto count = static_cast<int64_t>(window.size());
+    const int64_t count = window;
     double loss = 0.0;  // the mean of the batches' losses, as Hugging Face logs it
     int64_t samples = 0;
     model_.zero_gradients();
@@ -244,7 +243,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       model_.backward(step_scale / static_cast<double>(count));
       if (m + 1 < count) {  // the window's next batch uploads while this one's work runs
         ledger.set_phase("data");
-        next_inputs = slots.upload(static_cast<int>((micro + 1) % 2), batch_at(window[m + 1]));
+        next_inputs = slots.upload(static_cast<int>((micro + 1) % 2), loader.next());
       }
     }
     ledger.set_phase("optimizer step");
@@ -272,7 +271,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
     if (step + 1 < total_steps_) {  // the next update's first batch uploads while this one's work runs
       window = window_of(step + 1);
       ledger.set_phase("data");
-      next_inputs = slots.upload(static_cast<int>(micro % 2), batch_at(window[0]));
+      next_inputs = slots.upload(static_cast<int>(micro % 2), loader.next());
     }
     if (hooks_.after) hooks_.after(step);
 
@@ -298,7 +297,8 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
         nlohmann::json j = {{"step", record.step},          {"epoch", record.epoch},
                             {"loss", record.loss},          {"mean_loss", record.mean_loss},
                             {"learning_rate", record.learning_rate}, {"grad_norm", record.grad_norm},
-                            {"samples_per_second", record.samples_per_second}};
+                            {"samples_per_second", record.samples_per_second},
+                            {"data_wait_seconds", loader.wait_seconds()}};  // so far in the run
         if (args_.fp16) {
           j["loss_scale"] = record.loss_scale;
           j["skipped_steps"] = record.skipped_steps;
@@ -315,6 +315,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   result.seconds = seconds_since(start);
   result.steps = total_steps_;
   result.samples_per_second = result.samples / std::max(result.seconds, 1e-9);
+  result.data_wait_seconds = loader.wait_seconds();
   ledger.set_step(-1);
   ledger.set_phase("done");
   result.memory = ledger.snapshot();

@@ -35,6 +35,7 @@ struct TrainResult {
   double samples_per_second = 0.0;
   std::vector<double> losses;  // every step's loss
   int64_t skipped_steps = 0;   // fp16 steps whose update was skipped (overflow)
+  double data_wait_seconds = 0.0;  // the loop's wait for batches the loader had not built yet
   LedgerSnapshot memory;       // the ledger at the end (with its peaks)
 };
 

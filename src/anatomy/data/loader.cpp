@@ -1,0 +1,76 @@
+// loader.cpp: batches built ahead by worker threads, handed out in order.
+#include "anatomy/data/loader.h"
+
+#include <chrono>
+
+#include "anatomy/core/error.h"
+
+namespace anatomy {
+
+BatchLoader::BatchLoader(const Dataset& data, LoaderOptions options) : data_(data), options_(options) {
+  if (options_.batch_size <= 0) fail("--per-device-train-batch-size must be positive, got {}", options_.batch_size);
+  if (options_.num_workers < 0) fail("--dataloader-num-workers must be >= 0, got {}", options_.num_workers);
+  if (options_.prefetch_factor <= 0)
+    fail("--dataloader-prefetch-factor must be positive, got {}", options_.prefetch_factor);
+  batches_per_epoch_ = options_.drop_last ? data_.size / options_.batch_size
+                                          : (data_.size + options_.batch_size - 1) / options_.batch_size;
+  if (batches_per_epoch_ == 0)
+    fail("--dataloader-drop-last: {} examples make no full batch of {}", data_.size, options_.batch_size);
+  for (int64_t w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this, w] { work(w); });
+}
+
+BatchLoader::~BatchLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  room_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+HostBatch BatchLoader::build(int64_t index) const {
+  const int64_t epoch = index / batches_per_epoch_, begin = (index % batches_per_epoch_) * options_.batch_size;
+  // Each worker derives the epoch's order itself: a pure function of (seed, epoch), cheap next to a batch.
+  const std::vector<int64_t> order = epoch_order(data_.size, options_.shuffle, options_.seed, epoch);
+  return gather_batch(data_, order, begin, std::min(data_.size, begin + options_.batch_size));
+}
+
+void BatchLoader::work(int64_t worker) {
+  // Worker w builds batches w, w + W, w + 2W, ..., staying at most
+  // prefetch_factor × W batches ahead of the consumer, as DataLoader's workers do.
+  const int64_t stride = options_.num_workers, ahead = options_.prefetch_factor * options_.num_workers;
+  for (int64_t index = worker;; index += stride) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      room_.wait(lock, [&] { return stopping_ || index < next_index_ + ahead; });
+      if (stopping_) return;
+    }
+    HostBatch batch = build(index);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      built_.emplace(index, std::move(batch));
+    }
+    ready_.notify_all();
+  }
+}
+
+HostBatch BatchLoader::next() {
+  const auto start = std::chrono::steady_clock::now();
+  HostBatch batch;
+  if (workers_.empty()) {
+    batch = build(next_index_++);
+  } else {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ready_.wait(lock, [&] { return built_.count(next_index_) != 0; });
+    auto it = built_.find(next_index_);
+    batch = std::move(it->second);
+    built_.erase(it);
+    ++next_index_;
+    lock.unlock();
+    room_.notify_all();
+  }
+  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return batch;
+}
+
+}  // namespace anatomy
