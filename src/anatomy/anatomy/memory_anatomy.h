@@ -63,6 +63,8 @@ std::string memory_anatomy_json(const MemoryAnatomy& m);
 // report.html: self-contained (no network), with inline SVG charts: the
 // stacked memory timeline by category, the composition at the peak, and
 // predicted vs measured.
-std::string memory_report_html(const MemoryAnatomy& m);
+// `extra_sections`: HTML placed after the memory sections (the time anatomy's,
+// when the run was profiled).
+std::string memory_report_html(const MemoryAnatomy& m, const std::string& extra_sections = "");
 
 }  // namespace anatomy

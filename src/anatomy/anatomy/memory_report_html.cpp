@@ -430,7 +430,7 @@ th:nth-child(2), td:nth-child(2) { text-align: left; } tr.total td { font-weight
 
 }  // namespace
 
-std::string memory_report_html(const MemoryAnatomy& m) {
+std::string memory_report_html(const MemoryAnatomy& m, const std::string& extra_sections) {
   const std::vector<MemoryRow> rows = memory_rows(m);
   const LedgerSnapshot& l = m.ledger;
   const bool pooled = std::any_of(m.timeline.begin(), m.timeline.end(), [](const PhaseSample& s) {
@@ -474,6 +474,7 @@ std::string memory_report_html(const MemoryAnatomy& m) {
   html += m.predicted ? prediction_chart(m, rows)
                       : "<p class=\"summary\">No prediction was made for this run.</p>\n";
   html += "<h2>The rows</h2>\n" + rows_table(m, rows);
+  html += extra_sections;
   html += "</body>\n</html>\n";
   return html;
 }

@@ -44,12 +44,12 @@ MemoryAnatomy take_memory_anatomy(Backend& backend, const DeviceFacts& facts, in
   return m;
 }
 
-void write_memory_reports(const MemoryAnatomy& anatomy, const std::string& dir) {
+void write_memory_reports(const MemoryAnatomy& anatomy, const std::string& dir, const std::string& extra_sections) {
   namespace fs = std::filesystem;
   const std::string json_path = (fs::path(dir) / "anatomy.json").string();
   const std::string html_path = (fs::path(dir) / "report.html").string();
   io::write_text_file_atomic(json_path, memory_anatomy_json(anatomy));
-  io::write_text_file_atomic(html_path, memory_report_html(anatomy));
+  io::write_text_file_atomic(html_path, memory_report_html(anatomy, extra_sections));
   fmt::print("Memory anatomy written to {} and {}\n", json_path, html_path);
 }
 

@@ -42,7 +42,9 @@ MemoryAnatomy take_memory_anatomy(Backend& backend, const DeviceFacts& facts, in
                                   int64_t nvml_used, const MemoryPlan* plan);
 
 // anatomy.json and report.html in `dir`, each written whole or not at all.
-void write_memory_reports(const MemoryAnatomy& anatomy, const std::string& dir);
+// `extra_sections`: more HTML for report.html (the time anatomy's section).
+void write_memory_reports(const MemoryAnatomy& anatomy, const std::string& dir,
+                          const std::string& extra_sections = "");
 
 // A setting that fits, as flags, with its predicted NVML use.
 struct FittingSetting {

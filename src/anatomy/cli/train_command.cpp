@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "anatomy/anatomy/profile.h"
+#include "anatomy/anatomy/time_report_html.h"
 #include "anatomy/cli/commands.h"
 #include "anatomy/gpu/busy_gpu.h"
 #include "anatomy/cli/memory_report.h"
@@ -161,7 +162,7 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
     fmt::print("CPU memory occupied (peak RSS): {} MB.\n", gpu::process_peak_rss_bytes() / (1024 * 1024));
   const MemoryAnatomy anatomy = anatomy_now();
   fmt::print("\n{}", format_memory_table(anatomy));
-  if (!args.output_dir.empty()) write_memory_reports(anatomy, args.output_dir);
+  std::string time_section;
   if (run.profiler) {
     const std::optional<double> peak =
         on_gpu ? gpu::dense_bf16_peak_tflops(run.facts.name) : std::nullopt;
@@ -172,7 +173,9 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
     fmt::print("(The profiled steps wait for their timings: the run's samples/second includes that.)\n");
     print_profile(summary);
     if (!args.output_dir.empty()) write_profile(summary, timings, args.output_dir);
+    time_section = time_report_section_html(summary);
   }
+  if (!args.output_dir.empty()) write_memory_reports(anatomy, args.output_dir, time_section);
 }
 
 }  // namespace
