@@ -8,9 +8,9 @@ It also polls nvidia-smi during the run for the device's peak use. It prints one
 
     python3 bench/memory_accuracy.py --anatomy build/anatomy [--configs base-fp32-b4,...] [--steps 3]
 
-Configurations are MODEL-PRECISION-bBATCH with an optional -ckpt (--gradient-checkpointing) or -acc4
-(--gradient-accumulation-steps 4): bert-base or large, fp32/bf16/fp16, batch 4 or 32; the default
-runs the twelve without -ckpt/-acc4.
+Configurations are MODEL-PRECISION-bBATCH with an optional -ckpt (--gradient-checkpointing), -sel
+(its selective policy) or -acc4 (--gradient-accumulation-steps 4): bert-base or large, fp32/bf16/fp16, batch 4 or 32; the default
+runs the twelve without a suffix.
 
 Columns: predicted and measured ledger peak (the plan's exactness), predicted NVML total
 (pool segments + the context figure the plan assumed) against NVML's use of the process at the end
@@ -37,6 +37,9 @@ def all_configs():
             for b in (4, 32):
                 out[f"{m}-{p}-b{b}"] = (MODELS[m], PRECISIONS[p], b)
                 out[f"{m}-{p}-b{b}-ckpt"] = (MODELS[m], PRECISIONS[p] + ["--gradient-checkpointing"], b)
+                out[f"{m}-{p}-b{b}-sel"] = (MODELS[m], PRECISIONS[p] + ["--gradient-checkpointing",
+                                                                       "--gradient-checkpointing-policy",
+                                                                       "selective"], b)
                 out[f"{m}-{p}-b{b}-acc4"] = (MODELS[m], PRECISIONS[p] + ["--gradient-accumulation-steps", "4"], b)
     return out
 
@@ -75,7 +78,8 @@ def mib(b):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--anatomy", required=True)
-    ap.add_argument("--configs", default=",".join(c for c in all_configs() if not c.endswith(("-ckpt", "-acc4"))))
+    ap.add_argument("--configs",
+                    default=",".join(c for c in all_configs() if not c.endswith(("-ckpt", "-sel", "-acc4"))))
     ap.add_argument("--steps", type=int, default=3)
     opts = ap.parse_args()
     configs = all_configs()

@@ -102,13 +102,14 @@ TEST(GradientCheckpointing, GivesTheSameGradientsWithDropoutOn) {
   init_weights(model, 9);
   const Dataset data = small_data(4, 16);
   const BertInputs inputs = upload_dataset(*backend, data);
-  auto gradients = [&](bool checkpointing, LedgerSnapshot* memory) {
+  auto gradients = [&](bool checkpointing, LedgerSnapshot* memory, bool selective = false) {
     backend->ledger().reset_peaks();
     model.zero_gradients();
     ForwardOptions options;
     options.training = true;
     options.save_for_backward = true;
     options.gradient_checkpointing = checkpointing;
+    options.selective_checkpointing = selective;
     options.step = 7;
     const ForwardOutput out = model.forward(inputs, options);
     model.backward();
@@ -127,6 +128,15 @@ TEST(GradientCheckpointing, GivesTheSameGradientsWithDropoutOn) {
   const auto act = static_cast<size_t>(Category::Activations);
   EXPECT_LT(checkpointed_memory.peak[act], plain_memory.peak[act]);
   EXPECT_NE(checkpointed_memory.peak_phase.find("layer"), std::string::npos);
+
+  // Selective: the same gradients too, for an activation peak between the two.
+  LedgerSnapshot selective_memory;
+  const auto selective = gradients(true, &selective_memory, /*selective=*/true);
+  EXPECT_EQ(plain.first, selective.first);
+  EXPECT_TRUE(plain.second == selective.second) << "max relative difference "
+                                                << max_relative(selective.second, plain.second);
+  EXPECT_LT(selective_memory.peak[act], plain_memory.peak[act]);
+  EXPECT_GT(selective_memory.peak[act], checkpointed_memory.peak[act]);
 }
 
 TEST(GradientCheckpointing, TrainingMatchesWithoutIt) {
@@ -137,13 +147,16 @@ TEST(GradientCheckpointing, TrainingMatchesWithoutIt) {
 }
 
 TEST(MemoryPlan, CoversAccumulationAndCheckpointing) {
-  for (const auto& [accumulation, checkpointing] : {std::pair{3, false}, std::pair{1, true}, std::pair{2, true}}) {
+  for (const auto& [accumulation, policy] :
+       {std::pair{3, ""}, std::pair{1, "full"}, std::pair{2, "full"}, std::pair{1, "selective"}}) {
+    const bool checkpointing = std::string(policy) != "";
     const BertConfig config = small_config(true);
     const Dataset data = small_data(32, 16);
     TrainingArguments args;
     args.per_device_train_batch_size = 5;
     args.gradient_accumulation_steps = accumulation;
     args.gradient_checkpointing = checkpointing;
+    if (checkpointing) args.gradient_checkpointing_policy = policy;
     args.progress = false;
     PlanTarget cpu;
     cpu.gpu = false;

@@ -25,13 +25,14 @@ TEST_P(CudaCheckpointing, SameGradientsLessMemory) {
   data.attention_mask.assign(data.input_ids.size(), 1);
   for (int64_t i = 100; i < 128; ++i) data.attention_mask[i] = 0;  // padding in the first sequence
   const BertInputs inputs = upload_dataset(*backend, data);
-  auto run = [&](bool checkpointing, int64_t* peak_activations) {
+  auto run = [&](bool checkpointing, int64_t* peak_activations, bool selective = false) {
     backend->ledger().reset_peaks();
     model.zero_gradients();
     ForwardOptions options;
     options.training = true;
     options.save_for_backward = true;
     options.gradient_checkpointing = checkpointing;
+    options.selective_checkpointing = selective;
     options.step = 3;
     const double loss = *model.forward(inputs, options).loss;
     model.backward();
@@ -46,6 +47,12 @@ TEST_P(CudaCheckpointing, SameGradientsLessMemory) {
   EXPECT_EQ(plain.first, checkpointed.first);
   EXPECT_TRUE(plain.second == checkpointed.second);
   EXPECT_LT(checkpointed_act * 2, plain_act);
+  int64_t selective_act = 0;
+  const auto selective = run(true, &selective_act, /*selective=*/true);
+  EXPECT_EQ(plain.first, selective.first);
+  EXPECT_TRUE(plain.second == selective.second);
+  EXPECT_LT(selective_act, plain_act);
+  EXPECT_GT(selective_act, checkpointed_act);
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, CudaCheckpointing, ::testing::Values(DType::F32, DType::BF16),

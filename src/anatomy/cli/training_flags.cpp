@@ -25,6 +25,10 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
       ->capture_default_str()->check(positive_number());
   app.add_flag("--gradient-checkpointing", a.gradient_checkpointing,
                "Keep only each encoder layer's output in forward; recompute the layer in backward");
+  app.add_option("--gradient-checkpointing-policy", a.gradient_checkpointing_policy,
+                 "full (recompute whole layers) or selective (keep all but attention's internals and the GELU "
+                 "input, and recompute only those)")
+      ->capture_default_str()->check(CLI::IsMember({"full", "selective"}));
   app.add_option("--num-train-epochs", a.num_train_epochs, "Epochs (ignored when --max-steps > 0)")
       ->capture_default_str()->check(positive_number());
   app.add_option("--max-steps", a.max_steps, "Optimizer steps; overrides --num-train-epochs when > 0")->capture_default_str();

@@ -49,17 +49,27 @@ std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& c, i
   return {};
 }
 
+const std::set<std::string>& selective_recomputed() {
+  static const std::set<std::string> names = {"qkv", "attn_saved", "ctx", "inter_pre"};
+  return names;
+}
+
 SavedTensors::SavedTensors(Backend& backend, const std::vector<SavedSpec>& specs, Category category,
-                           const std::string& prefix, const char* checkpoint) {
+                           const std::string& prefix, const std::set<std::string>* kept) {
   for (const auto& s : specs) {
-    const Category c = checkpoint == nullptr || s.name == checkpoint ? category : Category::Temporary;
+    const Category c = kept == nullptr || kept->count(s.name) != 0 ? category : Category::Temporary;
     tensors_.emplace(s.name, Tensor::empty(backend.ledger(), s.shape, s.dtype, c, prefix + s.name));
   }
 }
 
-void SavedTensors::keep_only(const std::string& name) {
-  ANATOMY_CHECK(tensors_.count(name) != 0, "no saved tensor named {}", name);
-  std::erase_if(tensors_, [&](const auto& entry) { return entry.first != name; });
+void SavedTensors::keep_only(const std::set<std::string>& names) {
+  for (const std::string& name : names) ANATOMY_CHECK(tensors_.count(name) != 0, "no saved tensor named {}", name);
+  std::erase_if(tensors_, [&](const auto& entry) { return names.count(entry.first) == 0; });
+}
+
+void SavedTensors::absorb(SavedTensors&& other) {
+  for (auto& [name, t] : other.tensors_) tensors_.insert_or_assign(name, std::move(t));
+  other.tensors_.clear();
 }
 
 const Tensor& SavedTensors::operator[](const std::string& name) const {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,12 @@ struct ActivationPlan {
   bool attention_probabilities = true;
 };
 
+// Selective gradient checkpointing: what an encoder layer recomputes in
+// backward (attention's internals and the GELU input: one batched product for
+// query/key/value, the attention forward, the intermediate product) and what it
+// keeps (everything else: the LayerNorms' inputs and statistics, h1, out).
+const std::set<std::string>& selective_recomputed();
+
 // The tensors a layer of `kind` saves for a batch of B sequences of length L.
 std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& config, int64_t B, int64_t L,
                                           const ActivationPlan& plan = {});
@@ -43,13 +50,15 @@ class SavedTensors {
  public:
   SavedTensors() = default;
   // `category` is Activations when training, Temporary when no backward will follow.
-  // With `checkpoint` (gradient checkpointing) only that tensor is in `category`
-  // and the others are Temporary: keep_only(checkpoint) drops them once the
-  // layer has run, and backward recomputes them.
+  // With `kept` (gradient checkpointing) only those tensors are in `category`
+  // and the others are Temporary: keep_only(kept) drops them once the layer
+  // has run, and backward recomputes them.
   SavedTensors(Backend& backend, const std::vector<SavedSpec>& specs, Category category, const std::string& prefix,
-               const char* checkpoint = nullptr);
-  // Releases every tensor but `name`.
-  void keep_only(const std::string& name);
+               const std::set<std::string>* kept = nullptr);
+  // Releases every tensor not in `names`.
+  void keep_only(const std::set<std::string>& names);
+  // Takes over `other`'s tensors (recomputed ones joining the kept).
+  void absorb(SavedTensors&& other);
   const Tensor& operator[](const std::string& name) const;
   int64_t bytes() const;
 

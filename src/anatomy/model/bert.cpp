@@ -149,14 +149,19 @@ ForwardOutput BertForSequenceClassification::forward(const BertInputs& inputs, c
   embeddings_forward(step->embeddings);
   const Tensor* hidden = &step->embeddings["out"];
   SavedTensors previous;  // inference keeps only the layer before
-  // Gradient checkpointing keeps each layer's output (the next layer's input) only.
+  // Full gradient checkpointing keeps each layer's output (the next layer's
+  // input) only; selective keeps all but attention's internals and the GELU input.
   const bool checkpointing = options.save_for_backward && options.gradient_checkpointing;
+  std::set<std::string> checkpoint = {"out"};
+  if (options.selective_checkpointing)
+    for (const SavedSpec& spec : saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, plan))
+      if (selective_recomputed().count(spec.name) == 0) checkpoint.insert(spec.name);
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     ledger.set_phase(fmt::format("forward layer {}", l));
     SavedTensors layer(backend_, saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, plan), kept,
-                       fmt::format("layer.{}.", l), checkpointing ? "out" : nullptr);
+                       fmt::format("layer.{}.", l), checkpointing ? &checkpoint : nullptr);
     encoder_forward(l, *hidden, layer);
-    if (checkpointing) layer.keep_only("out");
+    if (checkpointing) layer.keep_only(checkpoint);
     if (options.save_for_backward) {
       step->layers.push_back(std::move(layer));
       hidden = &step->layers.back()["out"];
@@ -289,7 +294,12 @@ void BertForSequenceClassification::backward(double loss_scale) {
 
   for (int64_t l = config_.num_hidden_layers - 1; l >= 0; --l) {
     const Tensor& x = l > 0 ? step->layers[l - 1]["out"] : step->embeddings["out"];
-    if (options_.gradient_checkpointing) {
+    if (options_.gradient_checkpointing && options_.selective_checkpointing) {
+      ledger.set_phase(fmt::format("recompute layer {}", l));
+      recompute_selective(l, x, step->layers[l]);
+      ledger.set_phase(fmt::format("backward layer {}", l));
+      d_hidden = encoder_backward(l, x, step->layers[l], d_hidden);
+    } else if (options_.gradient_checkpointing) {
       // The layer's forward again, from its checkpointed input: the same
       // kernels and the same dropout masks (a function of seed, step and
       // site), so the same activations and gradients as without checkpointing.
@@ -307,6 +317,24 @@ void BertForSequenceClassification::backward(double loss_scale) {
   }
   ledger.set_phase("backward embeddings");
   embeddings_backward(step->embeddings, d_hidden);
+}
+
+void BertForSequenceClassification::recompute_selective(int64_t l, const Tensor& x, SavedTensors& s) {
+  // The same products and attention kernel on the same inputs, with the same
+  // dropout masks: the same bits as the forward computed.
+  std::vector<SavedSpec> specs;
+  for (const SavedSpec& spec : saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, activation_plan()))
+    if (selective_recomputed().count(spec.name) != 0) specs.push_back(spec);
+  SavedTensors again(backend_, specs, Category::Activations, fmt::format("layer.{}.", l));
+  const EncoderLayerTensors& w = wh_.layers[l];
+  const auto [q, k, v] = split_qkv(again["qkv"]);
+  backend_.linear_forward_n(x, {w.query_w, w.key_w, w.value_w}, {w.query_b, w.key_b, w.value_b}, {q, k, v});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
+  backend_.attention_forward(q, k, v, mask_, config_.num_attention_heads, scale,
+                             dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l)),
+                             again["attn_saved"], again["ctx"]);
+  backend_.linear_forward(s["h1"], w.inter_w, &w.inter_b, again["inter_pre"]);
+  s.absorb(std::move(again));
 }
 
 Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& x, const SavedTensors& s,

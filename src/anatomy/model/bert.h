@@ -30,6 +30,9 @@ struct ForwardOptions {
   // With save_for_backward: keep only each encoder layer's output, and
   // recompute the layer's forward (same dropout masks) in backward.
   bool gradient_checkpointing = false;
+  // With it: keep all but attention's internals and the GELU input
+  // (selective_recomputed()), and recompute only those.
+  bool selective_checkpointing = false;
   uint64_t seed = 42;              // dropout masks are a function of (seed, step, site)
   uint64_t step = 0;
 };
@@ -88,6 +91,8 @@ class BertForSequenceClassification {
   void head_forward(const Tensor& hidden, const SavedTensors& s);
   double loss_forward(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits);
 
+  // Selective checkpointing: recomputes a layer's selective_recomputed() tensors into `s`.
+  void recompute_selective(int64_t layer, const Tensor& x, SavedTensors& s);
   Tensor encoder_backward(int64_t layer, const Tensor& x, const SavedTensors& s, const Tensor& dout);
   void embeddings_backward(const SavedTensors& s, const Tensor& dout);
 

@@ -18,6 +18,7 @@ struct TrainingArguments {
   int64_t per_device_train_batch_size = 4;   // the seed's batch size
   int64_t gradient_accumulation_steps = 1;   // batches per optimizer update
   bool gradient_checkpointing = false;       // keep only each layer's output; recompute the layer in backward
+  std::string gradient_checkpointing_policy = "full";  // or "selective": recompute attention internals and the GELU input
   double num_train_epochs = 1.0;             // the seed trains one epoch (Hugging Face's default is 3)
   int64_t max_steps = -1;                    // > 0 overrides the epochs
   double learning_rate = 5e-5;

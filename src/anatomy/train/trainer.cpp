@@ -153,6 +153,8 @@ Trainer::Trainer(Backend& backend, BertForSequenceClassification& model, const D
   if (args_.logging_steps <= 0) fail("--logging-steps must be positive, got {}", args_.logging_steps);
   if (!data_.has_labels()) fail("{}: training needs labels, and the data has none", data_.source);
   optimizer_options(args_);  // bad --optim / --optim-args fail here, before any allocation
+  if (args_.gradient_checkpointing_policy != "full" && args_.gradient_checkpointing_policy != "selective")
+    fail("--gradient-checkpointing-policy {}: expected full or selective", args_.gradient_checkpointing_policy);
   if (args_.gradient_accumulation_steps <= 0)
     fail("--gradient-accumulation-steps must be positive, got {}", args_.gradient_accumulation_steps);
   const int64_t B = args_.per_device_train_batch_size, N = args_.gradient_accumulation_steps;
@@ -235,6 +237,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       options.training = true;
       options.save_for_backward = true;
       options.gradient_checkpointing = args_.gradient_checkpointing;
+      options.selective_checkpointing = args_.gradient_checkpointing_policy == "selective";
       options.seed = args_.seed;
       options.step = static_cast<uint64_t>(micro);
       const ForwardOutput out = model_.forward(inputs, options);
