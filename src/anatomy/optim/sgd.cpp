@@ -1,10 +1,48 @@
-// sgd.cpp: PLACEHOLDER being replaced by its implementation in this session.
+// sgd.cpp: torch.optim.SGD as Hugging Face Trainer's optim="sgd" builds it:
+// the learning rate, Trainer's two parameter groups for weight decay (coupled
+// L2, as torch's SGD applies it), and momentum, dampening and nesterov from
+// --optim-args. The momentum buffer (4 bytes a parameter) exists only with momentum.
 #include "anatomy/optim/optimizer.h"
 
 namespace anatomy {
 
-std::unique_ptr<Optimizer> make_sgd(Backend&, const ParameterSet&, const OptimizerOptions&) {
-  fail("--optim sgd: not implemented yet");
+namespace {
+
+class Sgd final : public Optimizer {
+ public:
+  Sgd(Backend& backend, const ParameterSet& params, const OptimizerOptions& options)
+      : backend_(backend), options_(options), segments_(flat_segments(params)) {
+    if (options.momentum > 0.0) {
+      buffer_ = std::make_unique<ParameterSet>(backend, params.specs(), Category::OptimizerStates, "momentum_buffer.");
+      ANATOMY_CHECK(flat_segments(*buffer_) == segments_, "sgd: the momentum buffer's layout differs");
+    }
+  }
+
+  void step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy) override {
+    ++steps_;
+    SgdHyper h;
+    h.lr = lr;
+    h.momentum = options_.momentum;
+    h.dampening = options_.dampening;
+    h.nesterov = options_.nesterov;
+    h.weight_decay = options_.adam.weight_decay;
+    h.first_step = steps_ == 1;
+    backend_.sgd_step_flat(params.flat(), grads.flat(), buffer_ ? buffer_->flat() : Tensor(), segments_, h,
+                           half_copy ? &half_copy->flat() : nullptr);
+  }
+  std::string name() const override { return "sgd"; }
+
+ private:
+  Backend& backend_;
+  OptimizerOptions options_;
+  std::vector<ParamSegment> segments_;
+  std::unique_ptr<ParameterSet> buffer_;  // the momentum buffer, when there is momentum
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_sgd(Backend& backend, const ParameterSet& params, const OptimizerOptions& options) {
+  return std::make_unique<Sgd>(backend, params, options);
 }
 
 }  // namespace anatomy

@@ -1,8 +1,71 @@
-// PLACEHOLDER being replaced by its implementation in this session.
+// sgd.cu: torch.optim.SGD over the flat buffers, one launch per parameter
+// tensor (segment). Every operation is rounded as the CPU reference rounds it
+// (__fmul_rn/__fadd_rn keep nvcc from fusing them), so both give the same bits.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/half_types.cuh"
 #include "anatomy/kernels/cuda/optimizer_kernels.cuh"
+
 namespace anatomy::cuda {
-void sgd_step_flat(cudaStream_t, const Tensor&, const Tensor&, const Tensor&, const std::vector<ParamSegment>&,
-                   const SgdHyper&, const Tensor*) {
-  fail("sgd_step_flat: not implemented yet");
+
+namespace {
+
+template <typename HalfT>
+__global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ buf,
+                           HalfT* __restrict__ half, int64_t begin, int64_t end, float lr, float wd, float mu,
+                           float keep, bool first_step, bool nesterov) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = begin + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < end; i += stride) {
+    float d = g[i];
+    const float w = p[i];
+    if (wd != 0.0f) d = __fadd_rn(d, __fmul_rn(wd, w));
+    if (buf != nullptr) {
+      const float b = first_step ? d : __fadd_rn(__fmul_rn(mu, buf[i]), __fmul_rn(keep, d));
+      buf[i] = b;
+      d = nesterov ? __fadd_rn(d, __fmul_rn(mu, b)) : b;
+    }
+    const float updated = __fadd_rn(w, -__fmul_rn(lr, d));
+    p[i] = updated;
+    if (half != nullptr) half[i] = from_float<HalfT>(updated);
+  }
 }
+
+template <typename HalfT>
+void launch(cudaStream_t stream, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+            const std::vector<ParamSegment>& segments, const SgdHyper& h, HalfT* half) {
+  float* buf = h.momentum != 0.0 ? momentum_buf.data<float>() : nullptr;
+  for (const ParamSegment& seg : segments) {
+    if (seg.count == 0) continue;
+    constexpr int kThreads = 256;
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>((seg.count + kThreads - 1) / kThreads, 132 * 8));
+    sgd_kernel<HalfT><<<blocks, kThreads, 0, stream>>>(
+        param.data<float>(), grad.data<float>(), buf, half, seg.offset, seg.offset + seg.count,
+        static_cast<float>(h.lr), seg.weight_decay ? static_cast<float>(h.weight_decay) : 0.0f,
+        static_cast<float>(h.momentum), static_cast<float>(1.0 - h.dampening), h.first_step, h.nesterov);
+    ANATOMY_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+}  // namespace
+
+void sgd_step_flat(cudaStream_t stream, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                   const std::vector<ParamSegment>& segments, const SgdHyper& h, const Tensor* half_copy) {
+  ANATOMY_CHECK(param.numel() == grad.numel(), "sgd_step_flat: {} and {} differ in size", param.name(), grad.name());
+  ANATOMY_CHECK(h.momentum == 0.0 || (momentum_buf.defined() && momentum_buf.numel() == param.numel()),
+                "sgd_step_flat: momentum {} needs a momentum buffer of {} elements", h.momentum, param.numel());
+  for (const ParamSegment& seg : segments)
+    ANATOMY_CHECK(seg.offset >= 0 && seg.count >= 0 && seg.offset + seg.count <= param.numel(),
+                  "sgd_step_flat: segment [{}, +{}) outside {}", seg.offset, seg.count, param.name());
+  if (!half_copy) return launch<float>(stream, param, grad, momentum_buf, segments, h, nullptr);
+  ANATOMY_CHECK(half_copy->numel() == param.numel(), "sgd_step_flat: the half copy {} differs in size",
+                half_copy->name());
+  if (half_copy->dtype() == DType::BF16)
+    return launch(stream, param, grad, momentum_buf, segments, h, half_copy->data<__nv_bfloat16>());
+  ANATOMY_CHECK(half_copy->dtype() == DType::F16, "sgd_step_flat: the half copy {} is {}", half_copy->name(),
+                dtype_name(half_copy->dtype()));
+  launch(stream, param, grad, momentum_buf, segments, h, half_copy->data<__half>());
+}
+
 }  // namespace anatomy::cuda
