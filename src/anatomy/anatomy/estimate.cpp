@@ -42,7 +42,6 @@ TextbookBytes textbook_bytes_per_parameter(const TrainingArguments& args) {
     case OptimizerKind::AdamW8bit: return {weights, 2, 4, "8-bit AdamW"};
     case OptimizerKind::Sgd:
       return o.momentum > 0 ? TextbookBytes{weights, 4, 4, "SGD, momentum"} : TextbookBytes{weights, 0, 4, "SGD"};
-    case OptimizerKind::Adafactor: return {weights, -1, 4, "Adafactor"};
     case OptimizerKind::AdamW: break;
   }
   return {weights, 8, 4, "AdamW"};

@@ -76,11 +76,4 @@ int64_t adamw_chunk_table(const std::vector<ParamSegment>& segments, std::vector
   return static_cast<int64_t>(chunks.size());
 }
 
-size_t adafactor_scratch_bytes(int64_t n) {
-  // One double per block of a grid-stride reduction of up to kAdafactorBlocks
-  // blocks, for each of the step's reductions (at most three), 256-byte aligned.
-  constexpr int64_t kAdafactorBlocks = 1024;
-  return n > 0 ? static_cast<size_t>(3 * kAdafactorBlocks * sizeof(double)) : 0;
-}
-
 }  // namespace anatomy::cuda

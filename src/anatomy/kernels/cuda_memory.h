@@ -238,10 +238,4 @@ constexpr int64_t adamw_chunk_table_floats(size_t table_bytes) {
   return static_cast<int64_t>((table_bytes + 3) / 4) + 1;
 }
 
-// ---- Adafactor (adafactor.cu) ----
-
-// The scratch of one Adafactor step on a tensor of n elements: its reductions'
-// partial sums (the factored row and column means of grad², the update's RMS).
-size_t adafactor_scratch_bytes(int64_t n);
-
 }  // namespace anatomy::cuda
