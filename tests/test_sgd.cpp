@@ -159,17 +159,13 @@ TEST(Sgd, FollowsTorchOptimSgdOverFiveSteps) {
       sgd->step(params, grads, f.lrs[s]);
       const std::vector<float> ours = gather(params), want = config.steps[s];
       ASSERT_EQ(ours.size(), want.size());
-      for (size_t i = 0; i < want.size(); ++i) {
-        // torch's vectorized CPU loop fuses each `a + alpha * b` into one FMA
-        // (vec::fmadd) where we round the product and the sum apart: the two
-        // differ by under an ulp of an update term, and a step's parameter
-        // rounding can then go the other way, one ulp of |p| per step at most.
-        // Five steps: a few ulps; 1e-6 of max(1, |p|) is 8 ulps at |p| = 1 and
-        // 200 times less than one step's weight decay of such a weight
-        // (lr 0.02 · 0.01 · |p|), so a wrong group or rule cannot pass.
-        EXPECT_NEAR(ours[i], want[i], 1e-6 * std::max(1.0f, std::abs(want[i])))
-            << what << ", step " << s + 1 << ", element " << i;
-      }
+      // Bit for bit: both round each `x.add(y, alpha=a)` once, as one fused
+      // multiply-add (torch's vectorized CPU loop on AVX2/AVX-512, the loop
+      // that made the fixture). A wrong group, rule or rounding order moves
+      // some of these 330 values by an ulp or more.
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_EQ(std::bit_cast<uint32_t>(ours[i]), std::bit_cast<uint32_t>(want[i]))
+            << what << ", step " << s + 1 << ", element " << i << ": " << ours[i] << " vs torch's " << want[i];
     }
   }
 }

@@ -12,6 +12,11 @@ Nesterov momentum 0.9. foreach=False: torch's single-tensor loop, the one
 anatomy follows. The sizes are odd so torch's vectorized loop and its scalar
 tail both run.
 
+Run it where torch dispatches to AVX2 or AVX-512 (any current x86-64): there
+each `x.add(y, alpha=a)` is one fused multiply-add, as on CUDA and in anatomy's
+kernels, so tests/test_sgd.cpp compares bit for bit. (ATEN_CPU_CAPABILITY=default
+rounds the product and the sum apart and gives other bits; the script refuses it.)
+
 File format (one record a line, floats as the hex of their float32 bits):
   weight_decay W              the decaying group's weight decay
   lr L1 ... L5                the learning rate of each step (Python repr)
@@ -43,13 +48,16 @@ def hex_bits(tensors):
 def main():
     out_path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(__file__), "..", "fixtures", "optim", "sgd_steps.txt")
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability not in ("AVX2", "AVX512"):
+        sys.exit("make_sgd_fixture.py: torch dispatches to %s here; the fixture needs AVX2 or AVX512" % capability)
     gen = torch.Generator().manual_seed(20261122)
     param0 = [torch.randn(shape, generator=gen, dtype=torch.float32) for _, _, shape in TENSORS]
     grads = [[torch.randn(shape, generator=gen, dtype=torch.float32) for _, _, shape in TENSORS] for _ in LRS]
 
     lines = [
         "# torch.optim.SGD(foreach=False) over 3 tensors in Trainer's two weight-decay groups, %d steps;" % len(LRS),
-        "# made by tests/tools/make_sgd_fixture.py with torch %s" % torch.__version__,
+        "# made by tests/tools/make_sgd_fixture.py with torch %s, CPU capability %s" % (torch.__version__, capability),
         "weight_decay %r" % WEIGHT_DECAY,
         "lr " + " ".join(repr(lr) for lr in LRS),
     ]

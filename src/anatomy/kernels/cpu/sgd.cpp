@@ -1,4 +1,9 @@
 // sgd.cpp: torch.optim.SGD on the CPU, the reference the CUDA kernel is tested against.
+// Each of torch's `x.add(y, alpha=a)` is one fused multiply-add, x + a·y rounded
+// once: that is what torch computes on an AVX2/AVX-512 CPU (vec::fmadd) and on
+// CUDA (nvcc contracts a + alpha * b), so this loop gives torch's bits there.
+#include <cmath>
+
 #include "anatomy/core/dtype.h"
 #include "anatomy/kernels/cpu/optimizer_kernels.h"
 
@@ -27,26 +32,14 @@ void sgd_step_flat(const Tensor& param, const Tensor& grad, const Tensor& moment
                   "sgd_step_flat: segment [{}, +{}) outside {}", seg.offset, seg.count, param.name());
     const float wd = seg.weight_decay ? static_cast<float>(h.weight_decay) : 0.0f;
     for (int64_t i = seg.offset; i < seg.offset + seg.count; ++i) {
-      // Each operation rounded to float32 in torch's order (ISO C++ on x86-64: no contraction into FMAs).
       float d = g[i];
-      if (wd != 0.0f) d = d + wd * p[i];  // grad.add(param, alpha=weight_decay)
+      if (wd != 0.0f) d = std::fma(p[i], wd, d);  // grad.add(param, alpha=weight_decay)
       if (momentum) {
-        if (h.first_step) {
-          buf[i] = d;  // torch.clone(grad)
-        } else {
-          const float scaled = mu * buf[i];
-          const float add = keep * d;
-          buf[i] = scaled + add;  // buf.mul_(momentum).add_(grad, alpha=1 - dampening)
-        }
-        if (h.nesterov) {
-          const float nb = mu * buf[i];
-          d = d + nb;  // grad.add(buf, alpha=momentum)
-        } else {
-          d = buf[i];
-        }
+        // torch.clone(grad) on the first step, then buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+        buf[i] = h.first_step ? d : std::fma(d, keep, mu * buf[i]);
+        d = h.nesterov ? std::fma(buf[i], mu, d) : buf[i];  // grad.add(buf, alpha=momentum)
       }
-      const float step = lr * d;
-      p[i] = p[i] - step;  // param.add_(grad, alpha=-lr)
+      p[i] = std::fma(d, -lr, p[i]);  // param.add_(grad, alpha=-lr)
       if (half) half[i] = bf16 ? float_to_bf16(p[i]) : float_to_f16(p[i]);
     }
   }

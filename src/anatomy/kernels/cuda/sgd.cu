@@ -1,6 +1,7 @@
 // sgd.cu: torch.optim.SGD over the flat buffers, one launch per parameter
-// tensor (segment). Every operation is rounded as the CPU reference rounds it
-// (__fmul_rn/__fadd_rn keep nvcc from fusing them), so both give the same bits.
+// tensor (segment). Every operation is rounded as the CPU reference rounds it:
+// each of torch's `x.add(y, alpha=a)` one fused multiply-add (__fmaf_rn), the
+// lone product __fmul_rn (kept from fusing), so both give torch's bits.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -20,13 +21,13 @@ __global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ g, f
   for (int64_t i = begin + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < end; i += stride) {
     float d = g[i];
     const float w = p[i];
-    if (wd != 0.0f) d = __fadd_rn(d, __fmul_rn(wd, w));
+    if (wd != 0.0f) d = __fmaf_rn(w, wd, d);
     if (buf != nullptr) {
-      const float b = first_step ? d : __fadd_rn(__fmul_rn(mu, buf[i]), __fmul_rn(keep, d));
+      const float b = first_step ? d : __fmaf_rn(d, keep, __fmul_rn(mu, buf[i]));
       buf[i] = b;
-      d = nesterov ? __fadd_rn(d, __fmul_rn(mu, b)) : b;
+      d = nesterov ? __fmaf_rn(b, mu, d) : b;
     }
-    const float updated = __fadd_rn(w, -__fmul_rn(lr, d));
+    const float updated = __fmaf_rn(d, -lr, w);
     p[i] = updated;
     if (half != nullptr) half[i] = from_float<HalfT>(updated);
   }
