@@ -22,108 +22,18 @@
 #include "anatomy/kernels/meta/meta_backend.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/trainer.h"
+#include "../meta_run_util.h"
 
 namespace anatomy {
 namespace {
 
+using test::RunCase;
+using test::RunRecord;
+using test::small_bert;
+using test::train_on;
+
 #define SKIP_WITHOUT_GPU() \
   if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU"
-
-struct RunCase {
-  std::string name;
-  BertConfig config;
-  int64_t size = 10, seq_len = 33, batch = 5, steps = 2;
-  bool padding = true;
-  DType compute = DType::F32;
-};
-// GoogleTest names a case by this (not by its bytes).
-void PrintTo(const RunCase& c, std::ostream* os) { *os << c.name; }
-
-BertConfig small_bert(int64_t hidden, int64_t heads, int64_t layers, int64_t intermediate) {
-  BertConfig c;
-  c.vocab_size = 500;
-  c.hidden_size = hidden;
-  c.num_attention_heads = heads;
-  c.num_hidden_layers = layers;
-  c.intermediate_size = intermediate;
-  c.max_position_embeddings = 512;
-  return c;
-}
-
-// Deterministic classification data with ids in the vocabulary and, when
-// asked, a mask whose tails are padding.
-Dataset case_data(const RunCase& c) {
-  Dataset d;
-  d.source = "meta test data";
-  d.size = c.size;
-  d.seq_len = c.seq_len;
-  const int64_t n = c.size * c.seq_len;
-  d.input_ids.resize(n);
-  for (int64_t i = 0; i < n; ++i) d.input_ids[i] = 1 + (i * 7919) % (c.config.vocab_size - 1);
-  if (c.padding) {
-    d.attention_mask.assign(n, 1);
-    for (int64_t e = 0; e < c.size; ++e)
-      for (int64_t t = c.seq_len - (e % 3) * 3; t < c.seq_len; ++t) {
-        d.attention_mask[e * c.seq_len + t] = 0;
-        d.input_ids[e * c.seq_len + t] = c.config.pad_token_id;
-      }
-  }
-  d.label_dtype = DType::I64;
-  d.label_width = 1;
-  d.labels_i64.resize(c.size);
-  for (int64_t i = 0; i < c.size; ++i) d.labels_i64[i] = i % c.config.num_labels;
-  return d;
-}
-
-struct RunRecord {
-  TrainResult result;
-  std::vector<PhaseSample> timeline;
-  std::vector<LedgerEntry> live_after;
-  LedgerSnapshot after_teardown;
-};
-
-RunRecord train_on(Backend& backend, const RunCase& c) {
-  RunRecord r;
-  Ledger& ledger = backend.ledger();
-  ledger.record_timeline(0, c.steps);
-  const Dataset data = case_data(c);
-  {
-    BertForSequenceClassification model(backend, c.config, c.compute);
-    init_weights(model, 7);
-    model.refresh_half_weights();
-    TrainingArguments args;
-    args.per_device_train_batch_size = c.batch;
-    args.max_steps = c.steps;
-    args.learning_rate = 1e-3;
-    args.progress = false;
-    args.bf16 = c.compute == DType::BF16;
-    args.fp16 = c.compute == DType::F16;
-    Trainer trainer(backend, model, data, args);
-    r.result = trainer.train();
-    r.live_after = ledger.live_entries();
-  }
-  r.timeline = ledger.timeline();
-  r.after_teardown = ledger.snapshot();
-  return r;
-}
-
-void expect_same_snapshot(const LedgerSnapshot& real, const LedgerSnapshot& meta) {
-  EXPECT_EQ(real.peak_total, meta.peak_total);
-  EXPECT_EQ(real.live_total, meta.live_total);
-  for (size_t i = 0; i < kCategoryCount; ++i) {
-    const auto name = category_name(static_cast<Category>(i));
-    EXPECT_EQ(real.at_peak[i], meta.at_peak[i]) << "at the peak: " << name;
-    EXPECT_EQ(real.peak[i], meta.peak[i]) << "peak of " << name;
-    EXPECT_EQ(real.live[i], meta.live[i]) << "live " << name;
-  }
-  EXPECT_EQ(real.peak_phase, meta.peak_phase);
-  EXPECT_EQ(real.peak_step, meta.peak_step);
-  EXPECT_EQ(real.allocations, meta.allocations);
-  // The pool over cudaMalloc'd segments and the pool over simulated ones.
-  EXPECT_EQ(real.reserved, meta.reserved);
-  EXPECT_EQ(real.reserved_peak, meta.reserved_peak);
-  EXPECT_EQ(real.reserved_at_peak, meta.reserved_at_peak);
-}
 
 TEST(CudaMemory, CubSortStorageIsWhatCubAsks) {
   SKIP_WITHOUT_GPU();
@@ -203,29 +113,8 @@ TEST_P(MetaMatchesCuda, LedgerOfTrainingStepsIsIdentical) {
   const RunRecord simulated = train_on(*meta, c);
   for (double loss : simulated.result.losses) EXPECT_EQ(loss, 0.0);
 
-  {
-    SCOPED_TRACE("ledger at the end of training");
-    expect_same_snapshot(real.result.memory, simulated.result.memory);
-  }
-  {
-    SCOPED_TRACE("ledger after teardown");
-    expect_same_snapshot(real.after_teardown, simulated.after_teardown);
-  }
-  ASSERT_EQ(real.timeline.size(), simulated.timeline.size());
-  for (size_t i = 0; i < real.timeline.size(); ++i) {
-    const PhaseSample &a = real.timeline[i], &b = simulated.timeline[i];
-    EXPECT_EQ(a.phase, b.phase) << "sample " << i;
-    EXPECT_EQ(a.step, b.step) << "sample " << i << " " << a.phase;
-    EXPECT_EQ(a.total, b.total) << "sample " << i << " " << a.phase;
-    EXPECT_TRUE(a.live == b.live) << "sample " << i << " " << a.phase;
-    EXPECT_EQ(a.reserved, b.reserved) << "sample " << i << " " << a.phase;
-  }
-  ASSERT_EQ(real.live_after.size(), simulated.live_after.size());
-  for (size_t i = 0; i < real.live_after.size(); ++i) {
-    EXPECT_EQ(real.live_after[i].name, simulated.live_after[i].name);
-    EXPECT_EQ(real.live_after[i].category, simulated.live_after[i].category) << real.live_after[i].name;
-    EXPECT_EQ(real.live_after[i].bytes, simulated.live_after[i].bytes) << real.live_after[i].name;
-  }
+  // Every check, the bytes the pool reserved from the device included.
+  test::expect_same_run(real, simulated, /*reserved=*/true);
   // Both attention paths agree on what attention saves.
   auto gpu = cuda::make_cuda_backend(0);
   const int64_t D = c.config.head_dim();
