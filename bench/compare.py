@@ -17,8 +17,9 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
+
+from gpu_memory import PeakMemory
 
 FUSED = dict(optim="adamw_torch_fused")
 CONFIGS = {
@@ -52,31 +53,6 @@ args = TrainingArguments(output_dir="/tmp/hf_bench", per_device_train_batch_size
 result = Trainer(model=model, args=args, train_dataset=ds).train()
 print("SAMPLES_PER_SECOND", result.metrics["train_samples_per_second"])
 '''
-
-
-class PeakMemory:
-    """Polls nvidia-smi for the memory used on GPU 0 while a run goes on."""
-
-    def __init__(self):
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def _poll(self):
-        while not self._stop.is_set():
-            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
-                                 capture_output=True, text=True).stdout.strip()
-            if out:
-                self.peak = max(self.peak, int(out.splitlines()[0]))
-            time.sleep(0.2)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
 
 
 def flops_per_sample(layers=24, hidden=1024, seq=512):

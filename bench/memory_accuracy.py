@@ -23,8 +23,8 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
-import time
+
+from gpu_memory import PeakMemory
 
 MODELS = {"base": "bert-base-uncased", "large": "bert-large-uncased"}
 PRECISIONS = {"fp32": [], "bf16": ["--bf16"], "fp16": ["--fp16"]}
@@ -42,33 +42,6 @@ def all_configs():
                                                                        "selective"], b)
                 out[f"{m}-{p}-b{b}-acc4"] = (MODELS[m], PRECISIONS[p] + ["--gradient-accumulation-steps", "4"], b)
     return out
-
-
-class PeakMemory:
-    """Polls nvidia-smi for the memory used on GPU 0 while a run goes on."""
-
-    def __init__(self):
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def _poll(self):
-        while not self._stop.is_set():
-            try:
-                out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
-                                      "-i", "0"], capture_output=True, text=True, timeout=5).stdout
-                self.peak = max(self.peak, int(out.strip().splitlines()[0]))
-            except Exception:
-                pass
-            time.sleep(0.05)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
 
 
 def mib(b):
@@ -91,7 +64,7 @@ def main():
         with tempfile.TemporaryDirectory() as out_dir:
             cmd = [opts.anatomy, "train", "--model", model, "--per-device-train-batch-size", str(batch),
                    "--max-steps", str(opts.steps), "--no-progress", "--output-dir", out_dir] + flags
-            with PeakMemory() as peak:
+            with PeakMemory(interval=0.05) as peak:
                 run = subprocess.run(cmd, capture_output=True, text=True)
             if run.returncode != 0:
                 print(f"{name}: exit {run.returncode}\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}", file=sys.stderr)
