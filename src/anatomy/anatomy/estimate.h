@@ -40,9 +40,7 @@ struct Estimate {
 Estimate estimate_training(const EstimateRequest& request);
 std::string format_estimate(const EstimateRequest& request, const Estimate& estimate);
 
-// The seed's "Anatomy of Model's Memory" figures, bytes per parameter
-// (optimizer: a negative figure when the seed gives none, as for an optimizer
-// whose factored states depend on the shapes).
+// The seed's "Anatomy of Model's Memory" figures, bytes per parameter.
 struct TextbookBytes {
   double weights, optimizer, gradients;
   std::string optimizer_name;

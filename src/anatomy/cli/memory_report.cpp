@@ -26,8 +26,6 @@ std::optional<int64_t> GpuMemoryProbe::own_use() const {
 
 std::optional<gpu::GpuMemory> GpuMemoryProbe::device() const { return gpu::Nvml::instance().memory(index_); }
 
-int64_t GpuMemoryProbe::others() const { return baseline_.value_or(0); }
-
 MemoryAnatomy take_memory_anatomy(Backend& backend, const DeviceFacts& facts, int64_t context_bytes,
                                   int64_t nvml_used, const MemoryPlan* plan) {
   MemoryAnatomy m;

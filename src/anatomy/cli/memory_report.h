@@ -24,7 +24,6 @@ class GpuMemoryProbe {
   int index() const { return index_; }
   std::optional<int64_t> own_use() const;
   std::optional<gpu::GpuMemory> device() const;
-  int64_t others() const;  // bytes other processes held at the baseline (0 when unknown)
 
  private:
   int index_;
