@@ -48,6 +48,15 @@ struct ParamSegment {
   bool operator==(const ParamSegment&) const = default;
 };
 
+// Fails naming `op` unless `seg` lies inside the flat buffer `param`.
+inline void check_segment(const ParamSegment& seg, const Tensor& param, const char* op) {
+  ANATOMY_CHECK(seg.offset >= 0 && seg.count >= 0 && seg.offset + seg.count <= param.numel(),
+                "{}: segment [{}, +{}) outside {}", op, seg.offset, seg.count, param.name());
+}
+inline void check_segments(const std::vector<ParamSegment>& segments, const Tensor& param, const char* op) {
+  for (const ParamSegment& seg : segments) check_segment(seg, param, op);
+}
+
 // torch.optim.SGD: L2 weight decay added to the gradient (per segment, as
 // AdamW's groups), momentum with dampening, optionally Nesterov.
 struct SgdHyper {

@@ -464,8 +464,7 @@ class CpuBackend final : public Backend {
     expect_same_numel(param, exp_avg_sq, "adamw_step_flat");
     if (half_copy) expect_same_numel(param, *half_copy, "adamw_step_flat");
     for (const ParamSegment& seg : segments) {
-      ANATOMY_CHECK(seg.offset >= 0 && seg.count >= 0 && seg.offset + seg.count <= param.numel(),
-                    "adamw_step_flat: segment [{}, +{}) outside {}", seg.offset, seg.count, param.name());
+      check_segment(seg, param, "adamw_step_flat");
       AdamWHyper h = hp;
       if (!seg.weight_decay) h.weight_decay = 0.0;
       float* p = param.data<float>() + seg.offset;

@@ -28,8 +28,7 @@ void sgd_step_flat(const Tensor& param, const Tensor& grad, const Tensor& moment
   const auto lr = static_cast<float>(h.lr), mu = static_cast<float>(h.momentum);
   const auto keep = static_cast<float>(1.0 - h.dampening);
   for (const ParamSegment& seg : segments) {
-    ANATOMY_CHECK(seg.offset >= 0 && seg.count >= 0 && seg.offset + seg.count <= param.numel(),
-                  "sgd_step_flat: segment [{}, +{}) outside {}", seg.offset, seg.count, param.name());
+    check_segment(seg, param, "sgd_step_flat");
     const float wd = seg.weight_decay ? static_cast<float>(h.weight_decay) : 0.0f;
     for (int64_t i = seg.offset; i < seg.offset + seg.count; ++i) {
       float d = g[i];

@@ -519,9 +519,7 @@ class CudaBackend final : public Backend {
                       param.numel() == exp_avg_sq.numel() && (!half_copy || half_copy->numel() == param.numel()),
                   "adamw_step_flat: {} {} {} {} differ in size", param.name(), grad.name(), exp_avg.name(),
                   exp_avg_sq.name());
-    for (const ParamSegment& seg : segments)
-      ANATOMY_CHECK(seg.offset >= 0 && seg.count >= 0 && seg.offset + seg.count <= param.numel(),
-                    "adamw_step_flat: segment [{}, +{}) outside {}", seg.offset, seg.count, param.name());
+    check_segments(segments, param, "adamw_step_flat");
     // The chunk table is built and uploaded once per distinct segment list.
     // MIRRORED: the old table is released before the new one is allocated.
     if (!adamw_table_.defined() || segments != adamw_segments_) {

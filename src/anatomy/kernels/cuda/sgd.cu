@@ -56,9 +56,7 @@ void sgd_step_flat(cudaStream_t stream, const Tensor& param, const Tensor& grad,
   ANATOMY_CHECK(param.numel() == grad.numel(), "sgd_step_flat: {} and {} differ in size", param.name(), grad.name());
   ANATOMY_CHECK(h.momentum == 0.0 || (momentum_buf.defined() && momentum_buf.numel() == param.numel()),
                 "sgd_step_flat: momentum {} needs a momentum buffer of {} elements", h.momentum, param.numel());
-  for (const ParamSegment& seg : segments)
-    ANATOMY_CHECK(seg.offset >= 0 && seg.count >= 0 && seg.offset + seg.count <= param.numel(),
-                  "sgd_step_flat: segment [{}, +{}) outside {}", seg.offset, seg.count, param.name());
+  check_segments(segments, param, "sgd_step_flat");
   if (!half_copy) return launch<float>(stream, param, grad, momentum_buf, segments, h, nullptr);
   ANATOMY_CHECK(half_copy->numel() == param.numel(), "sgd_step_flat: the half copy {} differs in size",
                 half_copy->name());

@@ -235,9 +235,7 @@ class MetaBackend final : public Backend {
                       param.numel() == exp_avg_sq.numel() && (!half_copy || half_copy->numel() == param.numel()),
                   "adamw_step_flat: {} {} {} {} differ in size", param.name(), grad.name(), exp_avg.name(),
                   exp_avg_sq.name());
-    for (const ParamSegment& seg : segments)
-      ANATOMY_CHECK(seg.offset >= 0 && seg.count >= 0 && seg.offset + seg.count <= param.numel(),
-                    "adamw_step_flat: segment [{}, +{}) outside {}", seg.offset, seg.count, param.name());
+    check_segments(segments, param, "adamw_step_flat");
     if (!cuda()) return;
     // MIRRORS CudaBackend::adamw_step_flat: the chunk table, once per distinct
     // segment list, the old one released before the new one is allocated.
