@@ -42,6 +42,7 @@ TextbookBytes textbook_bytes_per_parameter(const TrainingArguments& args) {
     case OptimizerKind::AdamW8bit: return {weights, 2, 4, "8-bit AdamW"};
     case OptimizerKind::Sgd:
       return o.momentum > 0 ? TextbookBytes{weights, 4, 4, "SGD, momentum"} : TextbookBytes{weights, 0, 4, "SGD"};
+    case OptimizerKind::Adafactor: return {weights, -1, 4, "Adafactor"};
     case OptimizerKind::AdamW: break;
   }
   return {weights, 8, 4, "AdamW"};
@@ -119,10 +120,12 @@ std::string format_estimate(const EstimateRequest& r, const Estimate& e) {
   line(fmt::format("  bytes per parameter       {:>9} {:>12}", "textbook", "this engine"));
   line(fmt::format("  weights                   {:>9} {:>12.2f}", t.weights, weights));
   const std::string optimizer_label = fmt::format("optimizer ({})", t.optimizer_name);
-  line(fmt::format("  {:<24}  {:>9} {:>12.2f}", optimizer_label, t.optimizer, optimizer));
+  const std::string textbook_optimizer = t.optimizer >= 0 ? fmt::format("{}", t.optimizer) : "rows+cols";
+  const std::string textbook_total =
+      t.optimizer >= 0 ? fmt::format("{}", t.weights + t.optimizer + t.gradients) : "-";
+  line(fmt::format("  {:<24}  {:>9} {:>12.2f}", optimizer_label, textbook_optimizer, optimizer));
   line(fmt::format("  gradients                 {:>9} {:>12.2f}", t.gradients, gradients));
-  line(fmt::format("  total                     {:>9} {:>12.2f}", t.weights + t.optimizer + t.gradients,
-                   weights + optimizer + gradients));
+  line(fmt::format("  total                     {:>9} {:>12.2f}", textbook_total, weights + optimizer + gradients));
   line("  (textbook, the seed: AdamW 8, 8-bit AdamW 2, SGD with momentum 4 bytes of optimizer state; "
        "mixed-precision inference 6 bytes)");
   if (r.device_total > 0) {

@@ -40,7 +40,9 @@ struct Estimate {
 Estimate estimate_training(const EstimateRequest& request);
 std::string format_estimate(const EstimateRequest& request, const Estimate& estimate);
 
-// The seed's "Anatomy of Model's Memory" figures, bytes per parameter.
+// The seed's "Anatomy of Model's Memory" figures, bytes per parameter
+// (optimizer: a negative figure when the seed gives none, as for Adafactor,
+// whose factored states depend on the shapes).
 struct TextbookBytes {
   double weights, optimizer, gradients;
   std::string optimizer_name;

@@ -38,9 +38,10 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
   app.add_option("--adam-beta1", a.adam_beta1, "AdamW beta1")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   app.add_option("--adam-beta2", a.adam_beta2, "AdamW beta2")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   app.add_option("--adam-epsilon", a.adam_epsilon, "AdamW epsilon")->capture_default_str()->check(positive_number());
-  app.add_option("--optim", a.optim, "adamw, adamw_8bit (bitsandbytes' block-wise 8-bit states) or sgd")
+  app.add_option("--optim", a.optim, "adamw, adamw_8bit (bitsandbytes' block-wise 8-bit states), sgd or adafactor")
       ->capture_default_str()
-      ->check(CLI::IsMember({"adamw", "adamw_torch", "adamw_torch_fused", "adamw_8bit", "adamw_bnb_8bit", "sgd"}));
+      ->check(CLI::IsMember({"adamw", "adamw_torch", "adamw_torch_fused", "adamw_8bit", "adamw_bnb_8bit", "sgd",
+                             "adafactor"}));
   app.add_option("--optim-args", a.optim_args, "For --optim sgd: momentum=M,dampening=D,nesterov=True|False");
   app.add_option("--warmup-steps", a.warmup_steps, "Linear warmup steps")->capture_default_str()->check(non_negative_number());
   app.add_option("--lr-scheduler-type", flags.scheduler, "linear, constant or constant_with_warmup")

@@ -68,6 +68,18 @@ struct SgdHyper {
   bool first_step = true;  // the momentum buffer starts as the first gradient
 };
 
+// transformers.optimization.Adafactor as Hugging Face Trainer builds it for
+// optim="adafactor" (scale_parameter=False, relative_step=False,
+// warmup_init=False, beta1=None: no first moment), the learning rate given.
+struct AdafactorHyper {
+  double lr = 1e-3;
+  double eps1 = 1e-30;          // added to grad² (eps[0])
+  double clip_threshold = 1.0;  // the update's RMS is clipped to this
+  double decay_rate = -0.8;     // beta2_t = 1 - step^decay_rate
+  double weight_decay = 0.0;
+  int64_t step = 1;             // 1-based
+};
+
 // bitsandbytes' block-wise 8-bit states for AdamW: each moment is one byte per
 // element, an index into a 256-entry map (signed dynamic map for the first
 // moment, unsigned for the second) scaled by its block's absmax.
@@ -215,6 +227,13 @@ class Backend {
   virtual void sgd_step_flat(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                              const std::vector<ParamSegment>& segments, const SgdHyper& hyper,
                              const Tensor* half_copy) = 0;
+  // Adafactor on one parameter tensor. A matrix [rows, cols] keeps factored
+  // second moments row_state [rows] and col_state [cols] (v_state undefined);
+  // anything else keeps v_state [n] (row and col undefined). All float32;
+  // half_copy the tensor's 16-bit view, refreshed.
+  virtual void adafactor_step(const Tensor& param, const Tensor& grad, const Tensor& row_state,
+                              const Tensor& col_state, const Tensor& v_state, const AdafactorHyper& hyper,
+                              const Tensor* half_copy) = 0;
   // 8-bit AdamW on one parameter tensor of n elements: state1/state2 U8 [n],
   // absmax1/absmax2 F32 [ceil(n / kAdam8bitBlock)], qmap1/qmap2 F32 [256]
   // (the signed and unsigned dynamic maps), dequantized, updated as AdamW and

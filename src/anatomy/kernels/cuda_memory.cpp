@@ -1,6 +1,6 @@
 // cuda_memory.cpp: the sizes of cuda_memory.h that are not compile-time
 // expressions: CUB's sort storage, the embedding backward's scratch layout,
-// AdamW's chunk table.
+// AdamW's chunk table, Adafactor's scratch.
 #include "anatomy/kernels/cuda_memory.h"
 
 #include <climits>
@@ -74,6 +74,15 @@ int64_t adamw_chunk_table(const std::vector<ParamSegment>& segments, std::vector
   table.resize(chunks.size() * sizeof(AdamWChunk));
   if (!chunks.empty()) std::memcpy(table.data(), chunks.data(), table.size());
   return static_cast<int64_t>(chunks.size());
+}
+
+size_t adafactor_scratch_bytes(int64_t n) {
+  if (n <= 0) return 0;
+  // slices · cols <= min(n, kAdafactorColumnPartials) for every matrix of n
+  // elements: slices <= ceil(rows / 16) <= rows, and slices <= partials / cols.
+  // A vector needs no column partials, but a size of n alone cannot tell.
+  const int64_t column_partials = std::min<int64_t>(n, kAdafactorColumnPartials);
+  return AdafactorScratch::kColumnPartials + static_cast<size_t>(column_partials) * sizeof(double);
 }
 
 }  // namespace anatomy::cuda

@@ -238,4 +238,38 @@ constexpr int64_t adamw_chunk_table_floats(size_t table_bytes) {
   return static_cast<int64_t>((table_bytes + 3) / 4) + 1;
 }
 
+// ---- Adafactor (adafactor.cu) ----
+
+// A matrix's column sums of grad² + eps are taken over `slices` runs of rows
+// (partial sums in the scratch, then added in slice order), so that a tall
+// matrix still fills the GPU: about 16 rows a slice, and never more partials
+// than kAdafactorColumnPartials doubles. The update's sum of squares is taken
+// over adafactor_rms_blocks(n) fixed blocks. Functions of the shapes only, so
+// the summation order, and the result, are fixed.
+constexpr int64_t kAdafactorColumnPartials = int64_t{1} << 18;
+constexpr int64_t kAdafactorRowsPerSlice = 16;
+constexpr int64_t kAdafactorMaxRmsBlocks = 1024;
+constexpr int64_t kAdafactorRmsItemsPerBlock = 256 * 16;
+constexpr int64_t kAdafactorMaxSlices = 65535;  // a grid's y extent
+constexpr int64_t adafactor_column_slices(int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return 1;
+  return std::max<int64_t>(1, std::min({(rows + kAdafactorRowsPerSlice - 1) / kAdafactorRowsPerSlice,
+                                        kAdafactorColumnPartials / cols, kAdafactorMaxSlices}));
+}
+constexpr int64_t adafactor_rms_blocks(int64_t n) {
+  return std::clamp<int64_t>((n + kAdafactorRmsItemsPerBlock - 1) / kAdafactorRmsItemsPerBlock, 1,
+                             kAdafactorMaxRmsBlocks);
+}
+
+// The scratch of one Adafactor step on a tensor of n elements, laid out as
+// AdafactorScratch says: its reductions' partial sums (the column sums of a
+// matrix, the update's sum of squares) and two scalars (the mean of the row
+// state, the clipping divisor). A function of n alone (any matrix of n elements fits).
+struct AdafactorScratch {
+  static constexpr size_t kRmsPartials = 0;  // kAdafactorMaxRmsBlocks doubles
+  static constexpr size_t kScalars = kRmsPartials + kAdafactorMaxRmsBlocks * sizeof(double);  // 2 floats
+  static constexpr size_t kColumnPartials = kScalars + 256;  // slices · cols doubles
+};
+size_t adafactor_scratch_bytes(int64_t n);
+
 }  // namespace anatomy::cuda

@@ -346,6 +346,15 @@ void ProfilingBackend::sgd_step_flat(const Tensor& param, const Tensor& grad, co
         [&] { inner_.sgd_step_flat(param, grad, momentum_buf, segments, hyper, half_copy); });
 }
 
+void ProfilingBackend::adafactor_step(const Tensor& param, const Tensor& grad, const Tensor& row_state,
+                                      const Tensor& col_state, const Tensor& v_state, const AdafactorHyper& hyper,
+                                      const Tensor* half_copy) {
+  const auto n = static_cast<double>(param.numel());
+  // grad read twice (statistics, then the update), param read and written.
+  timed("adafactor_step", param.name(), OpClass::Optimizer, 10.0 * n, n * (4.0 * 4.0 + (half_copy ? 2.0 : 0.0)),
+        [&] { inner_.adafactor_step(param, grad, row_state, col_state, v_state, hyper, half_copy); });
+}
+
 void ProfilingBackend::adamw8bit_step(const Tensor& param, const Tensor& grad, const Tensor& state1,
                                       const Tensor& state2, const Tensor& absmax1, const Tensor& absmax2,
                                       const Tensor& qmap1, const Tensor& qmap2, const AdamWHyper& hyper,

@@ -106,6 +106,8 @@ class ProfilingBackend final : public Backend {
   void scale(const Tensor& t, double factor) override;
   void sgd_step_flat(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                      const std::vector<ParamSegment>& segments, const SgdHyper& hyper, const Tensor* half_copy) override;
+  void adafactor_step(const Tensor& param, const Tensor& grad, const Tensor& row_state, const Tensor& col_state,
+                      const Tensor& v_state, const AdafactorHyper& hyper, const Tensor* half_copy) override;
   void adamw8bit_step(const Tensor& param, const Tensor& grad, const Tensor& state1, const Tensor& state2,
                       const Tensor& absmax1, const Tensor& absmax2, const Tensor& qmap1, const Tensor& qmap2,
                       const AdamWHyper& hyper, const Tensor* half_copy) override;

@@ -11,6 +11,7 @@ bool parse_optimizer_kind(const std::string& name, OptimizerKind* out) {
   if (name == "adamw" || name == "adamw_torch" || name == "adamw_torch_fused") *out = OptimizerKind::AdamW;
   else if (name == "adamw_8bit" || name == "adamw_bnb_8bit") *out = OptimizerKind::AdamW8bit;
   else if (name == "sgd") *out = OptimizerKind::Sgd;
+  else if (name == "adafactor") *out = OptimizerKind::Adafactor;
   else return false;
   return true;
 }
@@ -20,6 +21,7 @@ std::string optimizer_name(OptimizerKind kind) {
     case OptimizerKind::AdamW: return "adamw";
     case OptimizerKind::AdamW8bit: return "adamw_8bit";
     case OptimizerKind::Sgd: return "sgd";
+    case OptimizerKind::Adafactor: return "adafactor";
   }
   return "?";
 }
@@ -75,6 +77,7 @@ std::unique_ptr<Optimizer> make_optimizer(Backend& backend, const ParameterSet& 
     case OptimizerKind::AdamW: return std::make_unique<AdamW>(backend, params, options.adam);
     case OptimizerKind::AdamW8bit: return make_adamw_8bit(backend, params, options);
     case OptimizerKind::Sgd: return make_sgd(backend, params, options);
+    case OptimizerKind::Adafactor: return make_adafactor(backend, params, options);
   }
   fail("unknown optimizer");
 }

@@ -1,6 +1,6 @@
 // optimizer.h: the optimizers of Hugging Face Trainer's `optim` (AdamW as
-// torch.optim.AdamW, 8-bit AdamW as bitsandbytes', SGD as torch.optim.SGD),
-// over the flat parameter buffer with Trainer's
+// torch.optim.AdamW, 8-bit AdamW as bitsandbytes', SGD as torch.optim.SGD,
+// Adafactor as transformers'), over the flat parameter buffer with Trainer's
 // parameter groups (no weight decay on biases and LayerNorm weights); global
 // gradient-norm clipping as torch.nn.utils.clip_grad_norm_; learning-rate
 // schedules as transformers'. Every state lands in the ledger's
@@ -24,10 +24,10 @@ struct AdamWOptions {
   double weight_decay = 0.0;
 };
 
-enum class OptimizerKind { AdamW, AdamW8bit, Sgd };
+enum class OptimizerKind { AdamW, AdamW8bit, Sgd, Adafactor };
 
 // --optim: adamw (also adamw_torch, adamw_torch_fused), adamw_8bit (also
-// adamw_bnb_8bit), sgd. False for anything else.
+// adamw_bnb_8bit), sgd, adafactor. False for anything else.
 bool parse_optimizer_kind(const std::string& name, OptimizerKind* out);
 std::string optimizer_name(OptimizerKind kind);
 
@@ -64,8 +64,10 @@ std::vector<ParamSegment> flat_segments(const ParameterSet& set);
 
 std::unique_ptr<Optimizer> make_optimizer(Backend& backend, const ParameterSet& params,
                                           const OptimizerOptions& options);
-// Each in its own file (sgd.cpp, adamw_8bit.cpp).
+// Each in its own file (sgd.cpp, adafactor.cpp, adamw_8bit.cpp).
 std::unique_ptr<Optimizer> make_sgd(Backend& backend, const ParameterSet& params, const OptimizerOptions& options);
+std::unique_ptr<Optimizer> make_adafactor(Backend& backend, const ParameterSet& params,
+                                          const OptimizerOptions& options);
 std::unique_ptr<Optimizer> make_adamw_8bit(Backend& backend, const ParameterSet& params,
                                            const OptimizerOptions& options);
 

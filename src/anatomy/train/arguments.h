@@ -26,7 +26,7 @@ struct TrainingArguments {
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
   double adam_epsilon = 1e-8;
-  std::string optim = "adamw";               // adamw, adamw_8bit, sgd
+  std::string optim = "adamw";               // adamw, adamw_8bit, sgd, adafactor
   std::string optim_args;                    // Hugging Face's optim_args: "momentum=0.9,nesterov=True"
   int64_t warmup_steps = 0;
   ScheduleKind lr_scheduler_type = ScheduleKind::Linear;

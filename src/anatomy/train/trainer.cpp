@@ -136,7 +136,7 @@ BertInputs upload_dataset(Backend& backend, const Dataset& data) {
 OptimizerOptions optimizer_options(const TrainingArguments& args) {
   OptimizerOptions o;
   if (!parse_optimizer_kind(args.optim, &o.kind))
-    fail("--optim {}: expected adamw, adamw_8bit or sgd", args.optim);
+    fail("--optim {}: expected adamw, adamw_8bit, sgd or adafactor", args.optim);
   o.adam = AdamWOptions{args.adam_beta1, args.adam_beta2, args.adam_epsilon, args.weight_decay};
   parse_optim_args(args.optim_args, &o);
   if (o.kind != OptimizerKind::Sgd && !args.optim_args.empty())

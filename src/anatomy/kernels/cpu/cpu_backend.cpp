@@ -450,6 +450,10 @@ class CpuBackend final : public Backend {
                      const Tensor* half_copy) override {
     cpu::sgd_step_flat(param, grad, momentum_buf, segments, hyper, half_copy);
   }
+  void adafactor_step(const Tensor& param, const Tensor& grad, const Tensor& row_state, const Tensor& col_state,
+                      const Tensor& v_state, const AdafactorHyper& hyper, const Tensor* half_copy) override {
+    cpu::adafactor_step(param, grad, row_state, col_state, v_state, hyper, half_copy);
+  }
   void adamw8bit_step(const Tensor& param, const Tensor& grad, const Tensor& state1, const Tensor& state2,
                       const Tensor& absmax1, const Tensor& absmax2, const Tensor& qmap1, const Tensor& qmap2,
                       const AdamWHyper& hyper, const Tensor* half_copy) override {

@@ -225,6 +225,11 @@ class MetaBackend final : public Backend {
   void adamw_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamWHyper&) override {}
   void sgd_step_flat(const Tensor&, const Tensor&, const Tensor&, const std::vector<ParamSegment>&, const SgdHyper&,
                      const Tensor*) override {}
+  void adafactor_step(const Tensor& param, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                      const AdafactorHyper&, const Tensor*) override {
+    // MIRRORS CudaBackend::adafactor_step: the reductions' scratch.
+    if (cuda()) scratch_bytes(cuda::adafactor_scratch_bytes(param.numel()));
+  }
   void adamw8bit_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                       const Tensor&, const Tensor&, const AdamWHyper&, const Tensor*) override {}
 
