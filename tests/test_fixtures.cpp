@@ -16,6 +16,7 @@
 namespace anatomy {
 namespace {
 
+using test::expect_relative;
 using test::fixture;
 
 class Fixture : public ::testing::TestWithParam<std::string> {
@@ -23,13 +24,6 @@ class Fixture : public ::testing::TestWithParam<std::string> {
   std::string dir() const { return fixture(GetParam()); }
   std::string reference() const { return dir() + "/reference.safetensors"; }
 };
-
-// Relative closeness as the acceptance list states it: |a - ref| <= tol * |ref| per value.
-void expect_relative(const std::vector<float>& got, const std::vector<double>& ref, double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  for (size_t i = 0; i < ref.size(); ++i)
-    EXPECT_LE(std::abs(got[i] - ref[i]), tol * std::abs(ref[i])) << what << "[" << i << "] = " << got[i] << " vs " << ref[i];
-}
 
 TEST_P(Fixture, ForwardAndBackwardMatchHuggingFace) {
   auto backend = make_cpu_backend(1);

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 namespace anatomy::test {
 
 // The build tree's paths, overridable (ANATOMY_FIXTURES_DIR, ANATOMY_BINARY) when
@@ -89,6 +91,15 @@ double max_abs_diff(const std::vector<A>& a, const std::vector<double>& b) {
   double m = 0.0;
   for (size_t i = 0; i < b.size(); ++i) m = std::max(m, std::abs(static_cast<double>(a[i]) - b[i]));
   return m;
+}
+
+// Relative closeness as the acceptance lists state it: |a - ref| <= tol * |ref| per value.
+inline void expect_relative(const std::vector<float>& got, const std::vector<double>& ref, double tol,
+                            const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  for (size_t i = 0; i < ref.size(); ++i)
+    EXPECT_LE(std::abs(got[i] - ref[i]), tol * std::abs(ref[i])) << what << "[" << i << "] = " << got[i] << " vs "
+                                                                 << ref[i];
 }
 
 }  // namespace anatomy::test

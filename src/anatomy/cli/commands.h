@@ -17,6 +17,9 @@ using Command = std::function<int()>;
 // the warm-up and profiled steps and prints the time anatomy.
 Command add_train_command(CLI::App& app, bool profile_command = false);
 Command add_forward_command(CLI::App& app);
+// `anatomy evaluate` (loss and accuracy) and, with `predict`, `anatomy predict`
+// (also writes the predictions): inference only, packed batches.
+Command add_evaluate_command(CLI::App& app, bool predict);
 // `anatomy estimate`: the train flags plus --gpu / --gpu-memory; needs no GPU.
 Command add_estimate_command(CLI::App& app);
 

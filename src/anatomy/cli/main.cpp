@@ -23,6 +23,11 @@ int main(int argc, char** argv) {
     commands.emplace_back(estimate, anatomy::cli::add_estimate_command(*estimate));
     auto* forward = app.add_subcommand("forward", "Run one forward (and backward) pass on a batch from a file");
     commands.emplace_back(forward, anatomy::cli::add_forward_command(*forward));
+    auto* evaluate = app.add_subcommand(
+        "evaluate", "Inference only (no gradients, 16-bit weights, no padding): loss, accuracy, speed and memory");
+    commands.emplace_back(evaluate, anatomy::cli::add_evaluate_command(*evaluate, /*predict=*/false));
+    auto* predict = app.add_subcommand("predict", "As evaluate, and write each example's label and probabilities");
+    commands.emplace_back(predict, anatomy::cli::add_evaluate_command(*predict, /*predict=*/true));
   }
   try {
     app.parse(argc, argv);

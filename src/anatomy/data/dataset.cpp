@@ -5,6 +5,8 @@
 #include <cmath>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "anatomy/core/error.h"
 #include "anatomy/core/random.h"
 #include "anatomy/core/tensor.h"
@@ -15,6 +17,7 @@ namespace anatomy {
 namespace {
 constexpr uint64_t kDummyStream = uint64_t{3} << 60;
 constexpr uint64_t kShuffleStream = uint64_t{5} << 60;
+constexpr uint64_t kDummyLengthStream = uint64_t{6} << 60;
 
 // Uniform integer in [0, n) from the counter-based RNG (rejection-free, 64-bit
 // product; the bias for n < 2^32 is below 2^-32).
@@ -38,6 +41,40 @@ Dataset make_dummy_dataset(int64_t size, int64_t seq_len, uint64_t seed) {
   d.label_width = 1;
   d.labels_i64.assign(size, 0);  // np.random.randint(0, 1) is always 0
   return d;
+}
+
+Dataset make_dummy_varlen_dataset(int64_t size, int64_t min_len, int64_t max_len, uint64_t seed) {
+  ANATOMY_CHECK(size > 0 && min_len > 0 && min_len <= max_len, "dummy lengths {}..{} for {} examples", min_len,
+                max_len, size);
+  Dataset d = make_dummy_dataset(size, max_len, seed);
+  d.source = fmt::format("dummy dataset ({}..{} tokens)", min_len, max_len);
+  d.attention_mask.assign(size * max_len, 0);
+  for (int64_t i = 0; i < size; ++i) {
+    const int64_t len =
+        min_len + static_cast<int64_t>(uniform_below(seed, kDummyLengthStream, i, static_cast<uint64_t>(max_len - min_len + 1)));
+    for (int64_t t = 0; t < max_len; ++t) {
+      if (t < len) d.attention_mask[i * max_len + t] = 1;
+      else d.input_ids[i * max_len + t] = 0;
+    }
+  }
+  return d;
+}
+
+std::vector<int64_t> sequence_lengths(const Dataset& data) {
+  std::vector<int64_t> lengths(data.size, data.seq_len);
+  if (data.attention_mask.empty()) return lengths;
+  for (int64_t i = 0; i < data.size; ++i) {
+    const int64_t* mask = data.attention_mask.data() + i * data.seq_len;
+    int64_t len = 0;
+    while (len < data.seq_len && mask[len] != 0) ++len;
+    for (int64_t t = len; t < data.seq_len; ++t)
+      if (mask[t] != 0)
+        fail("{}: attention_mask of example {} has a 1 at position {} after a 0 at {}: only right padding (ones, "
+             "then zeros) can be packed", data.source, i, t, len);
+    if (len == 0) fail("{}: example {} has no tokens (its attention_mask is all zeros)", data.source, i);
+    lengths[i] = len;
+  }
+  return lengths;
 }
 
 Dataset load_tensor_dataset(const std::string& path) {

@@ -32,6 +32,16 @@ struct Dataset {
 // a pure function of `seed`.
 Dataset make_dummy_dataset(int64_t size, int64_t seq_len, uint64_t seed);
 
+// Dummy data of variable lengths for inference: lengths uniform in
+// [min_len, max_len], ids uniform in [100, 30000) up to each length, then
+// padding (id 0, attention_mask 0) to max_len; labels 0. A pure function of `seed`.
+Dataset make_dummy_varlen_dataset(int64_t size, int64_t min_len, int64_t max_len, uint64_t seed);
+
+// The real length of each example: its attention_mask's leading ones (all L
+// without a mask). Errors name the source and the example when the mask is
+// not ones followed by zeros (right padding), or an example is empty.
+std::vector<int64_t> sequence_lengths(const Dataset& data);
+
 // A safetensors file with input_ids [N, L] and optionally attention_mask,
 // token_type_ids ([N, L], integer) and labels (int64 [N]; float32 [N] or [N, C]).
 Dataset load_tensor_dataset(const std::string& path);

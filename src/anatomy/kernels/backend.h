@@ -136,6 +136,8 @@ class Backend {
 
   // --- embeddings ---
   // out[t] (+)= table[ids[t]] for every row t; ids are int64; `accumulate` adds instead of writing.
+  // out is float32; the table float32, or BF16/F16 (inference's 16-bit weights;
+  // also a gather of rows of 16-bit activations), converted exactly to float.
   virtual void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) = 0;
   // dtable[ids[t]] += dout[t], skipping rows whose id equals padding_idx (pass -1 for none).
   virtual void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx) = 0;
@@ -194,6 +196,14 @@ class Backend {
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                  int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& saved,
                                  const Tensor& ctx) = 0;
+  // Inference attention over packed sequences of different lengths (no
+  // padding, no dropout, nothing saved): q, k, v, ctx [T, heads*d], sequence b
+  // is rows offsets[b] .. offsets[b+1] of them. `offsets` is int64 [B + 1] on
+  // the device, `host_offsets` the same numbers on the host. By default each
+  // sequence runs through attention_forward as a batch of one.
+  virtual void attention_forward_packed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& offsets,
+                                        const std::vector<int64_t>& host_offsets, int64_t heads, double scale,
+                                        const Tensor& ctx);
   virtual void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& ctx, const Tensor& saved, const Tensor& key_mask, int64_t heads,
                                   double scale, const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,

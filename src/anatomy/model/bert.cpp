@@ -37,15 +37,6 @@ std::tuple<Tensor, Tensor, Tensor> split_qkv(const Tensor& qkv) {
           qkv.slice(2 * n, one, qkv.name() + "[v]")};
 }
 
-ActivationKind activation_kind(Activation a) {
-  switch (a) {
-    case Activation::Gelu: return ActivationKind::GeluErf;
-    case Activation::GeluNew: return ActivationKind::GeluTanh;
-    case Activation::Relu: return ActivationKind::Relu;
-  }
-  return ActivationKind::GeluErf;
-}
-
 // Dropout sites: each has its own random stream per training step.
 constexpr int64_t kSitesPerLayer = 3;
 int64_t site_embeddings() { return 0; }
@@ -55,6 +46,15 @@ int64_t site_layer_output(int64_t layer) { return 3 + kSitesPerLayer * layer; }
 int64_t site_classifier(int64_t layers) { return 1 + kSitesPerLayer * layers; }
 
 }  // namespace
+
+ActivationKind activation_kind(Activation a) {
+  switch (a) {
+    case Activation::Gelu: return ActivationKind::GeluErf;
+    case Activation::GeluNew: return ActivationKind::GeluTanh;
+    case Activation::Relu: return ActivationKind::Relu;
+  }
+  return ActivationKind::GeluErf;
+}
 
 ProblemType resolve_problem_type(const BertConfig& config, DType labels_dtype) {
   if (config.problem_type != ProblemType::Unset) return config.problem_type;

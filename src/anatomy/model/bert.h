@@ -46,6 +46,8 @@ struct ForwardOutput {
 // Hugging Face's rule: the config's problem_type if set; else regression when
 // num_labels == 1, single-label when labels are integers, multi-label otherwise.
 ProblemType resolve_problem_type(const BertConfig& config, DType labels_dtype);
+// The backend's activation for the config's hidden_act.
+ActivationKind activation_kind(Activation a);
 
 class BertForSequenceClassification {
  public:

@@ -112,11 +112,25 @@ class CpuBackend final : public Backend {
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) override {
     const int64_t H = table.dim(1), V = table.dim(0), T = ids.numel();
     ANATOMY_CHECK(out.numel() == T * H, "embedding_forward: {} does not fit {} rows of {}", out.name(), T, H);
+    expect_f32(out, "embedding_forward");
     const int64_t* id = ids.data<int64_t>();
-    const float* tab = table.data<float>();
     float* o = out.data<float>();
-    for (int64_t t = 0; t < T; ++t) {
+    for (int64_t t = 0; t < T; ++t)
       ANATOMY_CHECK(id[t] >= 0 && id[t] < V, "embedding_forward: id {} outside {} of {} rows", id[t], table.name(), V);
+    if (table.dtype() != DType::F32) {  // 16-bit rows, converted exactly
+      ANATOMY_CHECK(table.dtype() == DType::BF16 || table.dtype() == DType::F16,
+                    "embedding_forward: {} is {}, not float32, bf16 or fp16", table.name(), dtype_name(table.dtype()));
+      float (*to_float)(uint16_t) = table.dtype() == DType::BF16 ? bf16_to_float : f16_to_float;
+      const uint16_t* tab = table.data<uint16_t>();
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < H; ++h) {
+          const float x = to_float(tab[id[t] * H + h]);
+          o[t * H + h] = accumulate ? o[t * H + h] + x : x;
+        }
+      return;
+    }
+    const float* tab = table.data<float>();
+    for (int64_t t = 0; t < T; ++t) {
       const float* row = tab + id[t] * H;
       float* dst = o + t * H;
       if (accumulate)

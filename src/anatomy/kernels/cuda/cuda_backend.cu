@@ -294,6 +294,11 @@ class CudaBackend final : public Backend {
   }
 
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) override {
+    ANATOMY_CHECK(out.dtype() == DType::F32 && out.numel() == ids.numel() * table.dim(1),
+                  "embedding_forward: {} is not float32 rows of {} for {} ids", out.name(), table.name(), ids.numel());
+    if (table.dtype() != DType::F32)
+      return cuda::embedding_forward_half(stream_, half_type(table.dtype()), ids.data<int64_t>(), table.raw(),
+                                          out.data<float>(), ids.numel(), table.dim(1), accumulate);
     cuda::embedding_forward(stream_, ids.data<int64_t>(), table.data<float>(), out.data<float>(), ids.numel(),
                             table.dim(1), accumulate);
   }
@@ -429,6 +434,27 @@ class CudaBackend final : public Backend {
     cuda::attention_forward(stream_, cublas_, q.data<float>(), k.data<float>(), v.data<float>(),
                             key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D, scale, dropout,
                             probs.data<float>(), ctx.data<float>(), scratch);
+  }
+  // Packed sequences: one launch of the flash forward over every sequence
+  // where the head size has a 16-bit kernel; otherwise one sequence at a time.
+  void attention_forward_packed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& offsets,
+                                const std::vector<int64_t>& host_offsets, int64_t heads, double scale,
+                                const Tensor& ctx) override {
+    const int64_t D = q.rank() == 2 && heads > 0 ? q.dim(1) / heads : 0;
+    if (q.dtype() == DType::F32 || !fused_attention(q.dtype(), D))
+      return Backend::attention_forward_packed(q, k, v, offsets, host_offsets, heads, scale, ctx);
+    ANATOMY_CHECK(k.shape() == q.shape() && v.shape() == q.shape() && ctx.shape() == q.shape() &&
+                      k.dtype() == q.dtype() && v.dtype() == q.dtype() && ctx.dtype() == q.dtype(),
+                  "attention_forward_packed: q, k, v and ctx differ");
+    ANATOMY_CHECK(offsets.dtype() == DType::I64 && offsets.numel() == static_cast<int64_t>(host_offsets.size()) &&
+                      host_offsets.size() >= 2 && host_offsets.back() == q.dim(0),
+                  "attention_forward_packed: {} does not describe the {} packed rows", offsets.name(), q.dim(0));
+    int64_t longest = 0;
+    for (size_t b = 0; b + 1 < host_offsets.size(); ++b)
+      longest = std::max(longest, host_offsets[b + 1] - host_offsets[b]);
+    flash_attention_forward_packed(stream_, attn_type(q.dtype()), q.raw(), k.raw(), v.raw(), offsets.data<int64_t>(),
+                                   static_cast<int64_t>(host_offsets.size()) - 1, longest, q.dim(0), heads, D,
+                                   static_cast<float>(scale), ctx.raw());
   }
   void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx,
                           const Tensor& probs, const Tensor& key_mask, int64_t heads, double scale,

@@ -97,6 +97,20 @@ __global__ void embedding_forward_kernel(const int64_t* ids, const float* table,
   }
 }
 
+// The same from a 16-bit table (inference's weights, or a gather of rows of
+// 16-bit activations), each element widened exactly.
+template <typename T>
+__global__ void embedding_forward_half_kernel(const int64_t* ids, const T* table, float* out, int64_t T_, int64_t H,
+                                              bool accumulate) {
+  const int64_t n = T_ * H;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t t = i / H, c = i - t * H;
+    const float x = to_float(table[ids[t] * H + c]);
+    out[i] = accumulate ? out[i] + x : x;
+  }
+}
+
 // Eight floats of a table row (16-byte aligned): loaded into acc, or added to it.
 __device__ __forceinline__ void load_row8(float (&acc)[8], const float* src) {
   const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
@@ -226,6 +240,16 @@ __global__ void embedding_backward_combine_kernel(const uint64_t* keys, float* d
 }
 
 }  // namespace
+
+void embedding_forward_half(cudaStream_t s, Half h, const int64_t* ids, const void* table, float* out, int64_t T,
+                            int64_t H, bool accumulate) {
+  if (T <= 0 || H <= 0) return;
+  with_half_type(h, [&]<typename E>(std::type_identity<E>) {
+    embedding_forward_half_kernel<E><<<blocks_for(T * H), kThreads, 0, s>>>(ids, static_cast<const E*>(table), out,
+                                                                             T, H, accumulate);
+  });
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
 
 void embedding_forward(cudaStream_t s, const int64_t* ids, const float* table, float* out, int64_t T, int64_t H,
                        bool accumulate) {

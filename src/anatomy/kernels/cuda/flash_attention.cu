@@ -269,8 +269,9 @@ struct FwdParams {
   const void* v;
   const int64_t* mask;
   void* ctx;
-  float* lse;
-  int L, heads;
+  float* lse;               // nullptr: not written (inference)
+  const int64_t* offsets;   // packed sequences: entry b is rows offsets[b] .. offsets[b+1]; nullptr: [B, L]
+  int L, heads;             // packed: L is the longest sequence
   float abs_scale_log2;  // |scale| · log2(e): scores in base 2, exp2 on the hardware unit
   uint32_t q_sign;       // 0x80008000 when scale < 0 (q's signs flipped instead), else 0
   int slow_tiles;        // 1: every key tile takes the masked path (scale == 0)
@@ -315,11 +316,13 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_fwd_kernel(co
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
-  const int L = p.L;
   const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
+  const int64_t first_row = p.offsets ? p.offsets[b] : static_cast<int64_t>(b) * p.L;
+  const int L = p.offsets ? static_cast<int>(p.offsets[b + 1] - first_row) : p.L;
   const int q0 = blockIdx.x * BM;
+  if (q0 >= L) return;  // packed: this sequence is shorter than the longest (the whole block leaves)
   const int64_t rs = static_cast<int64_t>(p.heads) * D;
-  const int64_t off = static_cast<int64_t>(b) * L * rs + static_cast<int64_t>(h) * D;
+  const int64_t off = first_row * rs + static_cast<int64_t>(h) * D;
   const T* gq = static_cast<const T*>(p.q) + off;
   const T* gk = static_cast<const T*>(p.k) + off;
   const T* gv = static_cast<const T*>(p.v) + off;
@@ -539,7 +542,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_fwd_kernel(co
 
   // Row sums across the quad, normalise, write ctx and the log-sum-exp.
   T* gctx = static_cast<T*>(p.ctx) + off;
-  float* lse = p.lse + static_cast<int64_t>(bh) * L;
+  float* lse = p.lse ? p.lse + static_cast<int64_t>(bh) * L : nullptr;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -559,8 +562,8 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_fwd_kernel(co
         *reinterpret_cast<uint32_t*>(gctx + row_b * rs + d) = pack2<T>(o[mt][i][2] * inv_b, o[mt][i][3] * inv_b);
     }
     if (t4 == 0) {
-      if (row_a < L) lse[row_a] = (m[mt][0] + log2f(l[mt][0])) * kLn2;
-      if (row_b < L) lse[row_b] = (m[mt][1] + log2f(l[mt][1])) * kLn2;
+      if (lse != nullptr && row_a < L) lse[row_a] = (m[mt][0] + log2f(l[mt][0])) * kLn2;
+      if (lse != nullptr && row_b < L) lse[row_b] = (m[mt][1] + log2f(l[mt][1])) * kLn2;
     }
   }
 }
@@ -1215,6 +1218,27 @@ void flash_attention_forward(cudaStream_t s, AttnType t, const void* q, const vo
   p.q_sign = scale < 0.0f ? 0x80008000u : 0u;
   p.slow_tiles = scale == 0.0f ? 1 : 0;
   dispatch(t, D, use_dropout, L, [&]<typename T, int kD, int kDrop>() { launch_forward<T, kD, kDrop>(s, p, B); });
+}
+
+void flash_attention_forward_packed(cudaStream_t s, AttnType t, const void* q, const void* k, const void* v,
+                                    const int64_t* offsets, int64_t B, int64_t longest, int64_t rows, int64_t heads,
+                                    int64_t D, float scale, void* ctx) {
+  if (B == 0 || longest == 0 || heads == 0) return;
+  check_args("flash_attention_forward_packed", B, longest, heads, D, DropoutSpec{}, {q, k, v, ctx});
+  FwdParams p{};
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.ctx = ctx;
+  p.offsets = offsets;
+  p.L = static_cast<int>(longest);
+  p.heads = static_cast<int>(heads);
+  p.keep_scale = 1.0f;
+  p.dropout = make_dropout_keys(DropoutSpec{});
+  p.abs_scale_log2 = std::fabs(scale) * kLog2e;
+  p.q_sign = scale < 0.0f ? 0x80008000u : 0u;
+  p.slow_tiles = scale == 0.0f ? 1 : 0;
+  dispatch(t, D, false, longest, [&]<typename T, int kD, int kDrop>() { launch_forward<T, kD, kDrop>(s, p, B); });
 }
 
 void flash_attention_backward(cudaStream_t s, AttnType t, const void* dctx, const void* q, const void* k, const void* v,

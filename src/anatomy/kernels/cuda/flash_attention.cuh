@@ -45,6 +45,14 @@ void flash_attention_forward(cudaStream_t s, AttnType t, const void* q, const vo
                              const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, float scale,
                              const DropoutSpec& dropout, void* ctx, float* lse /*[B, heads, L]*/);
 
+// Inference over packed sequences (no mask, no dropout, no log-sum-exp): q, k,
+// v, ctx [rows, heads*D]; entry b is rows offsets[b] .. offsets[b+1] (int64 on
+// the device, B + 1 of them), none longer than `longest`. Each entry computes
+// exactly what flash_attention_forward computes for it alone as a batch of one.
+void flash_attention_forward_packed(cudaStream_t s, AttnType t, const void* q, const void* k, const void* v,
+                                    const int64_t* offsets, int64_t B, int64_t longest, int64_t rows, int64_t heads,
+                                    int64_t D, float scale, void* ctx);
+
 // dq, dk, dv are written (=). `scratch` holds flash_attention_scratch_bytes(B, L, heads, D) bytes, 256-byte aligned.
 void flash_attention_backward(cudaStream_t s, AttnType t, const void* dctx, const void* q, const void* k, const void* v,
                               const void* ctx, const float* lse, const int64_t* key_mask, int64_t B, int64_t L,

@@ -1,0 +1,296 @@
+// evaluate_command.cpp: `anatomy evaluate` and `anatomy predict`: the model
+// for inference only (bert_inference.h: no gradients, no optimizer, the
+// weights once in bf16, fp16 or float32), over batches of variable-length
+// sequences packed without padding (or padded, to compare). evaluate prints
+// the loss and accuracy with time, samples/s, tokens/s and memory; predict
+// also writes one JSON line per example with its label and probabilities.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "anatomy/cli/commands.h"
+#include "anatomy/data/dataset.h"
+#include "anatomy/gpu/host_memory.h"
+#include "anatomy/gpu/nvml.h"
+#include "anatomy/io/files.h"
+#include "anatomy/model/bert_inference.h"
+#include "anatomy/model/checkpoint.h"
+
+namespace anatomy::cli {
+
+namespace {
+
+struct EvaluateFlags {
+  std::string model = "bert-large-uncased";
+  std::string input;          // safetensors; empty: dummy data
+  int64_t dummy_size = 512;
+  int64_t dummy_min_len = 64, dummy_max_len = 512;
+  int64_t batch_size = 8;     // Hugging Face's per_device_eval_batch_size
+  bool bf16 = false, fp16 = false;
+  std::string padding = "free";
+  std::string device = "auto";
+  std::string output;         // predict: predictions.jsonl
+  std::string metrics;        // a JSON file of the figures
+  uint64_t seed = 42;
+  bool no_progress = false;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Loss and accuracy over the examples, as Hugging Face's model computes the
+// loss for the problem type (mean over examples), from float32 logits.
+struct Scores {
+  double loss_sum = 0.0;
+  int64_t correct = 0, counted = 0;
+};
+
+void score(const float* logits, int64_t C, ProblemType type, const Dataset& data, int64_t example, Scores& s) {
+  if (!data.has_labels()) return;
+  switch (type) {
+    case ProblemType::SingleLabel: {
+      const int64_t label = data.labels_i64[example];
+      if (label == -100) return;  // ignored, as torch's cross-entropy ignores it
+      const float max = *std::max_element(logits, logits + C);
+      double sum = 0.0;
+      for (int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(logits[c]) - max);
+      s.loss_sum += std::log(sum) + max - logits[label];
+      s.correct += std::max_element(logits, logits + C) - logits == label;
+      ++s.counted;
+      return;
+    }
+    case ProblemType::Regression:
+      for (int64_t c = 0; c < C; ++c) {
+        const double d = logits[c] - data.labels_f32[example * C + c];
+        s.loss_sum += d * d / static_cast<double>(C);
+      }
+      ++s.counted;
+      return;
+    case ProblemType::MultiLabel:
+      for (int64_t c = 0; c < C; ++c) {
+        const double x = logits[c], y = data.labels_f32[example * C + c];
+        s.loss_sum += (std::max(x, 0.0) - x * y + std::log1p(std::exp(-std::abs(x)))) / static_cast<double>(C);
+      }
+      ++s.counted;
+      return;
+    case ProblemType::Unset: return;
+  }
+}
+
+nlohmann::json prediction(const float* logits, int64_t C, ProblemType type, const BertConfig& config, int64_t index) {
+  nlohmann::json line;
+  line["index"] = index;
+  if (type == ProblemType::Regression) {
+    line["value"] = C == 1 ? nlohmann::json(logits[0]) : nlohmann::json(std::vector<float>(logits, logits + C));
+    return line;
+  }
+  std::vector<double> p(C);
+  if (type == ProblemType::MultiLabel) {
+    for (int64_t c = 0; c < C; ++c) p[c] = 1.0 / (1.0 + std::exp(-static_cast<double>(logits[c])));
+  } else {
+    const float max = *std::max_element(logits, logits + C);
+    double sum = 0.0;
+    for (int64_t c = 0; c < C; ++c) sum += p[c] = std::exp(static_cast<double>(logits[c]) - max);
+    for (double& v : p) v /= sum;
+  }
+  auto name = [&](int64_t c) {
+    auto it = config.id2label.find(c);
+    return it != config.id2label.end() ? it->second : fmt::format("LABEL_{}", c);
+  };
+  if (type == ProblemType::MultiLabel) {
+    std::vector<std::string> labels;
+    for (int64_t c = 0; c < C; ++c)
+      if (p[c] > 0.5) labels.push_back(name(c));
+    line["labels"] = labels;
+  } else {
+    const int64_t best = std::max_element(p.begin(), p.end()) - p.begin();
+    line["label"] = name(best);
+    line["label_id"] = best;
+  }
+  line["probabilities"] = p;
+  return line;
+}
+
+int run_inference(const EvaluateFlags& f, bool predict) {
+  const DType dtype = f.bf16 ? DType::BF16 : f.fp16 ? DType::F16 : DType::F32;
+  DeviceChoice device = choose_device(f.device);
+  if (!device.note.empty()) fmt::print("{}\n", device.note);
+  Backend& backend = *device.backend;
+  const bool on_gpu = !backend.device().is_cpu();
+  if (dtype != DType::F32 && !on_gpu)
+    fail("--{}: 16-bit inference runs on the GPU; the CPU backend computes in float32 (leave the flag out)",
+         f.bf16 ? "bf16" : "fp16");
+  if (predict && f.output.empty()) fail("--output: predict needs a file to write the predictions to");
+
+  const ModelSource source = resolve_model(f.model);
+  const Dataset data = f.input.empty()
+                           ? make_dummy_varlen_dataset(f.dummy_size, f.dummy_min_len, f.dummy_max_len, f.seed)
+                           : load_tensor_dataset(f.input);
+  validate_dataset(data, source.config);
+  if (!predict && !data.has_labels())
+    fail("{}: evaluate needs a 'labels' tensor (use `anatomy predict` for unlabelled data)", data.source);
+  const std::vector<int64_t> lengths = sequence_lengths(data);
+  const int64_t tokens = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+  const ProblemType type =
+      resolve_problem_type(source.config, data.has_labels() ? data.label_dtype : DType::I64);
+
+  // The float32 checkpoint (or a preset's initialisation) on the host, then
+  // the weights once on the device in the inference dtype.
+  BertInference model(backend, source.config, dtype);
+  {
+    auto host = make_cpu_backend(1);
+    BertForSequenceClassification loaded(*host, source.config);
+    if (source.directory.empty()) {
+      init_weights(loaded, f.seed);
+    } else {
+      const LoadReport report = load_weights(loaded, source.directory, f.seed);
+      if (!report.initialised.empty())
+        fmt::print("Newly initialised (not in the checkpoint): {}\n", fmt::join(report.initialised, ", "));
+    }
+    model.load_from(loaded);
+  }
+  backend.synchronize();
+  const std::string model_name = source.preset.empty() ? source.directory : source.preset;
+  const std::string padding = f.padding == "free" ? "packed, no padding"
+                              : f.padding == "longest" ? "padded to the longest in each batch"
+                                                       : fmt::format("padded to {}", data.seq_len);
+  fmt::print("{} {} ({} parameters, {} weights) on {}: {} sequences, {} tokens ({}..{} a sequence), batch {}, {}\n",
+             predict ? "Predicting with" : "Evaluating", model_name, model.parameter_count(),
+             dtype == DType::F32 ? "float32" : dtype_name(dtype), backend.device().str(), data.size, tokens,
+             *std::min_element(lengths.begin(), lengths.end()), *std::max_element(lengths.begin(), lengths.end()),
+             f.batch_size, padding);
+  std::fflush(stdout);
+
+  auto batch_at = [&](int64_t begin) {
+    const int64_t end = std::min(data.size, begin + f.batch_size);
+    std::vector<const int64_t*> ids, types;
+    std::vector<int64_t> lens;
+    int64_t longest = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      ids.push_back(data.input_ids.data() + i * data.seq_len);
+      if (!data.token_type_ids.empty()) types.push_back(data.token_type_ids.data() + i * data.seq_len);
+      lens.push_back(lengths[i]);
+      longest = std::max(longest, lengths[i]);
+    }
+    const int64_t pad_to = f.padding == "free" ? 0 : f.padding == "longest" ? longest : data.seq_len;
+    return make_inference_batch(ids, types, lens, pad_to);
+  };
+
+  // One batch first, untimed: kernels load and libraries pick their algorithms.
+  model.forward(batch_at(0));
+  backend.synchronize();
+  backend.ledger().release_unused();
+
+  const int64_t C = source.config.num_labels;
+  std::vector<float> logits(static_cast<size_t>(data.size * C));
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t batches = (data.size + f.batch_size - 1) / f.batch_size;
+  auto last_progress = t0;
+  for (int64_t b = 0; b < batches; ++b) {
+    const int64_t begin = b * f.batch_size;
+    const Tensor out = model.forward(batch_at(begin));
+    backend.copy_to_host(out, logits.data() + begin * C);  // waits for the batch
+    if (!f.no_progress && seconds_since(last_progress) > 1.0) {
+      last_progress = std::chrono::steady_clock::now();
+      fmt::print(stderr, "\r{} / {} batches, {:.1f} s", b + 1, batches, seconds_since(t0));
+    }
+  }
+  const double seconds = seconds_since(t0);
+  if (!f.no_progress && seconds > 1.0) fmt::print(stderr, "\n");
+
+  Scores s;
+  for (int64_t i = 0; i < data.size; ++i) score(logits.data() + i * C, C, type, data, i, s);
+  nlohmann::json metrics;
+  metrics["model"] = model_name;
+  metrics["dtype"] = dtype == DType::F32 ? "float32" : std::string(dtype_name(dtype));
+  metrics["padding"] = f.padding;
+  metrics["batch_size"] = f.batch_size;
+  metrics["sequences"] = data.size;
+  metrics["tokens"] = tokens;
+  metrics["seconds"] = seconds;
+  metrics["samples_per_second"] = static_cast<double>(data.size) / seconds;
+  metrics["tokens_per_second"] = static_cast<double>(tokens) / seconds;
+  fmt::print("Time: {:.2f}\nSamples/second: {:.2f}\nTokens/second: {:.0f}\n", seconds,
+             static_cast<double>(data.size) / seconds, static_cast<double>(tokens) / seconds);
+  if (s.counted > 0) {
+    metrics["eval_loss"] = s.loss_sum / static_cast<double>(s.counted);
+    fmt::print("eval_loss: {:.6f}", s.loss_sum / static_cast<double>(s.counted));
+    if (type == ProblemType::SingleLabel) {
+      metrics["eval_accuracy"] = static_cast<double>(s.correct) / static_cast<double>(s.counted);
+      fmt::print("  eval_accuracy: {:.4f}", static_cast<double>(s.correct) / static_cast<double>(s.counted));
+    }
+    fmt::print("\n");
+  }
+
+  const LedgerSnapshot ledger = backend.ledger().snapshot();
+  auto bytes = [&](Category c) { return ledger.peak[static_cast<size_t>(c)]; };
+  const int64_t weights = bytes(Category::Weights);
+  fmt::print("Memory: weights {} ({:.2f} bytes a parameter), activations and temporaries at most {}, inputs {}; "
+             "no gradients, no optimizer states. Peak {} in \"{}\".\n",
+             format_bytes(weights), static_cast<double>(weights) / static_cast<double>(model.parameter_count()),
+             format_bytes(bytes(Category::Temporary) + bytes(Category::Activations)), format_bytes(bytes(Category::Data)),
+             format_bytes(ledger.peak_total), ledger.peak_phase);
+  metrics["peak_bytes"] = ledger.peak_total;
+  metrics["weights_bytes"] = weights;
+  if (on_gpu) {
+    const auto line = gpu::gpu_memory_occupied_line(backend.device().index);
+    fmt::print("{}\n", line ? *line : "GPU memory occupied: unknown (NVML unavailable).");
+  } else {
+    fmt::print("CPU memory occupied (peak RSS): {} MB.\n", gpu::process_peak_rss_bytes() / (1024 * 1024));
+  }
+
+  if (predict) {
+    std::ostringstream out;
+    for (int64_t i = 0; i < data.size; ++i)
+      out << prediction(logits.data() + i * C, C, type, source.config, i).dump() << "\n";
+    io::write_text_file_atomic(f.output, out.str());
+    fmt::print("Predictions written to {}\n", f.output);
+  }
+  if (!f.metrics.empty()) io::write_text_file_atomic(f.metrics, metrics.dump(2) + "\n");
+  return 0;
+}
+
+}  // namespace
+
+Command add_evaluate_command(CLI::App& app, bool predict) {
+  auto f = std::make_shared<EvaluateFlags>();
+  app.add_option("--model", f->model, "Directory with config.json + model.safetensors, or a preset (seeded)")
+      ->capture_default_str();
+  app.add_option("--input", f->input,
+                 "safetensors with input_ids [N, L] and optional attention_mask (right padding), token_type_ids"
+                 + std::string(predict ? ", labels" : " and labels (needed)") + "; without it, dummy data");
+  app.add_option("--dummy-size", f->dummy_size, "Dummy sequences")->capture_default_str()->check(positive_number());
+  app.add_option("--dummy-min-len", f->dummy_min_len, "Shortest dummy sequence")
+      ->capture_default_str()->check(positive_number());
+  app.add_option("--dummy-max-len", f->dummy_max_len, "Longest dummy sequence")
+      ->capture_default_str()->check(positive_number());
+  app.add_option("--per-device-eval-batch-size", f->batch_size, "Sequences a batch")
+      ->capture_default_str()->check(positive_number());
+  auto* bf16 = app.add_flag("--bf16", f->bf16, "Weights and compute in bf16 (GPU)");
+  app.add_flag("--fp16", f->fp16, "Weights and compute in fp16 (GPU)")->excludes(bf16);
+  app.add_option("--padding", f->padding,
+                 "free: pack the real tokens, no padding; longest: pad to the longest in the batch; max_length: "
+                 "pad to the data's length")
+      ->capture_default_str()->check(CLI::IsMember({"free", "longest", "max_length"}));
+  app.add_option("--device", f->device, "cpu, cuda or auto")->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  if (predict) app.add_option("--output", f->output, "JSON lines to write: index, label, probabilities")->required();
+  app.add_option("--metrics", f->metrics, "Also write the figures to this JSON file");
+  app.add_option("--seed", f->seed, "Seed of a preset's weights and of the dummy data")
+      ->capture_default_str()->check(non_negative_number());
+  app.add_flag("--no-progress", f->no_progress, "No progress line");
+  return [f, predict]() -> int {
+    if (f->dummy_min_len > f->dummy_max_len)
+      fail("--dummy-min-len {} is longer than --dummy-max-len {}", f->dummy_min_len, f->dummy_max_len);
+    return run_inference(*f, predict);
+  };
+}
+
+}  // namespace anatomy::cli
