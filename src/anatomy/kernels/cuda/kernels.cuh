@@ -35,9 +35,6 @@ void column_sums_accumulate(cudaStream_t s, const float* dy, int64_t M, int64_t 
 // out[t, :] (+)= table[ids[t], :]. ids must be within [0, V) (validated before).
 void embedding_forward(cudaStream_t s, const int64_t* ids, const float* table, float* out, int64_t T, int64_t H,
                        bool accumulate);
-// The same from a 16-bit table, widened exactly.
-void embedding_forward_half(cudaStream_t s, Half h, const int64_t* ids, const void* table, float* out, int64_t T,
-                            int64_t H, bool accumulate);
 // dtable[ids[t], :] += dout[t, :] for ids != padding_idx, deterministic (tokens
 // of one id summed in token order). `scratch` must hold embedding_backward_scratch_bytes(T) bytes.
 // What CUB itself answers for the sort storage of T tokens (a size query, no
@@ -91,6 +88,10 @@ void attention_backward(cudaStream_t s, cublasHandle_t cublas, const float* dctx
 // 16-byte aligned, eight elements move per 16-byte load. Deterministic, with no
 // floating-point atomics, like the float32 launchers.
 enum class Half { BF16, F16 };
+
+// embedding_forward (embedding.cu) from a 16-bit table, widened exactly.
+void embedding_forward_half(cudaStream_t s, Half h, const int64_t* ids, const void* table, float* out, int64_t T,
+                            int64_t H, bool accumulate);
 
 // ---- 16-bit element-wise (elementwise.cu) ----
 void cast_f32_to_half(cudaStream_t s, Half h, const float* x, void* y, int64_t n);
