@@ -2,7 +2,7 @@
 // backend.h; tested against kernels/cpu/adamw_8bit.cpp). One block of threads
 // per quantization block of kAdam8bitBlock elements, one element per thread:
 // dequantize both moments, the AdamW update in double with every operation
-// rounded on its own (the CPU's arithmetic, as optimizer.cu's adamw_element),
+// rounded on its own (adamw_math.cuh's adamw_element, the CPU's arithmetic),
 // a block max for each new absmax (max is order-free: deterministic), then the
 // nearest map entry of value / absmax, by the function the CPU uses.
 #include <cuda_bf16.h>
@@ -11,6 +11,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "anatomy/kernels/cuda/adamw_math.cuh"
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda/optimizer_kernels.cuh"
 #include "anatomy/kernels/quantize_8bit.h"
@@ -22,9 +23,6 @@ namespace {
 constexpr int kThreads = static_cast<int>(kAdam8bitBlock);
 static_assert(kThreads % 32 == 0 && kThreads <= 1024, "one thread per element of a quantization block");
 
-struct Constants {
-  double beta1, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bias2_sqrt, decay;
-};
 
 __device__ __forceinline__ float block_max(float v, float* warps) {
 #pragma unroll
@@ -39,7 +37,7 @@ __device__ __forceinline__ float block_max(float v, float* warps) {
 template <typename Copy>
 __global__ void __launch_bounds__(kThreads)
     adamw8bit_kernel(float* param, const float* grad, uint8_t* state1, uint8_t* state2, float* absmax1,
-                     float* absmax2, const float* qmap1, const float* qmap2, int64_t n, Constants k, Copy* copy) {
+                     float* absmax2, const float* qmap1, const float* qmap2, int64_t n, AdamWConstants k, Copy* copy) {
   __shared__ float map1[kQuantizationMapSize], map2[kQuantizationMapSize];
   __shared__ float warps1[kThreads / 32], warps2[kThreads / 32];
   for (int j = threadIdx.x; j < kQuantizationMapSize; j += kThreads) map1[j] = qmap1[j], map2[j] = qmap2[j];
@@ -49,21 +47,12 @@ __global__ void __launch_bounds__(kThreads)
   const bool valid = i < n;
   float m = 0.0f, v = 0.0f;
   if (valid) {
-    const float m_old = __fmul_rn(map1[state1[i]], absmax1[b]);
-    const float v_old = __fmul_rn(map2[state2[i]], absmax2[b]);
-    // CpuBackend::adamw_loop's body, each operation rounded on its own.
-    const double g = grad[i];
-    const double md = __dadd_rn(__dmul_rn(k.beta1, static_cast<double>(m_old)), __dmul_rn(k.one_minus_beta1, g));
-    const double vd = __dadd_rn(__dmul_rn(k.beta2, static_cast<double>(v_old)),
-                                __dmul_rn(__dmul_rn(k.one_minus_beta2, g), g));
-    m = static_cast<float>(md);
-    v = static_cast<float>(vd);
-    const double denom = __dadd_rn(__ddiv_rn(__dsqrt_rn(vd), k.bias2_sqrt), k.eps);
-    const float p = static_cast<float>(
-        __dsub_rn(__dmul_rn(static_cast<double>(param[i]), k.decay), __ddiv_rn(__dmul_rn(k.step_size, md), denom)));
+    m = __fmul_rn(map1[state1[i]], absmax1[b]);
+    v = __fmul_rn(map2[state2[i]], absmax2[b]);
+    float p = param[i];
+    adamw_element(k, grad[i], m, v, p);
     param[i] = p;
-    if constexpr (std::is_same_v<Copy, __nv_bfloat16>) copy[i] = __float2bfloat16_rn(p);
-    else if constexpr (std::is_same_v<Copy, __half>) copy[i] = __float2half_rn(p);
+    if constexpr (!std::is_same_v<Copy, float>) copy[i] = round_copy<Copy>(p);
   }
   const float max1 = block_max(fabsf(m), warps1);
   const float max2 = block_max(fabsf(v), warps2);
@@ -93,11 +82,7 @@ void adamw8bit_step(cudaStream_t stream, const Tensor& param, const Tensor& grad
                 "adamw8bit_step: the 16-bit copy of {} must be BF16/F16 [{}]", param.name(), n);
   if (n <= 0) return;
   ANATOMY_CHECK(blocks <= 0x7fffffff, "adamw8bit_step: {} has too many blocks", param.name());
-  // The constants as the CPU reference and optimizer.cu's adamw_constants form them.
-  const double bias1 = 1.0 - std::pow(hp.beta1, static_cast<double>(hp.step));
-  const double bias2 = 1.0 - std::pow(hp.beta2, static_cast<double>(hp.step));
-  const Constants k{hp.beta1, 1.0 - hp.beta1, hp.beta2, 1.0 - hp.beta2, hp.eps, hp.lr / bias1, std::sqrt(bias2),
-                    1.0 - hp.lr * hp.weight_decay};
+  const AdamWConstants k = adamw_constants(hp);
   const auto grid = static_cast<unsigned>(blocks);
   auto launch = [&](auto* copy) {
     using Copy = std::remove_pointer_t<decltype(copy)>;

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "anatomy/kernels/cuda/adamw_math.cuh"
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda/fused.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
@@ -98,37 +99,10 @@ __global__ void __launch_bounds__(kFinishThreads)
   if (threadIdx.x == 0) *result = total;
 }
 
-// Constants of one AdamW step, computed on the host exactly as the CPU backend does.
-struct AdamWConstants {
-  double beta1, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bias2_sqrt, decay;
-};
 
 // AdamWChunk and kAdamWChunk (elements per block of the multi-tensor kernel):
 // cuda_memory.h, which builds the chunk table.
 static_assert(sizeof(AdamWChunk) == 24 && alignof(AdamWChunk) == 8, "the table's layout, as the device reads it");
-
-// The CPU's loop body with every operation rounded on its own (the _rn
-// intrinsics stop nvcc fusing multiply-adds the x86 build does not fuse), so
-// that parameters and moments come out bit-identical to the CPU backend's:
-// updates m, v and p (one element) in place.
-__device__ __forceinline__ void adamw_element(const AdamWConstants& k, float grad, float& m_io, float& v_io,
-                                              float& p_io) {
-  const double g = grad;
-  const double m = __dadd_rn(__dmul_rn(k.beta1, m_io), __dmul_rn(k.one_minus_beta1, g));
-  const double v = __dadd_rn(__dmul_rn(k.beta2, v_io), __dmul_rn(__dmul_rn(k.one_minus_beta2, g), g));
-  m_io = static_cast<float>(m);
-  v_io = static_cast<float>(v);
-  const double denom = __dadd_rn(__ddiv_rn(__dsqrt_rn(v), k.bias2_sqrt), k.eps);
-  p_io = static_cast<float>(
-      __dsub_rn(__dmul_rn(static_cast<double>(p_io), k.decay), __ddiv_rn(__dmul_rn(k.step_size, m), denom)));
-}
-
-// Copy is void (no copy), __nv_bfloat16 or __half: the parameter rounded.
-template <typename Copy>
-__device__ __forceinline__ Copy round_copy(float p) {
-  if constexpr (std::is_same_v<Copy, __nv_bfloat16>) return __float2bfloat16_rn(p);
-  else return __float2half_rn(p);
-}
 
 // adamw_element on element i of the buffers, and its copy[i] = round(param[i]).
 template <typename Copy>
@@ -264,14 +238,6 @@ void launch_finite(cudaStream_t s, const float* x, float* y, int64_t n, float in
   ANATOMY_CUDA_CHECK(cudaGetLastError());
   finite_finish_kernel<<<1, kFinishThreads, 0, s>>>(partials, blocks, flag, and_into_flag);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
-}
-
-AdamWConstants adamw_constants(const AdamWHyper& hp) {
-  const double bias1 = 1.0 - std::pow(hp.beta1, static_cast<double>(hp.step));
-  const double bias2 = 1.0 - std::pow(hp.beta2, static_cast<double>(hp.step));
-  return AdamWConstants{hp.beta1,    1.0 - hp.beta1,        hp.beta2,
-                        1.0 - hp.beta2, hp.eps,             hp.lr / bias1,
-                        std::sqrt(bias2), 1.0 - hp.lr * hp.weight_decay};
 }
 
 unsigned adamw_blocks(int64_t n) {
