@@ -77,6 +77,9 @@ MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args
   TrainingArguments simulated = args;
   simulated.max_steps = steps;
   simulated.output_dir.clear();
+  // Saving and resuming move data between host and device buffers the run already holds: no device memory.
+  simulated.save_strategy = "no";
+  simulated.resume_from_checkpoint.clear();
   simulated.progress = false;
   simulated.logging_steps = 1 << 30;
   simulated.dataloader_num_workers = 0;  // the host side's threads change no device memory

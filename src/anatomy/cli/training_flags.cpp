@@ -60,6 +60,16 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
   app.add_option("--logging-steps", a.logging_steps, "Write a log record every N steps")
       ->capture_default_str()->check(positive_number());
   app.add_option("--output-dir", a.output_dir, "Write config.json, model.safetensors and log.jsonl here");
+  app.add_option("--save-strategy", a.save_strategy,
+                 "no, steps (every --save-steps) or epoch: write OUTPUT_DIR/checkpoint-N (model, optimizer, trainer "
+                 "state)")
+      ->capture_default_str()->check(CLI::IsMember({"no", "steps", "epoch"}));
+  app.add_option("--save-steps", a.save_steps, "Steps between checkpoints with --save-strategy steps")
+      ->capture_default_str()->check(positive_number());
+  app.add_option("--save-total-limit", a.save_total_limit, "Keep only the newest N checkpoints (0: all)")
+      ->capture_default_str()->check(non_negative_number());
+  app.add_option("--resume-from-checkpoint", a.resume_from_checkpoint,
+                 "Continue a run from a checkpoint directory, or from the newest in --output-dir with 'latest'");
   app.add_option("--device", flags.device, "cpu, cuda or auto")->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_flag("--no-progress", flags.no_progress, "No progress bar");
@@ -87,6 +97,8 @@ TrainingArguments resolve_training_flags(const TrainFlags& flags, const CLI::App
     fail("--output-dir {}: exists and is not a directory", args.output_dir);
 
   if (args.bf16 && args.fp16) fail("--bf16 and --fp16 are exclusive: give one");
+  if (args.save_strategy != "no" && args.output_dir.empty())
+    fail("--save-strategy {}: needs --output-dir, where checkpoint-N directories go", args.save_strategy);
   return args;
 }
 

@@ -16,6 +16,8 @@ BatchLoader::BatchLoader(const Dataset& data, LoaderOptions options) : data_(dat
                                           : (data_.size + options_.batch_size - 1) / options_.batch_size;
   if (batches_per_epoch_ == 0)
     fail("--dataloader-drop-last: {} examples make no full batch of {}", data_.size, options_.batch_size);
+  if (options_.first_batch < 0) fail("loader: first batch {} is negative", options_.first_batch);
+  next_index_ = options_.first_batch;
   for (int64_t w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this, w] { work(w); });
 }
 
@@ -36,10 +38,10 @@ HostBatch BatchLoader::build(int64_t index) const {
 }
 
 void BatchLoader::work(int64_t worker) {
-  // Worker w builds batches w, w + W, w + 2W, ..., staying at most
+  // Worker w builds batches f + w, f + w + W, ... (f the first batch), staying at most
   // prefetch_factor × W batches ahead of the consumer, as DataLoader's workers do.
   const int64_t stride = options_.num_workers, ahead = options_.prefetch_factor * options_.num_workers;
-  for (int64_t index = worker;; index += stride) {
+  for (int64_t index = options_.first_batch + worker;; index += stride) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       room_.wait(lock, [&] { return stopping_ || index < next_index_ + ahead; });

@@ -24,6 +24,7 @@ struct LoaderOptions {
   bool drop_last = false;
   int64_t num_workers = 0;      // 0: batches are built when asked for, on the caller's thread
   int64_t prefetch_factor = 2;  // batches each worker keeps ready ahead
+  int64_t first_batch = 0;      // the run's batch to start at (a resumed run continues where it stopped)
 };
 
 class BatchLoader {

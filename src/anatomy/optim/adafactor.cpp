@@ -60,6 +60,7 @@ class Adafactor final : public Optimizer {
     }
   }
   std::string name() const override { return "adafactor"; }
+  std::vector<std::pair<std::string, Tensor>> state_tensors() const override { return {{"exp_avg_sq", states_}}; }
 
  private:
   // transformers' _get_options: factored when the parameter has two or more dimensions.

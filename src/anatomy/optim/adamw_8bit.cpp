@@ -56,6 +56,15 @@ class AdamW8bit final : public Optimizer {
     }
   }
 
+  // The maps are constants (rebuilt here), not state.
+  std::vector<std::pair<std::string, Tensor>> state_tensors() const override {
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (const TensorState& s : states_)
+      for (const Tensor* t : {&s.first, &s.second, &s.absmax1, &s.absmax2})
+        if (t->defined()) out.emplace_back(t->name(), *t);
+    return out;
+  }
+
   void step(const ParameterSet& params, const ParameterSet& grads, double lr,
             const ParameterSet* half_copy) override {
     ANATOMY_CHECK(params.specs().size() == states_.size() && grads.specs().size() == states_.size(),

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "anatomy/kernels/backend.h"
@@ -53,6 +54,11 @@ class Optimizer {
                     const ParameterSet* half_copy = nullptr) = 0;
   virtual std::string name() const = 0;
   int64_t steps_taken() const { return steps_; }
+  // What a checkpoint saves and restores: every state tensor under a unique
+  // name (F32, or U8 for 8-bit states), and the steps taken, from which the
+  // bias corrections, Adafactor's decay and SGD's first step follow.
+  virtual std::vector<std::pair<std::string, Tensor>> state_tensors() const = 0;
+  void restore_steps(int64_t steps) { steps_ = steps; }
 
  protected:
   int64_t steps_ = 0;
@@ -81,6 +87,9 @@ class AdamW final : public Optimizer {
   void step(const ParameterSet& params, const ParameterSet& grads, double lr,
             const ParameterSet* half_copy = nullptr) override;
   std::string name() const override { return "adamw"; }
+  std::vector<std::pair<std::string, Tensor>> state_tensors() const override {
+    return {{"exp_avg", exp_avg_.flat()}, {"exp_avg_sq", exp_avg_sq_.flat()}};
+  }
   const ParameterSet& exp_avg() const { return exp_avg_; }
   const ParameterSet& exp_avg_sq() const { return exp_avg_sq_; }
 

@@ -31,6 +31,10 @@ class Sgd final : public Optimizer {
                            half_copy ? &half_copy->flat() : nullptr);
   }
   std::string name() const override { return "sgd"; }
+  std::vector<std::pair<std::string, Tensor>> state_tensors() const override {
+    if (!buffer_) return {};
+    return {{"momentum_buffer", buffer_->flat()}};
+  }
 
  private:
   Backend& backend_;

@@ -38,6 +38,10 @@ struct TrainingArguments {
   bool dataloader_drop_last = false;         // drop each epoch's last partial batch
   int64_t logging_steps = 500;
   std::string output_dir;                    // empty: write nothing
+  std::string save_strategy = "no";          // "no", "steps" (every save_steps) or "epoch": output_dir/checkpoint-N
+  int64_t save_steps = 500;
+  int64_t save_total_limit = 0;              // keep only the newest N checkpoints (0: all)
+  std::string resume_from_checkpoint;        // a checkpoint directory, or "latest" in output_dir
   bool progress = true;                      // progress bar when stderr is a terminal
   bool bf16 = false;                         // mixed precision: bf16 compute, float32 masters and gradients
   bool fp16 = false;                         // mixed precision with dynamic loss scaling (GradScaler)

@@ -14,6 +14,7 @@
 
 #include "anatomy/data/loader.h"
 #include "anatomy/optim/optimizer.h"
+#include "anatomy/train/checkpointing.h"
 
 namespace anatomy {
 
@@ -155,6 +156,12 @@ Trainer::Trainer(Backend& backend, BertForSequenceClassification& model, const D
   optimizer_options(args_);  // bad --optim / --optim-args fail here, before any allocation
   if (args_.gradient_checkpointing_policy != "full" && args_.gradient_checkpointing_policy != "selective")
     fail("--gradient-checkpointing-policy {}: expected full or selective", args_.gradient_checkpointing_policy);
+  if (args_.save_strategy != "no" && args_.save_strategy != "steps" && args_.save_strategy != "epoch")
+    fail("--save-strategy {}: expected no, steps or epoch", args_.save_strategy);
+  if (args_.save_strategy != "no" && args_.output_dir.empty())
+    fail("--save-strategy {}: needs --output-dir, where checkpoint-N directories go", args_.save_strategy);
+  if (args_.save_strategy == "steps" && args_.save_steps <= 0)
+    fail("--save-steps must be positive, got {}", args_.save_steps);
   if (args_.gradient_accumulation_steps <= 0)
     fail("--gradient-accumulation-steps must be positive, got {}", args_.gradient_accumulation_steps);
   const int64_t B = args_.per_device_train_batch_size, N = args_.gradient_accumulation_steps;
@@ -178,6 +185,27 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   const std::unique_ptr<Optimizer> optimizer =
       make_optimizer(backend_, model_.weights(), optimizer_options(args_));
 
+  // What a checkpoint records and a resumed run must share.
+  TrainerState state;
+  state.seed = args_.seed;
+  state.optimizer = optimizer->name();
+  state.per_device_train_batch_size = args_.per_device_train_batch_size;
+  state.gradient_accumulation_steps = args_.gradient_accumulation_steps;
+  state.examples = data_.size;
+  state.shuffle = args_.shuffle;
+  state.drop_last = args_.dataloader_drop_last;
+  state.precision = args_.bf16 ? "bf16" : args_.fp16 ? "fp16" : "fp32";
+  state.loss_scale = args_.fp16 ? 65536.0 : 1.0;
+  if (!args_.resume_from_checkpoint.empty()) {
+    const std::string dir = resolve_checkpoint(args_.resume_from_checkpoint, args_.output_dir);
+    state = load_checkpoint(dir, model_, *optimizer, backend_, state);
+    if (state.global_step > total_steps_)
+      fail("--resume-from-checkpoint {}: the checkpoint is at step {}, past this run's {} steps", dir,
+           state.global_step, total_steps_);
+    fmt::print("Resuming from {}: step {} of {}\n", dir, state.global_step, total_steps_);
+  }
+  const int64_t first_step = state.global_step;
+
   std::ofstream log;
   std::string log_path;
   if (!args_.output_dir.empty()) {
@@ -185,12 +213,24 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
     fs::create_directories(args_.output_dir, ec);
     if (ec) fail("--output-dir {}: cannot create ({})", args_.output_dir, ec.message());
     log_path = (fs::path(args_.output_dir) / "log.jsonl").string();
+    // A resumed run keeps the records up to its checkpoint and continues the file.
+    std::string kept;
+    if (first_step > 0 && fs::exists(log_path)) {
+      std::ifstream old(log_path);
+      for (std::string line; std::getline(old, line);) {
+        const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (!j.is_discarded() && j.contains("step") && j["step"].is_number_integer() &&
+            j["step"].get<int64_t>() <= first_step)
+          kept += line + "\n";
+      }
+    }
     log.open(log_path, std::ios::trunc);
     if (!log) fail("{}: cannot open for writing", log_path);
+    log << kept << std::flush;
   }
 
   TrainResult result;
-  ProgressBar bar(total_steps_, args_.progress);
+  ProgressBar bar(total_steps_ - first_step, args_.progress);
   const int64_t B = args_.per_device_train_batch_size;
   // The batches of update `step`: as many as the window of its epoch holds.
   const int64_t N = args_.gradient_accumulation_steps;
@@ -205,22 +245,25 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   loader_options.drop_last = args_.dataloader_drop_last;
   loader_options.num_workers = args_.dataloader_num_workers;
   loader_options.prefetch_factor = args_.dataloader_prefetch_factor;
+  loader_options.first_batch = state.micro_batches;
   BatchLoader loader(data_, loader_options);
   ledger.set_phase("data");
   InputSlots slots(backend_, data_, std::min(B, data_.size));
-  int64_t window = window_of(0);
-  int64_t micro = 0;  // batches begun so far, over the whole run: picks the upload slot and the dropout masks
-  BertInputs next_inputs = slots.upload(0, loader.next());
+  int64_t window = window_of(first_step);
+  int64_t micro = state.micro_batches;  // batches begun so far, over the whole run: picks the upload slot and the dropout masks
+  BertInputs next_inputs = first_step < total_steps_ ? slots.upload(static_cast<int>(micro % 2), loader.next())
+                                                     : BertInputs();
   double window_loss = 0.0;
   int64_t window_steps = 0, window_samples = 0;
   auto window_start = Clock::now();
   const auto start = Clock::now();
   // Dynamic loss scaling as torch.cuda.amp.GradScaler: start at 2^16, halve and
   // skip the update on a non-finite gradient, double after 2000 clean steps.
-  double loss_scale = args_.fp16 ? 65536.0 : 1.0;
-  int64_t clean_steps = 0, updates = 0;
+  double loss_scale = state.loss_scale;
+  int64_t clean_steps = state.clean_steps, updates = state.updates;
+  result.skipped_steps = state.skipped_steps;
 
-  for (int64_t step = 0; step < total_steps_; ++step) {
+  for (int64_t step = first_step; step < total_steps_; ++step) {
     if (hooks_.before) hooks_.before(step);
     ledger.set_step(step);
     const double step_scale = loss_scale;
@@ -283,7 +326,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
     window_loss += loss;
     window_steps += 1;
     window_samples += samples;
-    bar.update(step + 1, loss, seconds_since(start));
+    bar.update(step + 1 - first_step, loss, seconds_since(start));
 
     if ((step + 1) % args_.logging_steps == 0 || step + 1 == total_steps_) {
       backend_.synchronize();
@@ -313,10 +356,23 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       window_steps = window_samples = 0;
       window_start = Clock::now();
     }
+    const bool save = (args_.save_strategy == "steps" && (step + 1) % args_.save_steps == 0) ||
+                      (args_.save_strategy == "epoch" && (step + 1) % steps_per_epoch_ == 0);
+    if (save) {
+      backend_.synchronize();
+      state.global_step = step + 1;
+      state.updates = updates;
+      state.micro_batches = micro;
+      state.loss_scale = loss_scale;
+      state.clean_steps = clean_steps;
+      state.skipped_steps = result.skipped_steps;
+      save_checkpoint(args_.output_dir, model_, backend_, *optimizer, state,
+                      std::filesystem::is_directory(args_.model) ? args_.model : "", args_.save_total_limit);
+    }
   }
   backend_.synchronize();
   result.seconds = seconds_since(start);
-  result.steps = total_steps_;
+  result.steps = total_steps_ - first_step;
   result.samples_per_second = result.samples / std::max(result.seconds, 1e-9);
   result.data_wait_seconds = loader.wait_seconds();
   ledger.set_step(-1);

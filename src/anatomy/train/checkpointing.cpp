@@ -1,0 +1,222 @@
+// checkpointing.cpp: writing, finding and loading Trainer checkpoints.
+#include "anatomy/train/checkpointing.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "anatomy/core/error.h"
+#include "anatomy/io/files.h"
+#include "anatomy/io/safetensors.h"
+#include "anatomy/model/checkpoint.h"
+
+namespace anatomy {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kStateFile = "trainer_state.json";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+
+// The step of a directory named checkpoint-N, or -1.
+int64_t checkpoint_step(const fs::path& dir) {
+  static const std::regex pattern("checkpoint-([0-9]{1,18})");
+  std::smatch m;
+  const std::string name = dir.filename().string();
+  if (!std::regex_match(name, m, pattern)) return -1;
+  return std::stoll(m[1].str());
+}
+
+std::vector<std::pair<int64_t, fs::path>> checkpoints_in(const std::string& output_dir) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(output_dir, ec)) {
+    const int64_t step = entry.is_directory() ? checkpoint_step(entry.path()) : -1;
+    if (step >= 0) out.emplace_back(step, entry.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+nlohmann::json state_json(const TrainerState& s) {
+  return {{"global_step", s.global_step},
+          {"updates", s.updates},
+          {"micro_batches", s.micro_batches},
+          {"loss_scale", s.loss_scale},
+          {"clean_steps", s.clean_steps},
+          {"skipped_steps", s.skipped_steps},
+          {"seed", s.seed},
+          {"optimizer", s.optimizer},
+          {"per_device_train_batch_size", s.per_device_train_batch_size},
+          {"gradient_accumulation_steps", s.gradient_accumulation_steps},
+          {"examples", s.examples},
+          {"shuffle", s.shuffle},
+          {"drop_last", s.drop_last},
+          {"precision", s.precision}};
+}
+
+void write_optimizer(const std::string& path, const Optimizer& optimizer, Backend& backend) {
+  const auto states = optimizer.state_tensors();
+  std::vector<std::vector<uint8_t>> host(states.size());
+  std::vector<io::StWriteTensor> tensors;
+  for (size_t i = 0; i < states.size(); ++i) {
+    const Tensor& t = states[i].second;
+    ANATOMY_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::U8, "optimizer state {} is {}", states[i].first,
+                  dtype_name(t.dtype()));
+    host[i].resize(t.nbytes());
+    backend.copy_to_host(t, host[i].data());
+    tensors.push_back({states[i].first, t.dtype() == DType::F32 ? io::StDType::F32 : io::StDType::U8, t.shape(),
+                       host[i].data()});
+  }
+  io::write_safetensors(path, tensors,
+                        {{"optimizer", optimizer.name()}, {"steps", std::to_string(optimizer.steps_taken())}});
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& output_dir, const BertForSequenceClassification& model, Backend& backend,
+                     const Optimizer& optimizer, const TrainerState& state, const std::string& model_dir,
+                     int64_t total_limit) {
+  const fs::path final_dir = fs::path(output_dir) / fmt::format("checkpoint-{}", state.global_step);
+  // Stale hidden directories are what a killed save leaves; this process's own name is unique.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(output_dir, ec))
+    if (entry.path().filename().string().rfind(".checkpoint-", 0) == 0) fs::remove_all(entry.path(), ec);
+  const fs::path partial = fs::path(output_dir) / fmt::format(".checkpoint-{}.partial.{}", state.global_step, getpid());
+  fs::create_directories(partial, ec);
+  if (ec) fail("{}: cannot create ({})", partial.string(), ec.message());
+  save_pretrained(model, backend, partial.string());
+  write_optimizer((partial / kOptimizerFile).string(), optimizer, backend);
+  if (!model_dir.empty() && fs::exists(fs::path(model_dir) / "vocab.txt")) {
+    fs::copy_file(fs::path(model_dir) / "vocab.txt", partial / "vocab.txt", fs::copy_options::overwrite_existing, ec);
+    if (ec) fail("{}: cannot copy vocab.txt ({})", partial.string(), ec.message());
+  }
+  io::write_text_file_atomic((partial / kStateFile).string(), state_json(state).dump(2) + "\n");
+  // An older checkpoint of the same step (a run repeated into this directory)
+  // is moved aside first: rename cannot replace a directory that has files.
+  if (fs::exists(final_dir)) {
+    const fs::path old = fs::path(output_dir) / fmt::format(".checkpoint-{}.old.{}", state.global_step, getpid());
+    fs::rename(final_dir, old, ec);
+    if (ec) fail("{}: cannot move the old checkpoint aside ({})", final_dir.string(), ec.message());
+    fs::rename(partial, final_dir, ec);
+    if (ec) fail("{}: cannot rename into place ({})", final_dir.string(), ec.message());
+    fs::remove_all(old, ec);
+  } else {
+    fs::rename(partial, final_dir, ec);
+    if (ec) fail("{}: cannot rename into place ({})", final_dir.string(), ec.message());
+  }
+  if (total_limit > 0) {
+    // Each old checkpoint is first renamed out of sight (atomic), then
+    // deleted: a kill during the deletion leaves a hidden directory, not a
+    // checkpoint-N with files missing.
+    auto all = checkpoints_in(output_dir);
+    for (size_t i = 0; i + static_cast<size_t>(total_limit) < all.size(); ++i) {
+      const fs::path doomed = fs::path(output_dir) / fmt::format(".checkpoint-{}.deleting.{}", all[i].first, getpid());
+      fs::rename(all[i].second, doomed, ec);
+      if (ec) fail("{}: cannot remove ({})", all[i].second.string(), ec.message());
+      fs::remove_all(doomed, ec);
+    }
+  }
+}
+
+std::string resolve_checkpoint(const std::string& spec, const std::string& output_dir) {
+  if (spec != "latest") {
+    if (!fs::is_directory(spec)) fail("--resume-from-checkpoint {}: no such directory", spec);
+    return spec;
+  }
+  if (output_dir.empty()) fail("--resume-from-checkpoint latest: needs --output-dir, where the checkpoints are");
+  const auto all = checkpoints_in(output_dir);
+  if (all.empty()) fail("--resume-from-checkpoint latest: no checkpoint-N directory in {}", output_dir);
+  return all.back().second.string();
+}
+
+TrainerState read_trainer_state(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kStateFile).string();
+  if (!fs::exists(path)) fail("{}: not a checkpoint ({} is missing)", dir, kStateFile);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(io::read_text_file(path));
+    TrainerState s;
+    s.global_step = j.at("global_step").get<int64_t>();
+    s.updates = j.at("updates").get<int64_t>();
+    s.micro_batches = j.at("micro_batches").get<int64_t>();
+    s.loss_scale = j.at("loss_scale").get<double>();
+    s.clean_steps = j.at("clean_steps").get<int64_t>();
+    s.skipped_steps = j.at("skipped_steps").get<int64_t>();
+    s.seed = j.at("seed").get<uint64_t>();
+    s.optimizer = j.at("optimizer").get<std::string>();
+    s.per_device_train_batch_size = j.at("per_device_train_batch_size").get<int64_t>();
+    s.gradient_accumulation_steps = j.at("gradient_accumulation_steps").get<int64_t>();
+    s.examples = j.at("examples").get<int64_t>();
+    s.shuffle = j.at("shuffle").get<bool>();
+    s.drop_last = j.at("drop_last").get<bool>();
+    s.precision = j.at("precision").get<std::string>();
+    if (s.global_step < 0 || s.updates < 0 || s.updates > s.global_step || s.micro_batches < 0 ||
+        !(s.loss_scale > 0))
+      fail("{}: inconsistent counters", path);
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: {}", path, e.what());
+  }
+}
+
+TrainerState load_checkpoint(const std::string& dir, BertForSequenceClassification& model, Optimizer& optimizer,
+                             Backend& backend, const TrainerState& expected) {
+  const TrainerState s = read_trainer_state(dir);
+  auto same = [&](const char* what, const auto& theirs, const auto& ours) {
+    if (theirs != ours)
+      fail("--resume-from-checkpoint {}: the checkpoint was made with {} {}, this run has {}", dir, what,
+           fmt::format("{}", theirs), fmt::format("{}", ours));
+  };
+  same("seed", s.seed, expected.seed);
+  same("optimizer", s.optimizer, expected.optimizer);
+  same("per-device batch size", s.per_device_train_batch_size, expected.per_device_train_batch_size);
+  same("gradient accumulation steps", s.gradient_accumulation_steps, expected.gradient_accumulation_steps);
+  same("a dataset of examples", s.examples, expected.examples);
+  same("shuffle", s.shuffle, expected.shuffle);
+  same("drop_last", s.drop_last, expected.drop_last);
+  same("precision", s.precision, expected.precision);
+
+  const LoadReport report = load_weights(model, dir, s.seed);
+  if (!report.initialised.empty())
+    fail("{}: the checkpoint lacks {} (and {} more)", dir, report.initialised.front(), report.initialised.size() - 1);
+
+  const std::string path = (fs::path(dir) / kOptimizerFile).string();
+  const io::SafetensorsFile file = io::SafetensorsFile::open(path);
+  const auto meta = file.metadata();
+  if (!meta.count("optimizer") || meta.at("optimizer") != optimizer.name())
+    fail("{}: holds the states of optimizer '{}', this run uses {}", path,
+         meta.count("optimizer") ? meta.at("optimizer") : "?", optimizer.name());
+  const auto states = optimizer.state_tensors();
+  for (const auto& [name, tensor] : states) {
+    const io::StTensorInfo& info = file.info(name);
+    const io::StDType want = tensor.dtype() == DType::F32 ? io::StDType::F32 : io::StDType::U8;
+    if (info.dtype != want) fail("{}: tensor '{}' is {}, expected {}", path, name, io::st_dtype_name(info.dtype),
+                                 io::st_dtype_name(want));
+    file.check_shape(name, tensor.shape());
+    const auto bytes = file.raw(name);
+    ANATOMY_CHECK(bytes.size() == tensor.nbytes(), "{}: tensor '{}' has {} bytes", path, name, bytes.size());
+    std::vector<uint8_t> aligned(bytes.begin(), bytes.end());
+    backend.copy_from_host(tensor, aligned.data());
+  }
+  if (file.names().size() != states.size())
+    fail("{}: {} tensors, the optimizer has {} states", path, file.names().size(), states.size());
+  int64_t steps = -1;
+  try {
+    steps = meta.count("steps") ? std::stoll(meta.at("steps")) : -1;
+  } catch (const std::exception&) {
+  }
+  if (steps < 0 || steps != s.updates) fail("{}: its step count disagrees with {}", path, kStateFile);
+  optimizer.restore_steps(steps);
+  return s;
+}
+
+}  // namespace anatomy

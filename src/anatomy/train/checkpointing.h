@@ -1,0 +1,60 @@
+// checkpointing.h: Trainer checkpoints, as Hugging Face's output_dir/checkpoint-N:
+// the model (config.json + model.safetensors, loadable by Hugging Face), the
+// optimizer's states (optimizer.safetensors), the trainer's state
+// (trainer_state.json: step, updates made, batches consumed, the fp16 loss
+// scaler, and the settings a resume must share), and vocab.txt when the model
+// came with one. No RNG state is needed: the shuffle order is a function of
+// (seed, epoch) and the dropout masks of (seed, batch), so the counters are
+// the whole random state.
+//
+// A checkpoint appears whole or not at all: it is written into a hidden
+// directory beside it and renamed into place, so a run killed while saving
+// leaves the previous complete checkpoint and a stale hidden directory (which
+// the next save removes), never a checkpoint-N that loads wrong.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "anatomy/kernels/backend.h"
+#include "anatomy/model/bert.h"
+#include "anatomy/optim/optimizer.h"
+
+namespace anatomy {
+
+struct TrainerState {
+  int64_t global_step = 0;    // optimizer steps done (updates and fp16-skipped ones)
+  int64_t updates = 0;        // updates made: the schedule's position
+  int64_t micro_batches = 0;  // batches consumed: the data position and the dropout stream
+  double loss_scale = 1.0;    // fp16's dynamic loss scale
+  int64_t clean_steps = 0;    // fp16: steps since the scale last changed
+  int64_t skipped_steps = 0;  // fp16: updates skipped for non-finite gradients
+  // Settings the resumed run must share for its steps to be the same ones.
+  uint64_t seed = 0;
+  std::string optimizer;
+  int64_t per_device_train_batch_size = 0, gradient_accumulation_steps = 0, examples = 0;
+  bool shuffle = true, drop_last = false;
+  std::string precision;      // fp32, bf16 or fp16
+};
+
+// Writes output_dir/checkpoint-<state.global_step>; copies vocab.txt from
+// `model_dir` when it has one. Then keeps only the newest `total_limit`
+// checkpoints (0: all).
+void save_checkpoint(const std::string& output_dir, const BertForSequenceClassification& model, Backend& backend,
+                     const Optimizer& optimizer, const TrainerState& state, const std::string& model_dir,
+                     int64_t total_limit);
+
+// "latest": the checkpoint-N of output_dir with the largest N (an error when
+// there is none); anything else: that directory.
+std::string resolve_checkpoint(const std::string& spec, const std::string& output_dir);
+
+// The trainer state of a checkpoint directory (errors name the file).
+TrainerState read_trainer_state(const std::string& checkpoint_dir);
+
+// Loads the model's weights and the optimizer's states and steps from a
+// checkpoint written by save_checkpoint. `expected` holds this run's settings:
+// a checkpoint of other settings is an error naming the setting.
+TrainerState load_checkpoint(const std::string& checkpoint_dir, BertForSequenceClassification& model,
+                             Optimizer& optimizer, Backend& backend, const TrainerState& expected);
+
+}  // namespace anatomy
