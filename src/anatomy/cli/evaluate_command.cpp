@@ -2,7 +2,7 @@
 // for inference only (bert_inference.h: no gradients, no optimizer, the
 // weights once in bf16, fp16 or float32), over batches of variable-length
 // sequences packed without padding (or padded, to compare). evaluate prints
-// the loss and accuracy with time, samples/s, tokens/s and memory; predict
+// the metrics (train/metrics.h) with time, samples/s, tokens/s and memory; predict
 // also writes one JSON line per example with its label and probabilities.
 #include <algorithm>
 #include <chrono>
@@ -21,6 +21,7 @@
 #include "anatomy/io/files.h"
 #include "anatomy/model/bert_inference.h"
 #include "anatomy/model/checkpoint.h"
+#include "anatomy/train/metrics.h"
 
 namespace anatomy::cli {
 
@@ -43,45 +44,6 @@ struct EvaluateFlags {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Loss and accuracy over the examples, as Hugging Face's model computes the
-// loss for the problem type (mean over examples), from float32 logits.
-struct Scores {
-  double loss_sum = 0.0;
-  int64_t correct = 0, counted = 0;
-};
-
-void score(const float* logits, int64_t C, ProblemType type, const Dataset& data, int64_t example, Scores& s) {
-  if (!data.has_labels()) return;
-  switch (type) {
-    case ProblemType::SingleLabel: {
-      const int64_t label = data.labels_i64[example];
-      if (label == -100) return;  // ignored, as torch's cross-entropy ignores it
-      const float max = *std::max_element(logits, logits + C);
-      double sum = 0.0;
-      for (int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(logits[c]) - max);
-      s.loss_sum += std::log(sum) + max - logits[label];
-      s.correct += std::max_element(logits, logits + C) - logits == label;
-      ++s.counted;
-      return;
-    }
-    case ProblemType::Regression:
-      for (int64_t c = 0; c < C; ++c) {
-        const double d = logits[c] - data.labels_f32[example * C + c];
-        s.loss_sum += d * d / static_cast<double>(C);
-      }
-      ++s.counted;
-      return;
-    case ProblemType::MultiLabel:
-      for (int64_t c = 0; c < C; ++c) {
-        const double x = logits[c], y = data.labels_f32[example * C + c];
-        s.loss_sum += (std::max(x, 0.0) - x * y + std::log1p(std::exp(-std::abs(x)))) / static_cast<double>(C);
-      }
-      ++s.counted;
-      return;
-    case ProblemType::Unset: return;
-  }
 }
 
 nlohmann::json prediction(const float* logits, int64_t C, ProblemType type, const BertConfig& config, int64_t index) {
@@ -205,8 +167,6 @@ int run_inference(const EvaluateFlags& f, bool predict) {
   const double seconds = seconds_since(t0);
   if (!f.no_progress && seconds > 1.0) fmt::print(stderr, "\n");
 
-  Scores s;
-  for (int64_t i = 0; i < data.size; ++i) score(logits.data() + i * C, C, type, data, i, s);
   nlohmann::json metrics;
   metrics["model"] = model_name;
   metrics["dtype"] = dtype == DType::F32 ? "float32" : std::string(dtype_name(dtype));
@@ -219,14 +179,14 @@ int run_inference(const EvaluateFlags& f, bool predict) {
   metrics["tokens_per_second"] = static_cast<double>(tokens) / seconds;
   fmt::print("Time: {:.2f}\nSamples/second: {:.2f}\nTokens/second: {:.0f}\n", seconds,
              static_cast<double>(data.size) / seconds, static_cast<double>(tokens) / seconds);
-  if (s.counted > 0) {
-    metrics["eval_loss"] = s.loss_sum / static_cast<double>(s.counted);
-    fmt::print("eval_loss: {:.6f}", s.loss_sum / static_cast<double>(s.counted));
-    if (type == ProblemType::SingleLabel) {
-      metrics["eval_accuracy"] = static_cast<double>(s.correct) / static_cast<double>(s.counted);
-      fmt::print("  eval_accuracy: {:.4f}", static_cast<double>(s.correct) / static_cast<double>(s.counted));
+  if (data.has_labels()) {
+    const std::map<std::string, double> scores = classification_metrics(logits, C, type, data);
+    std::vector<std::string> shown;
+    for (const auto& [name, value] : scores) {
+      metrics[name] = value;
+      shown.push_back(fmt::format("{}: {:.6g}", name, value));
     }
-    fmt::print("\n");
+    fmt::print("{}\n", fmt::join(shown, "  "));
   }
 
   const LedgerSnapshot ledger = backend.ledger().snapshot();

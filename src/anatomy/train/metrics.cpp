@@ -1,0 +1,106 @@
+// metrics.cpp: the evaluation metrics of metrics.h, in double precision.
+#include "anatomy/train/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "anatomy/core/error.h"
+
+namespace anatomy {
+
+std::map<std::string, double> classification_metrics(const std::vector<float>& logits, int64_t C, ProblemType type,
+                                                     const Dataset& data) {
+  ANATOMY_CHECK(static_cast<int64_t>(logits.size()) == data.size * C, "metrics: {} logits for {} examples of {}",
+                logits.size(), data.size, C);
+  ANATOMY_CHECK(data.has_labels(), "{}: metrics need labels", data.source);
+  std::map<std::string, double> out;
+  double loss = 0.0;
+  int64_t counted = 0;
+  switch (type) {
+    case ProblemType::SingleLabel: {
+      std::vector<int64_t> truth, predicted;
+      for (int64_t i = 0; i < data.size; ++i) {
+        const int64_t label = data.labels_i64[i];
+        if (label == -100) continue;  // ignored, as torch's cross-entropy ignores it
+        const float* x = logits.data() + i * C;
+        const float max = *std::max_element(x, x + C);
+        double sum = 0.0;
+        for (int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(x[c]) - max);
+        loss += std::log(sum) + max - x[label];
+        truth.push_back(label);
+        predicted.push_back(std::max_element(x, x + C) - x);
+        ++counted;
+      }
+      int64_t correct = 0;
+      std::set<int64_t> classes;
+      for (size_t i = 0; i < truth.size(); ++i) {
+        correct += truth[i] == predicted[i];
+        classes.insert(truth[i]);
+        classes.insert(predicted[i]);
+      }
+      double f1_sum = 0.0;
+      for (int64_t c : classes) {
+        int64_t tp = 0, fp = 0, fn = 0;
+        for (size_t i = 0; i < truth.size(); ++i) {
+          tp += truth[i] == c && predicted[i] == c;
+          fp += truth[i] != c && predicted[i] == c;
+          fn += truth[i] == c && predicted[i] != c;
+        }
+        f1_sum += tp == 0 ? 0.0 : 2.0 * tp / static_cast<double>(2 * tp + fp + fn);
+      }
+      if (counted > 0) {
+        out["eval_accuracy"] = static_cast<double>(correct) / static_cast<double>(counted);
+        out["eval_f1"] = f1_sum / static_cast<double>(classes.size());
+      }
+      break;
+    }
+    case ProblemType::Regression: {
+      double sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0;
+      for (int64_t i = 0; i < data.size; ++i) {
+        for (int64_t c = 0; c < C; ++c) {
+          const double x = logits[i * C + c], y = data.labels_f32[i * C + c];
+          loss += (x - y) * (x - y) / static_cast<double>(C);
+          sx += x, sy += y, sxx += x * x, syy += y * y, sxy += x * y;
+        }
+        ++counted;
+      }
+      out["eval_mse"] = counted > 0 ? loss / static_cast<double>(counted) : 0.0;
+      if (C == 1 && counted > 1) {
+        const double n = static_cast<double>(counted);
+        const double cov = sxy - sx * sy / n, vx = sxx - sx * sx / n, vy = syy - sy * sy / n;
+        out["eval_pearson"] = vx > 0 && vy > 0 ? cov / std::sqrt(vx * vy) : 0.0;
+      }
+      break;
+    }
+    case ProblemType::MultiLabel: {
+      int64_t exact = 0;
+      for (int64_t i = 0; i < data.size; ++i) {
+        bool all = true;
+        for (int64_t c = 0; c < C; ++c) {
+          const double x = logits[i * C + c], y = data.labels_f32[i * C + c];
+          loss += (std::max(x, 0.0) - x * y + std::log1p(std::exp(-std::abs(x)))) / static_cast<double>(C);
+          all &= (x > 0.0) == (y > 0.5);
+        }
+        exact += all;
+        ++counted;
+      }
+      if (counted > 0) out["eval_accuracy"] = static_cast<double>(exact) / static_cast<double>(counted);
+      break;
+    }
+    case ProblemType::Unset: ANATOMY_CHECK(false, "metrics: problem type unresolved");
+  }
+  if (counted > 0) out["eval_loss"] = loss / static_cast<double>(counted);
+  return out;
+}
+
+bool metric_greater_is_better(const std::string& metric) {
+  static const std::set<std::string> greater = {"accuracy", "f1", "pearson"};
+  static const std::set<std::string> smaller = {"loss", "mse"};
+  const std::string name = metric.rfind("eval_", 0) == 0 ? metric.substr(5) : metric;
+  if (greater.count(name)) return true;
+  if (smaller.count(name)) return false;
+  fail("--metric-for-best-model {}: expected loss, accuracy, f1, mse or pearson", metric);
+}
+
+}  // namespace anatomy
