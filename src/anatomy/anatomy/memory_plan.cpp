@@ -10,8 +10,14 @@
 
 namespace anatomy {
 
-DataShape DataShape::of(const Dataset& data) {
+DataShape DataShape::of(const Dataset& data, const Dataset* eval) {
   DataShape s;
+  if (eval != nullptr) {
+    s.eval_size = eval->size;
+    s.eval_seq_len = eval->seq_len;
+    s.eval_token_type_ids = !eval->token_type_ids.empty();
+    s.eval_attention_mask = !eval->attention_mask.empty();
+  }
   s.size = data.size;
   s.seq_len = data.seq_len;
   s.token_type_ids = !data.token_type_ids.empty();
@@ -80,6 +86,27 @@ MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args
   // Saving and resuming move data between host and device buffers the run already holds: no device memory.
   simulated.save_strategy = "no";
   simulated.resume_from_checkpoint.clear();
+  simulated.load_best_model_at_end = false;
+  // Evaluation after every simulated step, over two full batches and the
+  // partial last one (when there is one): the inputs of one batch are still
+  // held while the next is uploaded, as in training.
+  Dataset eval;
+  const bool evaluates = args.eval_strategy != "no" && shape.eval_size > 0;
+  if (evaluates) {
+    DataShape eval_shape = shape;
+    eval_shape.seq_len = shape.eval_seq_len;
+    eval_shape.token_type_ids = shape.eval_token_type_ids;
+    eval_shape.attention_mask = shape.eval_attention_mask;
+    const int64_t EB = args.per_device_eval_batch_size;
+    const int64_t partial = shape.eval_size > EB ? shape.eval_size % EB : 0;
+    eval = synthetic_data(eval_shape, shape.eval_size <= EB ? shape.eval_size
+                                                            : std::min(shape.eval_size, 2 * EB + partial));
+    simulated.print_evaluations = false;
+    simulated.eval_strategy = "steps";
+    simulated.eval_steps = 1;
+  } else {
+    simulated.eval_strategy = "no";
+  }
   simulated.progress = false;
   simulated.logging_steps = 1 << 30;
   simulated.dataloader_num_workers = 0;  // the host side's threads change no device memory
@@ -90,7 +117,7 @@ MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args
     const DType compute = args.bf16 ? DType::BF16 : args.fp16 ? DType::F16 : DType::F32;
     BertForSequenceClassification model(*backend, config, compute);
     plan.parameters = model.weights().parameter_count();
-    Trainer trainer(*backend, model, data, simulated);
+    Trainer trainer(*backend, model, data, simulated, evaluates ? &eval : nullptr);
     trainer.train();
   } catch (const OutOfMemory& oom) {
     plan.fits = false;

@@ -26,7 +26,10 @@ struct DataShape {
   bool token_type_ids = false, attention_mask = false;
   DType label_dtype = DType::I64;
   int64_t label_width = 1;
-  static DataShape of(const Dataset& data);
+  // The validation set of --eval-strategy (eval_size 0: none).
+  int64_t eval_size = 0, eval_seq_len = 0;
+  bool eval_token_type_ids = false, eval_attention_mask = false;
+  static DataShape of(const Dataset& data, const Dataset* eval = nullptr);
 };
 
 struct PlanTarget {

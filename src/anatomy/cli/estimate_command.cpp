@@ -1,6 +1,8 @@
 // estimate_command.cpp: `anatomy estimate`: the memory plan of `anatomy train`
 // with the same flags, on this machine's GPU or on a named one, without
 // allocating anything on a device.
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "anatomy/anatomy/estimate.h"
@@ -23,8 +25,17 @@ struct EstimateFlags {
 
 // The data's shape from the flags, without generating dummy data.
 DataShape shape_from_flags(const TrainingArguments& args, const BertConfig& config) {
-  if (!args.train_file.empty()) return DataShape::of(load_tensor_dataset(args.train_file));
+  std::optional<Dataset> eval;
+  if (!args.validation_file.empty()) eval = load_tensor_dataset(args.validation_file);
+  if (!args.train_file.empty()) return DataShape::of(load_tensor_dataset(args.train_file), eval ? &*eval : nullptr);
   DataShape s;
+  if (eval) {  // the validation set's part of the shape
+    const DataShape e = DataShape::of(*eval, &*eval);
+    s.eval_size = e.eval_size;
+    s.eval_seq_len = e.eval_seq_len;
+    s.eval_token_type_ids = e.eval_token_type_ids;
+    s.eval_attention_mask = e.eval_attention_mask;
+  }
   s.size = args.dummy_size;
   s.seq_len = args.dummy_seq_len;
   s.label_width = 1;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -82,6 +83,7 @@ struct RunContext {
   ProfilingBackend* profiler;
   const ModelSource& source;
   const Dataset& data;
+  const Dataset* eval;  // the validation set, or null
   const MemoryPlan& plan;
   const DeviceFacts& facts;
   const std::optional<GpuMemoryProbe>& probe;
@@ -110,7 +112,7 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
   }
   backend.synchronize();
   print_gpu_memory(backend);
-  Trainer trainer(backend, model, run.data, args);
+  Trainer trainer(backend, model, run.data, args, run.eval);
   fmt::print("Training {} ({} parameters) on {}: {} examples of {} tokens, batch {}, {} steps\n",
              run.source.preset.empty() ? run.source.directory : run.source.preset,
              model.weights().parameter_count(), backend.device().str(), run.data.size, run.data.seq_len,
@@ -246,10 +248,18 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
     data.labels_i64.clear();
   }
   validate_dataset(data, source.config);
+  std::optional<Dataset> eval;
+  if (!args.validation_file.empty()) {
+    eval = load_tensor_dataset(args.validation_file);
+    validate_dataset(*eval, source.config);
+    if (eval->label_dtype != data.label_dtype || eval->label_width != data.label_width)
+      fail("{}: its labels ({} x {}) are not of the training data's kind ({} x {})", eval->source,
+           dtype_name(eval->label_dtype), eval->label_width, dtype_name(data.label_dtype), data.label_width);
+  }
 
   // The memory plan, before the model allocates anything. The pool may take
   // what NVML says is free plus the segments it already holds.
-  const DataShape shape = DataShape::of(data);
+  const DataShape shape = DataShape::of(data, eval ? &*eval : nullptr);
   PlanTarget target;
   target.gpu = on_gpu;
   target.tf32 = flags.tf32;
@@ -288,7 +298,7 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
     const bool log_existed =
         !args.output_dir.empty() && std::filesystem::exists(std::filesystem::path(args.output_dir) / "log.jsonl");
     try {
-      RunContext run{backend, profiler.get(), source, data, plan, facts, probe, ceilings};
+      RunContext run{backend, profiler.get(), source, data, eval ? &*eval : nullptr, plan, facts, probe, ceilings};
       train_once(flags, args, profile_command, run);
       return 0;
     } catch (const OutOfMemory& oom) {

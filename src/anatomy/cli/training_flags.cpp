@@ -60,6 +60,21 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
   app.add_option("--logging-steps", a.logging_steps, "Write a log record every N steps")
       ->capture_default_str()->check(positive_number());
   app.add_option("--output-dir", a.output_dir, "Write config.json, model.safetensors and log.jsonl here");
+  app.add_option("--validation-file", a.validation_file,
+                 "Pre-tokenized safetensors of the validation set (as --train-file, with labels)");
+  app.add_option("--eval-strategy", a.eval_strategy,
+                 "no, steps (every --eval-steps) or epoch: evaluate on --validation-file (loss, accuracy, macro F1; "
+                 "MSE and Pearson for regression), logged to log.jsonl")
+      ->capture_default_str()->check(CLI::IsMember({"no", "steps", "epoch"}));
+  app.add_option("--eval-steps", a.eval_steps, "Steps between evaluations (0: --logging-steps)")
+      ->capture_default_str()->check(non_negative_number());
+  app.add_option("--per-device-eval-batch-size", a.per_device_eval_batch_size, "Evaluation batch size")
+      ->capture_default_str()->check(positive_number());
+  app.add_flag("--load-best-model-at-end", a.load_best_model_at_end,
+               "After training, reload the checkpoint with the best --metric-for-best-model (needs --save-strategy "
+               "equal to --eval-strategy)");
+  app.add_option("--metric-for-best-model", a.metric_for_best_model, "loss, accuracy, f1, mse or pearson")
+      ->capture_default_str();
   app.add_option("--save-strategy", a.save_strategy,
                  "no, steps (every --save-steps) or epoch: write OUTPUT_DIR/checkpoint-N (model, optimizer, trainer "
                  "state)")

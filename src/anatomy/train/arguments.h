@@ -42,6 +42,13 @@ struct TrainingArguments {
   int64_t save_steps = 500;
   int64_t save_total_limit = 0;              // keep only the newest N checkpoints (0: all)
   std::string resume_from_checkpoint;        // a checkpoint directory, or "latest" in output_dir
+  std::string validation_file;               // pre-tokenized safetensors, as train_file
+  std::string eval_strategy = "no";          // "no", "steps" (every eval_steps) or "epoch"
+  int64_t eval_steps = 0;                    // 0: logging_steps, as Hugging Face's default
+  int64_t per_device_eval_batch_size = 8;
+  bool load_best_model_at_end = false;       // needs save_strategy == eval_strategy
+  std::string metric_for_best_model = "loss";
+  bool print_evaluations = true;             // a line on stdout per evaluation (the memory plan's simulation: off)
   bool progress = true;                      // progress bar when stderr is a terminal
   bool bf16 = false;                         // mixed precision: bf16 compute, float32 masters and gradients
   bool fp16 = false;                         // mixed precision with dynamic loss scaling (GradScaler)

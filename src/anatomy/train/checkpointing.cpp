@@ -84,7 +84,7 @@ void write_optimizer(const std::string& path, const Optimizer& optimizer, Backen
 
 void save_checkpoint(const std::string& output_dir, const BertForSequenceClassification& model, Backend& backend,
                      const Optimizer& optimizer, const TrainerState& state, const std::string& model_dir,
-                     int64_t total_limit) {
+                     int64_t total_limit, int64_t keep_step) {
   const fs::path final_dir = fs::path(output_dir) / fmt::format("checkpoint-{}", state.global_step);
   // Stale hidden directories are what a killed save leaves; this process's own name is unique.
   std::error_code ec;
@@ -118,6 +118,9 @@ void save_checkpoint(const std::string& output_dir, const BertForSequenceClassif
     // deleted: a kill during the deletion leaves a hidden directory, not a
     // checkpoint-N with files missing.
     auto all = checkpoints_in(output_dir);
+    if (keep_step > 0)
+      all.erase(std::remove_if(all.begin(), all.end(), [&](const auto& c) { return c.first == keep_step; }),
+                all.end());
     for (size_t i = 0; i + static_cast<size_t>(total_limit) < all.size(); ++i) {
       const fs::path doomed = fs::path(output_dir) / fmt::format(".checkpoint-{}.deleting.{}", all[i].first, getpid());
       fs::rename(all[i].second, doomed, ec);

@@ -39,10 +39,10 @@ struct TrainerState {
 
 // Writes output_dir/checkpoint-<state.global_step>; copies vocab.txt from
 // `model_dir` when it has one. Then keeps only the newest `total_limit`
-// checkpoints (0: all).
+// checkpoints (0: all), and checkpoint-<keep_step> besides (the best model's, as Hugging Face keeps it).
 void save_checkpoint(const std::string& output_dir, const BertForSequenceClassification& model, Backend& backend,
                      const Optimizer& optimizer, const TrainerState& state, const std::string& model_dir,
-                     int64_t total_limit);
+                     int64_t total_limit, int64_t keep_step = 0);
 
 // "latest": the checkpoint-N of output_dir with the largest N (an error when
 // there is none); anything else: that directory.

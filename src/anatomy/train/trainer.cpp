@@ -13,8 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "anatomy/data/loader.h"
+#include "anatomy/model/checkpoint.h"
 #include "anatomy/optim/optimizer.h"
 #include "anatomy/train/checkpointing.h"
+#include "anatomy/train/metrics.h"
 
 namespace anatomy {
 
@@ -147,8 +149,28 @@ OptimizerOptions optimizer_options(const TrainingArguments& args) {
   return o;
 }
 
-Trainer::Trainer(Backend& backend, BertForSequenceClassification& model, const Dataset& data, TrainingArguments args)
-    : backend_(backend), model_(model), data_(data), args_(std::move(args)) {
+Trainer::Trainer(Backend& backend, BertForSequenceClassification& model, const Dataset& data, TrainingArguments args,
+                 const Dataset* eval_data)
+    : backend_(backend), model_(model), data_(data), eval_data_(eval_data), args_(std::move(args)) {
+  if (args_.eval_strategy != "no" && args_.eval_strategy != "steps" && args_.eval_strategy != "epoch")
+    fail("--eval-strategy {}: expected no, steps or epoch", args_.eval_strategy);
+  if (args_.eval_strategy != "no" && eval_data_ == nullptr)
+    fail("--eval-strategy {}: needs --validation-file", args_.eval_strategy);
+  if (eval_data_ != nullptr && !eval_data_->has_labels())
+    fail("{}: evaluation needs labels, and the data has none", eval_data_->source);
+  if (args_.eval_steps == 0) args_.eval_steps = args_.logging_steps;
+  if (args_.eval_steps < 0) fail("--eval-steps must be positive, got {}", args_.eval_steps);
+  if (args_.per_device_eval_batch_size <= 0)
+    fail("--per-device-eval-batch-size must be positive, got {}", args_.per_device_eval_batch_size);
+  if (args_.load_best_model_at_end) {
+    metric_greater_is_better(args_.metric_for_best_model);  // a bad name fails here
+    if (args_.eval_strategy == "no" || args_.save_strategy != args_.eval_strategy)
+      fail("--load-best-model-at-end: needs --eval-strategy and --save-strategy alike (got {} and {})",
+           args_.eval_strategy, args_.save_strategy);
+    if (args_.save_strategy == "steps" && args_.save_steps % args_.eval_steps != 0)
+      fail("--load-best-model-at-end: --save-steps {} must be a multiple of --eval-steps {}", args_.save_steps,
+           args_.eval_steps);
+  }
   if (args_.per_device_train_batch_size <= 0)
     fail("--per-device-train-batch-size must be positive, got {}", args_.per_device_train_batch_size);
   if (args_.logging_steps <= 0) fail("--logging-steps must be positive, got {}", args_.logging_steps);
@@ -176,6 +198,25 @@ Trainer::Trainer(Backend& backend, BertForSequenceClassification& model, const D
     if (!(args_.num_train_epochs > 0)) fail("--num-train-epochs must be positive, got {}", args_.num_train_epochs);
     total_steps_ = static_cast<int64_t>(std::ceil(args_.num_train_epochs * steps_per_epoch_));
   }
+}
+
+std::map<std::string, double> Trainer::evaluate() {
+  ANATOMY_CHECK(eval_data_ != nullptr, "evaluate: no validation set");
+  const Dataset& eval = *eval_data_;
+  Ledger& ledger = backend_.ledger();
+  const int64_t C = model_.config().num_labels, B = args_.per_device_eval_batch_size;
+  const std::vector<int64_t> order = epoch_order(eval.size, /*shuffle=*/false, 0, 0);
+  std::vector<float> logits(static_cast<size_t>(eval.size * C));
+  for (int64_t begin = 0; begin < eval.size; begin += B) {
+    ledger.set_phase("evaluation");
+    // No labels on the device: the loss is computed on the host, from the logits.
+    const BertInputs inputs = upload_batch(backend_, gather_batch(eval, order, begin, std::min(eval.size, begin + B)),
+                                           eval.label_dtype, 0);
+    ForwardOptions options;  // dropout off, nothing kept for backward
+    const ForwardOutput out = model_.forward(inputs, options);
+    backend_.copy_to_host(out.logits, logits.data() + begin * C);
+  }
+  return classification_metrics(logits, C, resolve_problem_type(model_.config(), eval.label_dtype), eval);
 }
 
 TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
@@ -356,6 +397,37 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       window_steps = window_samples = 0;
       window_start = Clock::now();
     }
+    const bool evaluate_now = (args_.eval_strategy == "steps" && (step + 1) % args_.eval_steps == 0) ||
+                              (args_.eval_strategy == "epoch" && (step + 1) % steps_per_epoch_ == 0);
+    if (evaluate_now) {
+      result.last_evaluation = evaluate();
+      nlohmann::json j = {{"step", step + 1}, {"epoch", static_cast<double>(step + 1) / steps_per_epoch_}};
+      std::vector<std::string> shown;
+      for (const auto& [name, value] : result.last_evaluation) {
+        j[name] = value;
+        shown.push_back(fmt::format("{} {:.6g}", name, value));
+      }
+      if (log.is_open()) log << j.dump() << "\n" << std::flush;
+      if (args_.print_evaluations) {
+        if (args_.progress) fmt::print(stderr, "\n");
+        fmt::print("Evaluation at step {}: {}\n", step + 1, fmt::join(shown, ", "));
+        std::fflush(stdout);
+      }
+      if (args_.load_best_model_at_end) {
+        const std::string key = args_.metric_for_best_model.rfind("eval_", 0) == 0
+                                    ? args_.metric_for_best_model
+                                    : "eval_" + args_.metric_for_best_model;
+        auto it = result.last_evaluation.find(key);
+        if (it == result.last_evaluation.end())
+          fail("--metric-for-best-model {}: this problem type's evaluation has no {}", args_.metric_for_best_model,
+               key);
+        const bool greater = metric_greater_is_better(key);
+        if (best_step_ == 0 || (greater ? it->second > best_value_ : it->second < best_value_)) {
+          best_step_ = step + 1;
+          best_value_ = it->second;
+        }
+      }
+    }
     const bool save = (args_.save_strategy == "steps" && (step + 1) % args_.save_steps == 0) ||
                       (args_.save_strategy == "epoch" && (step + 1) % steps_per_epoch_ == 0);
     if (save) {
@@ -367,11 +439,18 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       state.clean_steps = clean_steps;
       state.skipped_steps = result.skipped_steps;
       save_checkpoint(args_.output_dir, model_, backend_, *optimizer, state,
-                      std::filesystem::is_directory(args_.model) ? args_.model : "", args_.save_total_limit);
+                      std::filesystem::is_directory(args_.model) ? args_.model : "", args_.save_total_limit,
+                      best_step_);
     }
   }
   backend_.synchronize();
   result.seconds = seconds_since(start);
+  if (args_.load_best_model_at_end && best_step_ > 0) {
+    const std::string dir = (fs::path(args_.output_dir) / fmt::format("checkpoint-{}", best_step_)).string();
+    load_weights(model_, dir, args_.seed);
+    result.best_step = best_step_;
+    fmt::print("Loaded the best model from {} ({} {:.6g})\n", dir, args_.metric_for_best_model, best_value_);
+  }
   result.steps = total_steps_ - first_step;
   result.samples_per_second = result.samples / std::max(result.seconds, 1e-9);
   result.data_wait_seconds = loader.wait_seconds();

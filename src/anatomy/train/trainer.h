@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,8 @@ struct TrainResult {
   std::vector<double> losses;  // every step's loss
   int64_t skipped_steps = 0;   // fp16 steps whose update was skipped (overflow)
   double data_wait_seconds = 0.0;  // the loop's wait for batches the loader had not built yet
+  std::map<std::string, double> last_evaluation;  // the metrics of the last evaluation (none: empty)
+  int64_t best_step = 0;       // load_best_model_at_end: the checkpoint the model was reloaded from
   LedgerSnapshot memory;       // the ledger at the end (with its peaks)
 };
 
@@ -47,23 +50,31 @@ struct StepHooks {
 
 class Trainer {
  public:
-  Trainer(Backend& backend, BertForSequenceClassification& model, const Dataset& data, TrainingArguments args);
+  // `eval_data` (may be null): the validation set of --eval-strategy.
+  Trainer(Backend& backend, BertForSequenceClassification& model, const Dataset& data, TrainingArguments args,
+          const Dataset* eval_data = nullptr);
   // Optimizer updates (each of gradient_accumulation_steps batches).
   int64_t total_steps() const { return total_steps_; }
   // Runs the loop; `on_log` sees each logging record (also written to
   // output_dir/log.jsonl when an output directory is set).
   TrainResult train(const std::function<void(const StepLog&)>& on_log = {});
   void set_hooks(StepHooks hooks) { hooks_ = std::move(hooks); }
+  // The model on the validation set, no gradients, dropout off, in batches of
+  // per_device_eval_batch_size: train/metrics.h's metrics.
+  std::map<std::string, double> evaluate();
 
  private:
   Backend& backend_;
   BertForSequenceClassification& model_;
   const Dataset& data_;
+  const Dataset* eval_data_;
   TrainingArguments args_;
   int64_t batches_per_epoch_ = 0;
   int64_t steps_per_epoch_ = 0;  // optimizer updates per epoch
   int64_t total_steps_ = 0;
   StepHooks hooks_;
+  int64_t best_step_ = 0;  // load_best_model_at_end: the best evaluation's step, and its value
+  double best_value_ = 0.0;
 };
 
 // The optimizer --optim and --optim-args ask for (errors name the flag).
