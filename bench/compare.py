@@ -3,7 +3,7 @@
 
 For each configuration it trains bert-large-uncased (random init, the seed's dummy data: ids uniform
 in [100, 30000), labels 0, dropout 0.1) once with `anatomy train` and once with HF Trainer
-(PyTorch + transformers must be importable), each in its own process, polling nvidia-smi for the
+(PyTorch + transformers must be importable; bench/hf_trainer.py), each in its own process, polling nvidia-smi for the
 peak memory used, and prints one table: samples/s, peak NVML MB, MFU and our/their ratio.
 
     python3 bench/compare.py --anatomy build/anatomy [--configs fp32-b4-eager,bf16-b32-sdpa,...] [--samples N]
@@ -32,27 +32,8 @@ CONFIGS = {
     "bf16-b64-sdpa": (["--bf16", "--tf32"], dict(bf16=True, tf32=True, **FUSED), "sdpa", 4096, 64),
 }
 
-HF_SCRIPT = r'''
-import json, sys, numpy as np, torch
-from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments, logging
-logging.set_verbosity_error()
-cfg = json.loads(sys.argv[1])
-seq_len, n = 512, cfg["samples"]
-ids = torch.from_numpy(np.random.randint(100, 30000, (n, seq_len)))
-labels = torch.from_numpy(np.random.randint(0, 1, (n,)))
-class Dummy(torch.utils.data.Dataset):  # the seed's datasets.Dataset, without the datasets package
-    def __len__(self): return n
-    def __getitem__(self, i): return {"input_ids": ids[i], "labels": labels[i]}
-ds = Dummy()
-config = BertConfig()  # bert-large-uncased's architecture
-config.update(dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096))
-model = BertForSequenceClassification._from_config(config, attn_implementation=cfg["attn"]).to("cuda")
-args = TrainingArguments(output_dir="/tmp/hf_bench", per_device_train_batch_size=cfg["batch"], num_train_epochs=1,
-                         report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,
-                         dataloader_drop_last=False, **cfg["args"])
-result = Trainer(model=model, args=args, train_dataset=ds).train()
-print("SAMPLES_PER_SECOND", result.metrics["train_samples_per_second"])
-'''
+# Hugging Face's side: one Trainer run per process, settings in, one JSON line out (shared with anatomy bench).
+HF_TRAINER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_trainer.py")
 
 
 def flops_per_sample(layers=24, hidden=1024, seq=512):
@@ -86,8 +67,11 @@ def main():
                                              str(batch)] + flags)
         ours = float(re.search(r"Samples/second: ([0-9.]+)", ours_out).group(1))
         hf_cfg = dict(samples=samples, batch=batch, attn=attn, args=hf_args)
-        hf_out, hf_mem, hf_wall = run([sys.executable, "-c", HF_SCRIPT, json.dumps(hf_cfg)])
-        theirs = float(re.search(r"SAMPLES_PER_SECOND ([0-9.]+)", hf_out).group(1))
+        hf_out, hf_mem, hf_wall = run([sys.executable, HF_TRAINER, json.dumps(hf_cfg)])
+        hf_result = json.loads([line for line in hf_out.splitlines() if line.startswith("{")][-1])
+        if hf_result["status"] != "ok":
+            sys.exit(f"{name}: Hugging Face {hf_result['status']}: {hf_result.get('error') or hf_result.get('reason')}")
+        theirs = hf_result["train_samples_per_second"]
         mfu = lambda s: 100 * s * flops_per_sample() / (a.peak_tflops * 1e12)
         rows.append(dict(config=name, samples=samples, ours=ours, theirs=theirs, ours_mb=ours_mem, theirs_mb=hf_mem,
                          ours_mfu=mfu(ours), theirs_mfu=mfu(theirs)))

@@ -22,6 +22,20 @@ Command add_forward_command(CLI::App& app);
 Command add_evaluate_command(CLI::App& app, bool predict);
 // `anatomy estimate`: the train flags plus --gpu / --gpu-memory; needs no GPU.
 Command add_estimate_command(CLI::App& app);
+// `anatomy tokenize`: WordPiece as Hugging Face's BertTokenizer, JSON lines in and out.
+Command add_tokenize_command(CLI::App& app);
+// `anatomy bench`: a sweep of training configurations, each an `anatomy train`
+// child process; the seeds' table as Markdown, JSON and an SVG chart.
+Command add_bench_command(CLI::App& app);
+// `anatomy launch`: one process of this program per GPU, torchrun-style
+// variables, output prefixed "[rank k] ", a failing rank stops the rest.
+Command add_launch_command(CLI::App& app);
+// `anatomy dist-check` (hidden): rendezvous, a blob from rank 0, a barrier;
+// --fail-rank / --hang-rank / --stall-rank show that a lost rank ends the others.
+Command add_dist_check_command(CLI::App& app);
+// Line-buffers stdout in a child of `anatomy launch`, so that its lines reach
+// the launcher's "[rank k] " prefixes as they are printed. First thing in main().
+void line_buffer_if_launched();
 
 // Checks of number flags with messages that say what was expected
 // ("--learning-rate: expected a non-negative number, got -1").

@@ -7,8 +7,10 @@
 #include "anatomy/cli/commands.h"
 #include "anatomy/core/error.h"
 #include "anatomy/core/ledger.h"
+#include "anatomy/dist/store.h"
 
 int main(int argc, char** argv) {
+  anatomy::cli::line_buffer_if_launched();
   CLI::App app{"anatomy: train and run BERT, and see where every byte and millisecond goes"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "anatomy 0.1.0");
@@ -28,6 +30,16 @@ int main(int argc, char** argv) {
     commands.emplace_back(evaluate, anatomy::cli::add_evaluate_command(*evaluate, /*predict=*/false));
     auto* predict = app.add_subcommand("predict", "As evaluate, and write each example's label and probabilities");
     commands.emplace_back(predict, anatomy::cli::add_evaluate_command(*predict, /*predict=*/true));
+    auto* tokenize = app.add_subcommand("tokenize", "WordPiece-tokenize JSON-lines texts as Hugging Face's BertTokenizer");
+    commands.emplace_back(tokenize, anatomy::cli::add_tokenize_command(*tokenize));
+    auto* bench = app.add_subcommand(
+        "bench", "Sweep the seeds' training techniques, each row a clean train process: the table, JSON and a chart");
+    commands.emplace_back(bench, anatomy::cli::add_bench_command(*bench));
+    auto* launch = app.add_subcommand(
+        "launch", "Start one process per GPU (torchrun-style variables) running the command after --");
+    commands.emplace_back(launch, anatomy::cli::add_launch_command(*launch));
+    auto* dist_check = app.add_subcommand("dist-check", "Check rendezvous, store and failure handling")->group("");
+    commands.emplace_back(dist_check, anatomy::cli::add_dist_check_command(*dist_check));
   }
   try {
     app.parse(argc, argv);
@@ -49,6 +61,12 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     fmt::print(stderr, "error: {}\n", e.what());
     return 3;
+  } catch (const anatomy::dist::PeerFailure& e) {
+    // This rank stops because another failed: a code of its own, so that a
+    // launcher can name the rank that failed first.
+    std::fflush(stdout);
+    fmt::print(stderr, "error: {}\n", e.what());
+    return anatomy::dist::kPeerFailureExitCode;
   } catch (const anatomy::Error& e) {
     std::fflush(stdout);
     fmt::print(stderr, "error: {}\n", e.what());
