@@ -170,9 +170,15 @@ TEST(CudaInference, WeightsTwoBytesAParameterAndNoGradients) {
                                static_cast<double>(model.parameter_count());
   EXPECT_GT(per_parameter, 2.0);
   EXPECT_LT(per_parameter, 2.01) << "16-bit weights and the float32 LayerNorm parameters only";
-  // Besides the weights only the backend's own cuBLAS workspace is held.
-  EXPECT_EQ(s.live_total,
-            s.live[static_cast<size_t>(Category::Weights)] + s.live[static_cast<size_t>(Category::Workspace)]);
+  // Besides the weights only the backend's own buffers are held: the cuBLAS
+  // workspace and the small pinned-results block (functionality); no
+  // gradients, optimizer states or activations.
+  const auto live = [&](Category c) { return s.live[static_cast<size_t>(c)]; };
+  EXPECT_EQ(live(Category::Gradients), 0);
+  EXPECT_EQ(live(Category::OptimizerStates), 0);
+  EXPECT_EQ(live(Category::Activations), 0);
+  EXPECT_LT(live(Category::Functionality), int64_t{1} << 20) << "the backend's results block only";
+  EXPECT_EQ(s.live_total, live(Category::Weights) + live(Category::Workspace) + live(Category::Functionality));
 }
 
 }  // namespace

@@ -48,9 +48,20 @@ TextbookBytes textbook_bytes_per_parameter(const TrainingArguments& args) {
   return {weights, 8, 4, "AdamW"};
 }
 
+double zero_paper_bytes(int stage, double psi, int ranks) {
+  const double n = ranks, k = 12.0;
+  switch (stage) {
+    case 0: return (2 + 2 + k) * psi;
+    case 1: return (2 + 2) * psi + k * psi / n;
+    case 2: return 2 * psi + (2 + k) * psi / n;
+    default: return (2 + 2 + k) * psi / n;
+  }
+}
+
 Estimate estimate_training(const EstimateRequest& request) {
   Estimate e;
   PlanTarget target;
+  target.world = request.nproc;
   target.gpu = request.gpu;
   target.tf32 = request.tf32;
   target.context_bytes = request.gpu ? request.context_bytes : 0;
@@ -128,6 +139,26 @@ std::string format_estimate(const EstimateRequest& r, const Estimate& e) {
   line(fmt::format("  total                     {:>9} {:>12.2f}", textbook_total, weights + optimizer + gradients));
   line("  (textbook, the seed: AdamW 8, 8-bit AdamW 2, SGD with momentum 4 bytes of optimizer state; "
        "mixed-precision inference 6 bytes)");
+  if (r.nproc > 1) {
+    // The ZeRO paper's model states per GPU beside this engine's plan for rank 0.
+    const double psi = static_cast<double>(p.parameters);
+    const int64_t ours = m.at_peak[cat(Category::Weights)] + m.at_peak[cat(Category::WeightsHalf)] +
+                         m.at_peak[cat(Category::OptimizerStates)] + m.at_peak[cat(Category::Gradients)];
+    line("");
+    line(fmt::format("Data parallel: {} ranks, ZeRO stage {} (the plan above is rank 0's, per GPU).", r.nproc,
+                     r.args.zero_stage));
+    line(fmt::format("  model states per GPU      {:>12} {:>10}", "bytes", "per param"));
+    for (int stage = 0; stage <= 3; ++stage) {
+      const double b = zero_paper_bytes(stage, psi, r.nproc);
+      line(fmt::format("  ZeRO paper, stage {}       {:>12} {:>10.2f}{}", stage,
+                       format_bytes(static_cast<int64_t>(b)), b / psi,
+                       stage == r.args.zero_stage ? "   <- the stage asked" : ""));
+    }
+    line(fmt::format("  this engine, stage {}      {:>12} {:>10.2f}", r.args.zero_stage, format_bytes(ours),
+                     per_param(ours, p.parameters)));
+    line("  (the paper: mixed-precision Adam, fp16 weights and gradients and 12 bytes of fp32 master weights and "
+         "moments; this engine keeps float32 weights and gradients on every rank, and stage 1 shards the moments)");
+  }
   if (r.device_total > 0) {
     line("");
     line(fmt::format("Device: {} of {}; in use before this run (driver, other processes) {}; the pool may take {}.",

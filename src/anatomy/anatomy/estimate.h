@@ -23,6 +23,7 @@ struct EstimateRequest {
   std::string context_source;    // how that figure was obtained ("measured on an H100", ...)
   int64_t other_processes = 0;   // bytes in use before the run: the driver's share, other processes
   int64_t batch_limit = 4096;    // the largest batch searched
+  int nproc = 1;                 // data-parallel ranks (args.zero_stage applies); the plan is rank 0's
 };
 
 struct Estimate {
@@ -48,5 +49,11 @@ struct TextbookBytes {
   std::string optimizer_name;
 };
 TextbookBytes textbook_bytes_per_parameter(const TrainingArguments& args);
+
+// The ZeRO paper's model-state bytes per GPU for mixed-precision Adam
+// (Rajbhandari et al. 2020, fig. 1: fp16 weights and gradients, K = 12 bytes of
+// fp32 master weights and moments per parameter), for `parameters` over
+// `ranks` GPUs at stage 0 (plain data parallelism) to 3.
+double zero_paper_bytes(int stage, double parameters, int ranks);
 
 }  // namespace anatomy

@@ -1,6 +1,8 @@
 // memory_plan.cpp: the plan, by running the model's allocations on the meta backend.
 #include "anatomy/anatomy/memory_plan.h"
 
+#include "anatomy/dist/communicator.h"
+
 #include <algorithm>
 
 #include "anatomy/kernels/meta/meta_backend.h"
@@ -68,9 +70,11 @@ MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args
   const int64_t B = args.per_device_train_batch_size;
   // Steps 0 and 1 (the first allocates what later steps reuse) and a final
   // partial batch when there is one. Fewer when the run itself is shorter.
-  const int64_t partial = shape.size > B ? shape.size % B : 0;
-  const int64_t size = shape.size <= B ? shape.size : 2 * B + partial;
-  int64_t steps = shape.size <= B ? 2 : (partial > 0 ? 3 : 2);
+  // Data parallelism: the same of the simulated rank's shard.
+  const int64_t shard = shard_size(shape.size, target.world);
+  const int64_t partial = shard > B ? shard % B : 0;
+  const int64_t size = (shard <= B ? shard : 2 * B + partial) * target.world;
+  int64_t steps = shard <= B ? 2 : (partial > 0 ? 3 : 2);
   if (args.max_steps > 0) steps = std::min(steps, args.max_steps);
   const Dataset data = synthetic_data(shape, size);
 
@@ -118,6 +122,11 @@ MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args
     BertForSequenceClassification model(*backend, config, compute);
     plan.parameters = model.weights().parameter_count();
     Trainer trainer(*backend, model, data, simulated, evaluates ? &eval : nullptr);
+    std::unique_ptr<dist::Communicator> comm;
+    if (target.world > 1) {
+      comm = dist::make_simulated_communicator(target.rank, target.world);
+      trainer.set_communicator(comm.get());
+    }
     trainer.train();
   } catch (const OutOfMemory& oom) {
     plan.fits = false;

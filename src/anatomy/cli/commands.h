@@ -50,6 +50,7 @@ struct DeviceChoice {
   std::string note;           // printed before the run when not empty
 };
 // `tf32` asks for TensorFloat-32 products (GPU only).
-DeviceChoice choose_device(const std::string& flag, bool tf32 = false);
+// `gpu`: which GPU (a data-parallel rank's LOCAL_RANK); 0 by default.
+DeviceChoice choose_device(const std::string& flag, bool tf32 = false, int gpu = 0);
 
 }  // namespace anatomy::cli

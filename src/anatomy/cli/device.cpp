@@ -23,14 +23,14 @@ int visible_gpus() {
 }
 }  // namespace
 
-DeviceChoice choose_device(const std::string& flag, bool tf32) {
+DeviceChoice choose_device(const std::string& flag, bool tf32, int gpu) {
   DeviceChoice choice;
   choice.gpu_present = visible_gpus() > 0;
   if (flag != "cpu" && flag != "cuda" && flag != "auto") fail("--device {}: expected cpu, cuda or auto", flag);
   if (flag == "cuda" && !choice.gpu_present) fail("--device cuda: no NVIDIA GPU is visible to this process");
 #ifdef ANATOMY_HAVE_CUDA
   if (flag == "cuda" || (flag == "auto" && choice.gpu_present)) {
-    choice.backend = cuda::make_cuda_backend(0, tf32);
+    choice.backend = cuda::make_cuda_backend(gpu, tf32);
     return choice;
   }
 #else

@@ -21,6 +21,7 @@ struct EstimateFlags {
   std::string gpu;
   std::string gpu_memory;
   std::string context_memory;
+  int nproc = 1;
 };
 
 // The data's shape from the flags, without generating dummy data.
@@ -55,6 +56,9 @@ int run_estimate(const EstimateFlags& flags, const CLI::App& app) {
   r.args = args;
   r.shape = shape_from_flags(args, source.config);
   r.tf32 = flags.train.tf32;
+  r.nproc = flags.nproc;
+  if (args.zero_stage > 0 && flags.nproc < 2)
+    fail("--zero-stage {}: shards over several ranks; give --nproc N (N >= 2)", args.zero_stage);
   r.gpu = flags.train.device != "cpu";
   if (!r.gpu && (args.bf16 || args.fp16))
     fail("--{}: mixed precision runs on the GPU; drop --device cpu", args.bf16 ? "bf16" : "fp16");
@@ -120,6 +124,9 @@ Command add_estimate_command(CLI::App& app) {
   app.add_option("--gpu-memory", flags->gpu_memory, "The GPU's memory, e.g. 16GiB or 24GB (instead of --gpu)");
   app.add_option("--context-memory", flags->context_memory,
                  "The CUDA context and kernels' memory to assume, e.g. 500MiB (default: the GPU's known figure)");
+  app.add_option("--nproc", flags->nproc, "Data-parallel ranks (GPUs) to plan for, with --zero-stage; the plan is "
+                                          "per GPU")
+      ->capture_default_str()->check(CLI::Range(1, 65536));
   return [flags, &app]() -> int { return run_estimate(*flags, app); };
 }
 

@@ -15,6 +15,9 @@
 #include "anatomy/cli/memory_report.h"
 #include "anatomy/cli/training_flags.h"
 #include "anatomy/data/dataset.h"
+#include "anatomy/dist/communicator.h"
+#include "anatomy/dist/environment.h"
+#include "anatomy/dist/store.h"
 #include "anatomy/gpu/facts.h"
 #include "anatomy/gpu/host_memory.h"
 #include "anatomy/io/files.h"
@@ -22,6 +25,10 @@
 #include "anatomy/gpu/nvml.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/trainer.h"
+
+#ifdef ANATOMY_HAVE_NCCL
+#include "anatomy/dist/cuda/nccl_communicator.h"
+#endif
 
 namespace anatomy::cli {
 
@@ -88,7 +95,15 @@ struct RunContext {
   const DeviceFacts& facts;
   const std::optional<GpuMemoryProbe>& probe;
   const std::optional<Ceilings>& ceilings;
+  dist::Communicator* comm;  // data parallelism; null in a world of one
 };
+
+// Where this rank writes: rank 0 the output directory itself, rank k its
+// rank-k/ subdirectory (its memory anatomy); "" without one.
+std::string rank_output_dir(const std::string& output_dir, const dist::Communicator* comm) {
+  if (output_dir.empty() || comm == nullptr || comm->rank() == 0) return output_dir;
+  return (std::filesystem::path(output_dir) / fmt::format("rank-{}", comm->rank())).string();
+}
 
 int64_t own_gpu_use(const std::optional<GpuMemoryProbe>& probe) {
   if (!probe) return -1;
@@ -113,10 +128,15 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
   backend.synchronize();
   print_gpu_memory(backend);
   Trainer trainer(backend, model, run.data, args, run.eval);
-  fmt::print("Training {} ({} parameters) on {}: {} examples of {} tokens, batch {}, {} steps\n",
+  trainer.set_communicator(run.comm);
+  fmt::print("Training {} ({} parameters) on {}: {} examples of {} tokens, batch {}{}, {} steps\n",
              run.source.preset.empty() ? run.source.directory : run.source.preset,
              model.weights().parameter_count(), backend.device().str(), run.data.size, run.data.seq_len,
-             args.per_device_train_batch_size, trainer.total_steps());
+             args.per_device_train_batch_size,
+             run.comm ? fmt::format(" per rank on {} ranks (rank {}, {})", run.comm->world_size(), run.comm->rank(),
+                                    run.comm->describe())
+                      : std::string(),
+             trainer.total_steps());
   std::fflush(stdout);
   ledger.record_timeline(0, 2);
 
@@ -152,7 +172,14 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
   if (!std::all_of(result.losses.begin(), result.losses.end(), [](double l) { return std::isfinite(l); }))
     fmt::print("warning: the loss was not finite at some step\n");
 
-  if (!args.output_dir.empty() && !profile_command) save_pretrained(model, backend, args.output_dir);
+  const bool writer = run.comm == nullptr || run.comm->rank() == 0;
+  const std::string out_dir = rank_output_dir(args.output_dir, run.comm);
+  if (!out_dir.empty() && !writer) {
+    std::error_code ec;
+    std::filesystem::create_directories(out_dir, ec);
+    if (ec) fail("--output-dir {}: cannot create ({})", out_dir, ec.message());
+  }
+  if (!args.output_dir.empty() && !profile_command && writer) save_pretrained(model, backend, args.output_dir);
 
   fmt::print("Time: {:.2f}\n", result.seconds);
   fmt::print("Samples/second: {:.2f}\n", result.samples_per_second);
@@ -174,10 +201,10 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
     summary.ceilings = run.ceilings;
     fmt::print("(The profiled steps wait for their timings: the run's samples/second includes that.)\n");
     print_profile(summary);
-    if (!args.output_dir.empty()) write_profile(summary, timings, args.output_dir);
+    if (!out_dir.empty()) write_profile(summary, timings, out_dir);
     time_section = time_report_section_html(summary);
   }
-  if (!args.output_dir.empty()) write_memory_reports(anatomy, args.output_dir, time_section);
+  if (!out_dir.empty()) write_memory_reports(anatomy, out_dir, time_section);
 }
 
 }  // namespace
@@ -187,12 +214,22 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
   if (profile_command && !app.count("--max-steps") && !app.count("--num-train-epochs"))
     args.max_steps = flags.profile_warmup + flags.profile_steps;  // profile: just the steps it needs
   if (profile_command && flags.profile_steps == 0) fail("--profile-steps must be positive for anatomy profile");
+  // Data parallelism: a rank of a run that torchrun, anatomy launch, srun or
+  // mpirun started joins the others (rank 0 runs the store) and takes the GPU
+  // of its LOCAL_RANK.
+  const dist::DistEnvironment env = dist::read_dist_environment();
+  std::optional<dist::DistSession> session;
+  if (env.distributed()) {
+    session.emplace(dist::rendezvous(env, dist::Seconds(env.timeout_seconds)));
+    session->store().start_watchdog(dist::Seconds(env.timeout_seconds));
+  }
+  const int gpu_index = env.local_rank;
   // NVML's reading before this process makes a CUDA context: what others hold.
   std::optional<GpuMemoryProbe> probe;
-  if (flags.device != "cpu" && gpu::Nvml::instance().available() && gpu::Nvml::instance().device_count() > 0)
-    probe.emplace(0);
-  if (probe) gpu::warn_if_gpu_busy(0);  // before our context, which NVML would list too
-  DeviceChoice device = choose_device(flags.device, flags.tf32);
+  if (flags.device != "cpu" && gpu::Nvml::instance().available() && gpu::Nvml::instance().device_count() > gpu_index)
+    probe.emplace(gpu_index);
+  if (probe) gpu::warn_if_gpu_busy(gpu_index);  // before our context, which NVML would list too
+  DeviceChoice device = choose_device(flags.device, flags.tf32, gpu_index);
   std::unique_ptr<ProfilingBackend> profiler;
   if (flags.profile_steps > 0) profiler = std::make_unique<ProfilingBackend>(*device.backend);
   Backend& backend = profiler ? static_cast<Backend&>(*profiler) : *device.backend;
@@ -201,6 +238,20 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
   if (!device.note.empty()) fmt::print("{}\n", device.note);
   const bool on_gpu = !backend.device().is_cpu();
   if (!on_gpu) probe.reset();
+  std::unique_ptr<dist::Communicator> comm;
+  if (session) {
+    if (profiler) fail("--profile-steps: the time anatomy profiles one process; run it without a launcher");
+    if (on_gpu) {
+#ifdef ANATOMY_HAVE_NCCL
+      comm = dist::make_nccl_communicator(*device.backend, session->store(), env.timeout_seconds);
+#else
+      fail("{} ranks on GPUs need NCCL, and this build has none (it was not found when anatomy was built)",
+           env.world_size);
+#endif
+    } else {
+      comm = dist::make_store_communicator(*device.backend, session->store(), env.timeout_seconds);
+    }
+  }
   DeviceFacts facts;
   if (on_gpu) {
     facts.name = gpu::Nvml::instance().device_name(backend.device().index).value_or("");
@@ -263,6 +314,8 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
   PlanTarget target;
   target.gpu = on_gpu;
   target.tf32 = flags.tf32;
+  target.rank = env.rank;
+  target.world = env.world_size;
   const int64_t reserved = backend.ledger().snapshot().reserved;
   if (probe)
     if (const auto m = probe->device()) target.capacity = static_cast<int64_t>(m->free) + reserved;
@@ -298,8 +351,11 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
     const bool log_existed =
         !args.output_dir.empty() && std::filesystem::exists(std::filesystem::path(args.output_dir) / "log.jsonl");
     try {
-      RunContext run{backend, profiler.get(), source, data, eval ? &*eval : nullptr, plan, facts, probe, ceilings};
+      RunContext run{backend,   profiler.get(), source, data, eval ? &*eval : nullptr, plan, facts, probe, ceilings,
+                     comm.get()};
       train_once(flags, args, profile_command, run);
+      comm.reset();
+      if (session) session->finish();
       return 0;
     } catch (const OutOfMemory& oom) {
       // Nothing half-written: a log this attempt began goes.

@@ -194,4 +194,16 @@ std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t
   return order;
 }
 
+std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int rank, int world) {
+  if (world < 1 || rank < 0 || rank >= world) fail("shard_order: rank {} of a world of {}", rank, world);
+  if (world == 1) return order;
+  const auto n = static_cast<int64_t>(order.size());
+  if (n == 0) return {};
+  const int64_t per_rank = shard_size(n, world);
+  std::vector<int64_t> shard;
+  shard.reserve(static_cast<size_t>(per_rank));
+  for (int64_t i = 0; i < per_rank; ++i) shard.push_back(order[static_cast<size_t>((rank + i * world) % n)]);
+  return shard;
+}
+
 }  // namespace anatomy

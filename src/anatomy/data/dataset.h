@@ -63,4 +63,13 @@ HostBatch gather_batch(const Dataset& data, const std::vector<int64_t>& order, i
 // A seeded permutation of [0, n) for epoch `epoch` (or the identity when !shuffle).
 std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch);
 
+// Data parallelism, as torch's DistributedSampler (drop_last=False): the
+// epoch's order is padded to a multiple of `world` with its own first entries,
+// and rank r takes entries r, r + world, r + 2·world, ... So batch k of every
+// rank, each of b examples, together hold batch k of one process with batch
+// world·b. `world` 1 returns `order` itself.
+std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int rank, int world);
+// Examples per rank and epoch: ceil(n / world).
+inline int64_t shard_size(int64_t n, int world) { return (n + world - 1) / world; }
+
 }  // namespace anatomy

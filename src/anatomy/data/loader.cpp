@@ -3,6 +3,8 @@
 
 #include <chrono>
 
+#include <fmt/format.h>
+
 #include "anatomy/core/error.h"
 
 namespace anatomy {
@@ -12,10 +14,15 @@ BatchLoader::BatchLoader(const Dataset& data, LoaderOptions options) : data_(dat
   if (options_.num_workers < 0) fail("--dataloader-num-workers must be >= 0, got {}", options_.num_workers);
   if (options_.prefetch_factor <= 0)
     fail("--dataloader-prefetch-factor must be positive, got {}", options_.prefetch_factor);
-  batches_per_epoch_ = options_.drop_last ? data_.size / options_.batch_size
-                                          : (data_.size + options_.batch_size - 1) / options_.batch_size;
+  if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size)
+    fail("loader: rank {} of a world of {}", options_.rank, options_.world_size);
+  shard_ = shard_size(data_.size, options_.world_size);
+  batches_per_epoch_ =
+      options_.drop_last ? shard_ / options_.batch_size : (shard_ + options_.batch_size - 1) / options_.batch_size;
   if (batches_per_epoch_ == 0)
-    fail("--dataloader-drop-last: {} examples make no full batch of {}", data_.size, options_.batch_size);
+    fail("--dataloader-drop-last: {} examples{} make no full batch of {}", shard_,
+         options_.world_size > 1 ? fmt::format(" per rank ({} in all)", data_.size) : std::string(),
+         options_.batch_size);
   if (options_.first_batch < 0) fail("loader: first batch {} is negative", options_.first_batch);
   next_index_ = options_.first_batch;
   for (int64_t w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this, w] { work(w); });
@@ -33,8 +40,9 @@ BatchLoader::~BatchLoader() {
 HostBatch BatchLoader::build(int64_t index) const {
   const int64_t epoch = index / batches_per_epoch_, begin = (index % batches_per_epoch_) * options_.batch_size;
   // Each worker derives the epoch's order itself: a pure function of (seed, epoch), cheap next to a batch.
-  const std::vector<int64_t> order = epoch_order(data_.size, options_.shuffle, options_.seed, epoch);
-  return gather_batch(data_, order, begin, std::min(data_.size, begin + options_.batch_size));
+  const std::vector<int64_t> order = shard_order(epoch_order(data_.size, options_.shuffle, options_.seed, epoch),
+                                                 options_.rank, options_.world_size);
+  return gather_batch(data_, order, begin, std::min(shard_, begin + options_.batch_size));
 }
 
 void BatchLoader::work(int64_t worker) {

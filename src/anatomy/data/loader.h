@@ -25,6 +25,7 @@ struct LoaderOptions {
   int64_t num_workers = 0;      // 0: batches are built when asked for, on the caller's thread
   int64_t prefetch_factor = 2;  // batches each worker keeps ready ahead
   int64_t first_batch = 0;      // the run's batch to start at (a resumed run continues where it stopped)
+  int rank = 0, world_size = 1;  // data parallelism: this rank's shard of each epoch (shard_order)
 };
 
 class BatchLoader {
@@ -34,7 +35,8 @@ class BatchLoader {
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
-  // Batches per epoch: ceil(size / batch), or floor with drop_last.
+  // Batches per epoch: ceil(shard / batch), or floor with drop_last (the
+  // shard: the whole data in a world of one, ceil(size / world) else).
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
   // The next batch of the run (epoch after epoch), waiting for it if a worker
   // has not built it yet.
@@ -48,6 +50,7 @@ class BatchLoader {
 
   const Dataset& data_;
   LoaderOptions options_;
+  int64_t shard_ = 0;  // examples per epoch for this rank
   int64_t batches_per_epoch_ = 0;
   int64_t next_index_ = 0;  // the next batch next() returns
   double wait_seconds_ = 0.0;

@@ -29,7 +29,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum class Op : uint8_t { Hello = 1, Set, Get, Add, Wait, Barrier, Health, Goodbye };
+enum class Op : uint8_t { Hello = 1, Set, Get, Add, Wait, Barrier, Health, Goodbye, Erase };
 enum class Status : uint8_t { Ok = 0, Timeout = 1, PeerFailed = 2, Failed = 3 };
 enum class Role : uint8_t { Control = 0, Heartbeat = 1 };
 enum class Missing : uint8_t { Ranks = 0, Keys = 1 };
@@ -578,6 +578,11 @@ void StoreServer::Impl::handle(int id, Connection& c, const std::string& body) {
       wake_key_waiters();
       return;
     }
+    case Op::Erase: {
+      values.erase(r.str());
+      reply_ok(c);
+      return;
+    }
     case Op::Add: {
       const std::string key = r.str();
       const int64_t delta = r.i64();
@@ -888,6 +893,12 @@ std::string StoreClient::get(const std::string& key, Seconds timeout) {
     fail("key '{}' was not set within {} (rank {} waited for it in the store at {})", key, format_seconds(timeout),
          rank_, address_);
   return reply.value;
+}
+
+void StoreClient::erase(const std::string& key) {
+  const std::string what = fmt::format("erasing key '{}'", key);
+  const Reply reply = call(Writer().u8(static_cast<uint8_t>(Op::Erase)).str(key).frame(), default_timeout_, what);
+  throw_unless_ok(reply, rank_, what);
 }
 
 int64_t StoreClient::add(const std::string& key, int64_t delta) {

@@ -110,6 +110,8 @@ class StoreClient {
   void set(const std::string& key, const std::string& value);
   // The value of `key`, waiting until some rank sets it.
   std::string get(const std::string& key, Seconds timeout);
+  // Removes `key` (nothing when it does not exist).
+  void erase(const std::string& key);
   // Adds `delta` to the counter `key` (0 when new) and returns the sum.
   int64_t add(const std::string& key, int64_t delta);
   // Waits until every key exists.

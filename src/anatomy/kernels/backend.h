@@ -254,6 +254,9 @@ class Backend {
 
   // Waits for queued work (no-op on the CPU).
   virtual void synchronize() {}
+  // The queue the backend computes on (a cudaStream_t on the GPU; null on the
+  // CPU), for libraries that queue work beside it (NCCL).
+  virtual void* native_stream() { return nullptr; }
 
   // --- timing, for the profiler ---
   // Records a marker in the backend's queue (a CUDA event on the GPU, the

@@ -291,6 +291,7 @@ void BertForSequenceClassification::backward(double loss_scale) {
     backend_.select_row_backward(d_first_half, 0, d_hidden);
   }
   step->head = SavedTensors();
+  gradients_ready("bert.pooler.dense.weight");
 
   for (int64_t l = config_.num_hidden_layers - 1; l >= 0; --l) {
     const Tensor& x = l > 0 ? step->layers[l - 1]["out"] : step->embeddings["out"];
@@ -314,9 +315,16 @@ void BertForSequenceClassification::backward(double loss_scale) {
       d_hidden = encoder_backward(l, x, step->layers[l], d_hidden);
     }
     step->layers.pop_back();  // layer l's saved tensors are no longer needed
+    gradients_ready(fmt::format("bert.encoder.layer.{}.attention.self.query.weight", l).c_str());
   }
   ledger.set_phase("backward embeddings");
   embeddings_backward(step->embeddings, d_hidden);
+  gradients_ready(nullptr);
+}
+
+void BertForSequenceClassification::gradients_ready(const char* first_parameter) {
+  if (!ready_hook_) return;
+  ready_hook_(first_parameter == nullptr ? 0 : gradients().offset_of(first_parameter));
 }
 
 void BertForSequenceClassification::recompute_selective(int64_t l, const Tensor& x, SavedTensors& s) {

@@ -2,6 +2,8 @@
 // an explicit forward and backward per layer over the backend's ops.
 #pragma once
 
+#include <functional>
+
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -80,8 +82,16 @@ class BertForSequenceClassification {
   // Backpropagates the loss of the last forward that saved for backward, accumulating into
   // gradients() the gradient of `loss_scale` × loss; frees the saved activations.
   void backward(double loss_scale = 1.0);
+  // Called during backward() each time a suffix of the gradients' flat buffer
+  // is final — elements [from, end): after the head, after each encoder layer
+  // (from its first parameter), after the embeddings (from 0) — at the point
+  // of the backend's queue where it is. Data parallelism starts the all-reduce
+  // of those gradients there, while the rest of backward computes.
+  void set_gradients_ready_hook(std::function<void(int64_t from)> hook) { ready_hook_ = std::move(hook); }
 
  private:
+  std::function<void(int64_t)> ready_hook_;
+  void gradients_ready(const char* first_parameter);
   struct Step;  // the state one training forward leaves for its backward
 
   DropoutSpec dropout_at(double p, int64_t site) const;

@@ -52,6 +52,7 @@ ParameterSet::ParameterSet(Backend& backend, std::vector<ParamSpec> specs, Categ
     offsets.push_back(total);
     total += align_up(shape_numel(s.shape));
   }
+  offsets_ = offsets;
   flat_ = Tensor::empty(backend.ledger(), {total}, dtype, category, prefix + "flat");
   backend.zero(flat_);
   for (size_t i = 0; i < specs_.size(); ++i) {
@@ -64,6 +65,12 @@ const Tensor& ParameterSet::get(const std::string& name) const {
   auto it = index_.find(name);
   ANATOMY_CHECK(it != index_.end(), "no parameter named {}", name);
   return tensors_[it->second];
+}
+
+int64_t ParameterSet::offset_of(const std::string& name) const {
+  auto it = index_.find(name);
+  ANATOMY_CHECK(it != index_.end(), "no parameter named {}", name);
+  return offsets_[it->second];
 }
 
 int64_t ParameterSet::parameter_count() const {

@@ -36,12 +36,15 @@ class ParameterSet {
   const Tensor& flat() const { return flat_; }
   const Tensor& get(const std::string& name) const;
   bool has(const std::string& name) const { return index_.count(name) != 0; }
+  // Where the parameter `name` starts in flat() (elements).
+  int64_t offset_of(const std::string& name) const;
   int64_t parameter_count() const;
 
  private:
   std::vector<ParamSpec> specs_;
   Tensor flat_;
   std::vector<Tensor> tensors_;
+  std::vector<int64_t> offsets_;
   std::map<std::string, size_t> index_;
 };
 

@@ -8,11 +8,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "anatomy/data/loader.h"
+#include "anatomy/dist/data_parallel.h"
+#include "anatomy/dist/zero.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/optim/optimizer.h"
 #include "anatomy/train/checkpointing.h"
@@ -186,10 +189,23 @@ Trainer::Trainer(Backend& backend, BertForSequenceClassification& model, const D
     fail("--save-steps must be positive, got {}", args_.save_steps);
   if (args_.gradient_accumulation_steps <= 0)
     fail("--gradient-accumulation-steps must be positive, got {}", args_.gradient_accumulation_steps);
+  plan_epochs();
+}
+
+void Trainer::set_communicator(dist::Communicator* communicator) {
+  comm_ = communicator;
+  world_ = comm_ ? comm_->world_size() : 1;
+  writer_ = comm_ == nullptr || comm_->rank() == 0;
+  plan_epochs();
+}
+
+void Trainer::plan_epochs() {
   const int64_t B = args_.per_device_train_batch_size, N = args_.gradient_accumulation_steps;
-  batches_per_epoch_ = args_.dataloader_drop_last ? data_.size / B : (data_.size + B - 1) / B;
+  const int64_t shard = shard_size(data_.size, world_);  // this rank's examples per epoch
+  batches_per_epoch_ = args_.dataloader_drop_last ? shard / B : (shard + B - 1) / B;
   if (batches_per_epoch_ == 0)
-    fail("--dataloader-drop-last: {} examples make no full batch of {}", data_.size, B);
+    fail("--dataloader-drop-last: {} examples{} make no full batch of {}", shard,
+         world_ > 1 ? fmt::format(" per rank ({} in all, {} ranks)", data_.size, world_) : std::string(), B);
   // An update every N batches, and one for the rest of an epoch's batches (as Hugging Face's).
   steps_per_epoch_ = (batches_per_epoch_ + N - 1) / N;
   if (args_.max_steps > 0) {
@@ -223,8 +239,14 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   namespace fs = std::filesystem;
   Ledger& ledger = backend_.ledger();
   ParameterSet& grads = model_.gradients();
+  const bool sharded = comm_ && world_ > 1 && args_.zero_stage >= 1;
+  if (sharded && (args_.save_strategy != "no" || !args_.resume_from_checkpoint.empty()))
+    fail("--zero-stage {}: checkpoints of sharded optimizer states are not written yet; train without "
+         "--save-strategy / --resume-from-checkpoint, or with --zero-stage 0",
+         args_.zero_stage);
   const std::unique_ptr<Optimizer> optimizer =
-      make_optimizer(backend_, model_.weights(), optimizer_options(args_));
+      sharded ? dist::make_zero1_optimizer(backend_, *comm_, model_.weights(), optimizer_options(args_))
+              : make_optimizer(backend_, model_.weights(), optimizer_options(args_));
 
   // What a checkpoint records and a resumed run must share.
   TrainerState state;
@@ -249,7 +271,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
 
   std::ofstream log;
   std::string log_path;
-  if (!args_.output_dir.empty()) {
+  if (!args_.output_dir.empty() && writer_) {
     std::error_code ec;
     fs::create_directories(args_.output_dir, ec);
     if (ec) fail("--output-dir {}: cannot create ({})", args_.output_dir, ec.message());
@@ -287,9 +309,21 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   loader_options.num_workers = args_.dataloader_num_workers;
   loader_options.prefetch_factor = args_.dataloader_prefetch_factor;
   loader_options.first_batch = state.micro_batches;
+  loader_options.rank = comm_ ? comm_->rank() : 0;
+  loader_options.world_size = world_;
   BatchLoader loader(data_, loader_options);
   ledger.set_phase("data");
   InputSlots slots(backend_, data_, std::min(B, data_.size));
+  // Data parallelism: each update's last backward all-reduces the gradients in buckets as they become final.
+  std::optional<dist::GradientReducer> reducer;
+  if (comm_ && world_ > 1) {
+    reducer.emplace(*comm_, grads.flat());
+    model_.set_gradients_ready_hook([&reducer](int64_t from) { reducer->ready(from); });
+  }
+  struct HookReset {
+    BertForSequenceClassification& model;
+    ~HookReset() { model.set_gradients_ready_hook({}); }
+  } hook_reset{model_};
   int64_t window = window_of(first_step);
   int64_t micro = state.micro_batches;  // batches begun so far, over the whole run: picks the upload slot and the dropout masks
   BertInputs next_inputs = first_step < total_steps_ ? slots.upload(static_cast<int>(micro % 2), loader.next())
@@ -323,15 +357,26 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       options.gradient_checkpointing = args_.gradient_checkpointing;
       options.selective_checkpointing = args_.gradient_checkpointing_policy == "selective";
       options.seed = args_.seed;
-      options.step = static_cast<uint64_t>(micro);
+      // Dropout masks are a function of (seed, step, site, element): each rank draws its own.
+      options.step = static_cast<uint64_t>(micro * world_ + (comm_ ? comm_->rank() : 0));
       const ForwardOutput out = model_.forward(inputs, options);
       loss += *out.loss / static_cast<double>(count);
-      // Each batch's loss counts 1/count: count batches of b make one batch of count·b.
-      model_.backward(step_scale / static_cast<double>(count));
+      // Each batch's loss counts 1/count: count batches of b make one batch of count·b;
+      // and 1/world: the ranks' gradients are summed, so that they average.
+      if (reducer && m + 1 == count) reducer->arm();
+      model_.backward(step_scale / static_cast<double>(count * world_));
       if (m + 1 < count) {  // the window's next batch uploads while this one's work runs
         ledger.set_phase("data");
         next_inputs = slots.upload(static_cast<int>((micro + 1) % 2), loader.next());
       }
+    }
+    if (reducer) {
+      ledger.set_phase("gradient all-reduce");
+      reducer->finish();
+      // The world's loss (the mean of the ranks' means: equal batches) and samples.
+      const std::vector<double> sums = comm_->sum_host({loss, static_cast<double>(samples)});
+      loss = sums[0] / world_;
+      samples = static_cast<int64_t>(std::llround(sums[1]));
     }
     ledger.set_phase("optimizer step");
     if (step_scale != 1.0) backend_.scale(grads.flat(), 1.0 / step_scale);
@@ -430,7 +475,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
     }
     const bool save = (args_.save_strategy == "steps" && (step + 1) % args_.save_steps == 0) ||
                       (args_.save_strategy == "epoch" && (step + 1) % steps_per_epoch_ == 0);
-    if (save) {
+    if (save && writer_) {
       backend_.synchronize();
       state.global_step = step + 1;
       state.updates = updates;
@@ -445,6 +490,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   }
   backend_.synchronize();
   result.seconds = seconds_since(start);
+  if (comm_ && world_ > 1) comm_->sum_host({});  // a barrier: rank 0 has written every checkpoint
   if (args_.load_best_model_at_end && best_step_ > 0) {
     const std::string dir = (fs::path(args_.output_dir) / fmt::format("checkpoint-{}", best_step_)).string();
     load_weights(model_, dir, args_.seed);

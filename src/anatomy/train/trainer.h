@@ -10,6 +10,7 @@
 
 #include "anatomy/core/ledger.h"
 #include "anatomy/data/dataset.h"
+#include "anatomy/dist/communicator.h"
 #include "anatomy/kernels/backend.h"
 #include "anatomy/model/bert.h"
 #include "anatomy/optim/optimizer.h"
@@ -59,11 +60,17 @@ class Trainer {
   // output_dir/log.jsonl when an output directory is set).
   TrainResult train(const std::function<void(const StepLog&)>& on_log = {});
   void set_hooks(StepHooks hooks) { hooks_ = std::move(hooks); }
+  // Data parallelism (set before train()): this rank trains on its shard of
+  // every epoch (torch's DistributedSampler), gradients are averaged over the
+  // ranks during backward, and the logged loss and samples are the world's.
+  // Only rank 0 writes log.jsonl and checkpoints.
+  void set_communicator(dist::Communicator* communicator);
   // The model on the validation set, no gradients, dropout off, in batches of
   // per_device_eval_batch_size: train/metrics.h's metrics.
   std::map<std::string, double> evaluate();
 
  private:
+  void plan_epochs();  // batches and updates per epoch, for this rank's shard
   Backend& backend_;
   BertForSequenceClassification& model_;
   const Dataset& data_;
@@ -73,6 +80,9 @@ class Trainer {
   int64_t steps_per_epoch_ = 0;  // optimizer updates per epoch
   int64_t total_steps_ = 0;
   StepHooks hooks_;
+  dist::Communicator* comm_ = nullptr;
+  int world_ = 1;
+  bool writer_ = true;  // rank 0: writes log.jsonl and checkpoints
   int64_t best_step_ = 0;  // load_best_model_at_end: the best evaluation's step, and its value
   double best_value_ = 0.0;
 };

@@ -576,6 +576,7 @@ class CudaBackend final : public Backend {
   }
 
   void synchronize() override { ANATOMY_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void* native_stream() override { return stream_; }
 
   // Markers are CUDA events recorded on the stream, from a pool kept across steps.
   int64_t record_marker() override {

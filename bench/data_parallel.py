@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""data_parallel.py: anatomy on one GPU against anatomy on N GPUs (data parallel, NCCL), same per-GPU
+batch, one run on one machine; and the losses of N GPUs against one GPU at the same global batch.
+
+Throughput (bert-large-uncased, random init, dummy data of 512 tokens, bf16, dropout 0.1): for each
+per-GPU batch B, `anatomy train` on GPU 0 with S sequences, then `anatomy launch --nproc-per-node N --
+train` with N·S sequences (each rank trains on S), so both runs take the same number of steps. Prints
+samples/s, the ratio and the scaling efficiency (ratio / N), and each run's "GPU memory occupied".
+
+Losses (--losses): `--steps` optimizer steps with global batch G: one GPU with batch G against N GPUs
+with G/N each, in bf16 with dropout 0.1 (each rank draws its own masks: the curves track, they are not
+equal) and in fp32 with dropout off (the same computation up to summation order: within --fp32-rtol).
+
+    python3 bench/data_parallel.py --anatomy build/anatomy [--gpus 2] [--batch 32 64] [--samples 2048]
+                                   [--losses] [--json out.json]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def run(cmd, env=None):
+    print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout[-4000:] + p.stderr[-4000:])
+        raise SystemExit(f"failed with exit code {p.returncode}: {' '.join(cmd)}")
+    return p.stdout
+
+
+def figure(pattern, text, what):
+    found = re.findall(pattern, text, re.M)
+    if not found:
+        raise SystemExit(f"no {what} in the output:\n{text[-3000:]}")
+    return found
+
+
+def train_args(args, extra):
+    return ["train", "--model", args.model, "--dummy-seq-len", str(args.seq_len), "--no-progress"] + extra
+
+
+def throughput(args, batch):
+    one = run([args.anatomy] + train_args(args, ["--bf16", "--per-device-train-batch-size", str(batch),
+                                                 "--dummy-size", str(args.samples)]))
+    many = run([args.anatomy, "launch", "--nproc-per-node", str(args.gpus), "--"] +
+               train_args(args, ["--bf16", "--per-device-train-batch-size", str(batch),
+                                 "--dummy-size", str(args.samples * args.gpus)]))
+    s1 = float(figure(r"^Samples/second: ([0-9.]+)", one, "Samples/second")[-1])
+    sn = float(figure(r"^\[rank 0\] Samples/second: ([0-9.]+)", many, "rank 0's Samples/second")[-1])
+    m1 = int(figure(r"^GPU memory occupied: ([0-9]+) MB", one, "GPU memory")[-1])
+    mn = [int(m) for m in figure(r"^\[rank \d+\] GPU memory occupied: ([0-9]+) MB", many, "GPU memory")]
+    return dict(batch=batch, one_gpu=s1, n_gpus=sn, ratio=sn / s1, efficiency=sn / s1 / args.gpus,
+                memory_one_mb=m1, memory_n_mb=max(mn[-args.gpus:]))
+
+
+def losses(log_path):
+    out = {}
+    with open(log_path) as f:
+        for line in f:
+            j = json.loads(line)
+            if "loss" in j:
+                out[j["step"]] = (j["loss"], j["grad_norm"])
+    return out
+
+
+def compare_losses(args, tmp, precision):
+    g = args.global_batch
+    extra = ["--max-steps", str(args.steps), "--logging-steps", "1", "--dummy-size", str(g * args.steps),
+             "--learning-rate", "1e-5", "--seed", "7"]
+    model = args.model
+    if precision == "fp32":
+        # Dropout off: a model directory made by one step of training, its config edited.
+        model = os.path.join(tmp, "model-no-dropout")
+        run([args.anatomy] + train_args(args, ["--max-steps", "1", "--dummy-size", "1", "--output-dir", model]))
+        path = os.path.join(model, "config.json")
+        config = json.load(open(path))
+        config["hidden_dropout_prob"] = config["attention_probs_dropout_prob"] = 0.0
+        json.dump(config, open(path, "w"), indent=2)
+    else:
+        extra.append("--bf16")
+    base = ["train", "--model", model, "--dummy-seq-len", str(args.seq_len), "--no-progress"] + extra
+    d1, dn = os.path.join(tmp, precision + "-1"), os.path.join(tmp, precision + "-n")
+    run([args.anatomy] + base + ["--per-device-train-batch-size", str(g), "--output-dir", d1])
+    run([args.anatomy, "launch", "--nproc-per-node", str(args.gpus), "--"] + base +
+        ["--per-device-train-batch-size", str(g // args.gpus), "--output-dir", dn])
+    a, b = losses(os.path.join(d1, "log.jsonl")), losses(os.path.join(dn, "log.jsonl"))
+    if sorted(a) != sorted(b):
+        raise SystemExit(f"{precision}: the runs logged different steps")
+    rel = [abs(b[s][0] - a[s][0]) / abs(a[s][0]) for s in sorted(a)]
+    rel_norm = [abs(b[s][1] - a[s][1]) / abs(a[s][1]) for s in sorted(a)]
+    return dict(precision=precision, steps=len(a), global_batch=g, max_rel_loss=max(rel),
+                mean_rel_loss=sum(rel) / len(rel), max_rel_grad_norm=max(rel_norm),
+                first=(a[1][0], b[1][0]), last=(a[max(a)][0], b[max(b)][0]))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--anatomy", required=True)
+    p.add_argument("--gpus", type=int, default=2)
+    p.add_argument("--model", default="bert-large-uncased")
+    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--batch", type=int, nargs="+", default=[32, 64])
+    p.add_argument("--samples", type=int, default=2048, help="sequences per GPU in the throughput runs")
+    p.add_argument("--losses", action="store_true", help="also compare the losses (bf16 and fp32)")
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--global-batch", type=int, default=16)
+    p.add_argument("--fp32-rtol", type=float, default=1e-5)
+    p.add_argument("--no-throughput", action="store_true")
+    p.add_argument("--json")
+    args = p.parse_args()
+    result = dict(gpus=args.gpus, model=args.model, throughput=[], losses=[])
+    if not args.no_throughput:
+        print(f"| per-GPU batch | 1 GPU samples/s | {args.gpus} GPUs samples/s | ratio | efficiency | "
+              f"memory 1 GPU MB | memory per GPU ({args.gpus}) MB |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for b in args.batch:
+            r = throughput(args, b)
+            result["throughput"].append(r)
+            print(f"| {b} | {r['one_gpu']:.1f} | {r['n_gpus']:.1f} | {r['ratio']:.3f} | {r['efficiency']:.1%} | "
+                  f"{r['memory_one_mb']} | {r['memory_n_mb']} |", flush=True)
+    failed = False
+    if args.losses:
+        with tempfile.TemporaryDirectory() as tmp:
+            for precision in ("bf16", "fp32"):
+                r = compare_losses(args, tmp, precision)
+                result["losses"].append(r)
+                ok = precision != "fp32" or r["max_rel_loss"] <= args.fp32_rtol
+                failed |= not ok
+                print(f"losses {precision}: {r['steps']} steps, global batch {r['global_batch']}: max relative "
+                      f"difference {r['max_rel_loss']:.2e} (mean {r['mean_rel_loss']:.2e}), grad norm "
+                      f"{r['max_rel_grad_norm']:.2e}; first {r['first'][0]:.6f} vs {r['first'][1]:.6f}, last "
+                      f"{r['last'][0]:.6f} vs {r['last'][1]:.6f}{'' if ok else '  FAILED'}", flush=True)
+    if args.json:
+        json.dump(result, open(args.json, "w"), indent=2)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
