@@ -17,6 +17,7 @@ BatchLoader::BatchLoader(const Dataset& data, LoaderOptions options) : data_(dat
   if (batches_per_epoch_ == 0)
     fail("--dataloader-drop-last: {} examples make no full batch of {}", data_.size, options_.batch_size);
   if (options_.first_batch < 0) fail("loader: first batch {} is negative", options_.first_batch);
+  if (options_.group_by_length) lengths_ = sequence_lengths(data_);
   next_index_ = options_.first_batch;
   for (int64_t w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this, w] { work(w); });
 }
@@ -33,7 +34,8 @@ BatchLoader::~BatchLoader() {
 HostBatch BatchLoader::build(int64_t index) const {
   const int64_t epoch = index / batches_per_epoch_, begin = (index % batches_per_epoch_) * options_.batch_size;
   // Each worker derives the epoch's order itself: a pure function of (seed, epoch), cheap next to a batch.
-  const std::vector<int64_t> order = epoch_order(data_.size, options_.shuffle, options_.seed, epoch);
+  std::vector<int64_t> order = epoch_order(data_.size, options_.shuffle, options_.seed, epoch);
+  if (options_.group_by_length) order = length_grouped_order(order, lengths_, options_.batch_size);
   return gather_batch(data_, order, begin, std::min(data_.size, begin + options_.batch_size));
 }
 
