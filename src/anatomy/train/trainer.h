@@ -5,11 +5,13 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "anatomy/core/ledger.h"
 #include "anatomy/data/dataset.h"
+#include "anatomy/data/text_dataset.h"
 #include "anatomy/kernels/backend.h"
 #include "anatomy/model/bert.h"
 #include "anatomy/optim/optimizer.h"
@@ -59,6 +61,9 @@ class Trainer {
   // output_dir/log.jsonl when an output directory is set).
   TrainResult train(const std::function<void(const StepLog&)>& on_log = {});
   void set_hooks(StepHooks hooks) { hooks_ = std::move(hooks); }
+  // The tokenizer each checkpoint carries (vocab.txt, tokenizer_config.json).
+  // Unset: the model directory's, when it has a vocab.txt.
+  void set_tokenizer(std::optional<TokenizerSettings> tokenizer) { tokenizer_ = std::move(tokenizer); }
   // The model on the validation set, no gradients, dropout off, in batches of
   // per_device_eval_batch_size: train/metrics.h's metrics.
   std::map<std::string, double> evaluate();
@@ -73,6 +78,7 @@ class Trainer {
   int64_t steps_per_epoch_ = 0;  // optimizer updates per epoch
   int64_t total_steps_ = 0;
   StepHooks hooks_;
+  std::optional<TokenizerSettings> tokenizer_;
   int64_t best_step_ = 0;  // load_best_model_at_end: the best evaluation's step, and its value
   double best_value_ = 0.0;
 };
