@@ -11,6 +11,7 @@
 #include "anatomy/gpu/catalog.h"
 #include "anatomy/gpu/nvml.h"
 #include "anatomy/model/checkpoint.h"
+#include "anatomy/train/training_data.h"
 
 namespace anatomy::cli {
 
@@ -25,10 +26,20 @@ struct EstimateFlags {
 };
 
 // The data's shape from the flags, without generating dummy data.
-DataShape shape_from_flags(const TrainingArguments& args, const BertConfig& config) {
+// Text data is read and tokenized as `train` does it, which sets the model's labels and a preset's vocabulary.
+DataShape shape_from_flags(const TrainingArguments& args, ModelSource& source) {
+  if (!args.train_file.empty()) {
+    const TrainingData data = load_training_data(args, source);
+    return DataShape::of(data.train, data.eval ? &*data.eval : nullptr);
+  }
+  const BertConfig& config = source.config;
   std::optional<Dataset> eval;
-  if (!args.validation_file.empty()) eval = load_tensor_dataset(args.validation_file);
-  if (!args.train_file.empty()) return DataShape::of(load_tensor_dataset(args.train_file), eval ? &*eval : nullptr);
+  if (!args.validation_file.empty()) {
+    if (is_text_data_file(args.validation_file))
+      fail("--validation-file {}: text validation data needs a text --train-file (its labels name the classes)",
+           args.validation_file);
+    eval = load_tensor_dataset(args.validation_file);
+  }
   DataShape s;
   if (eval) {  // the validation set's part of the shape
     const DataShape e = DataShape::of(*eval, &*eval);
@@ -49,12 +60,12 @@ DataShape shape_from_flags(const TrainingArguments& args, const BertConfig& conf
 
 int run_estimate(const EstimateFlags& flags, const CLI::App& app) {
   TrainingArguments args = resolve_training_flags(flags.train, app);
-  const ModelSource source = resolve_model(args.model);
+  ModelSource source = resolve_model(args.model);
   EstimateRequest r;
+  r.shape = shape_from_flags(args, source);
   r.config = source.config;
   r.model_name = source.preset.empty() ? source.directory : source.preset;
   r.args = args;
-  r.shape = shape_from_flags(args, source.config);
   r.tf32 = flags.train.tf32;
   r.nproc = flags.nproc;
   if (args.zero_stage > 0 && flags.nproc < 2)

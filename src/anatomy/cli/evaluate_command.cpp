@@ -21,7 +21,10 @@
 #include "anatomy/io/files.h"
 #include "anatomy/model/bert_inference.h"
 #include "anatomy/model/checkpoint.h"
+#include "anatomy/data/text_dataset.h"
+#include "anatomy/data/wordpiece.h"
 #include "anatomy/train/metrics.h"
+#include "anatomy/train/training_data.h"
 
 namespace anatomy::cli {
 
@@ -29,7 +32,11 @@ namespace {
 
 struct EvaluateFlags {
   std::string model = "bert-large-uncased";
-  std::string input;          // safetensors; empty: dummy data
+  std::string input;          // safetensors or text (.jsonl, .json, .csv, .tsv); empty: dummy data
+  // Text input: as `anatomy train` reads it, with the model directory's tokenizer unless --vocab.
+  TextColumns columns;
+  std::string vocab, do_lower_case;
+  int64_t max_seq_length = 128;
   int64_t dummy_size = 512;
   int64_t dummy_min_len = 64, dummy_max_len = 512;
   int64_t batch_size = 8;     // Hugging Face's per_device_eval_batch_size
@@ -92,9 +99,35 @@ int run_inference(const EvaluateFlags& f, bool predict) {
   if (predict && f.output.empty()) fail("--output: predict needs a file to write the predictions to");
 
   const ModelSource source = resolve_model(f.model);
-  const Dataset data = f.input.empty()
-                           ? make_dummy_varlen_dataset(f.dummy_size, f.dummy_min_len, f.dummy_max_len, f.seed)
-                           : load_tensor_dataset(f.input);
+  const bool text = !f.input.empty() && is_text_data_file(f.input);
+  if (!text && (!f.vocab.empty() || !f.do_lower_case.empty()))
+    fail("--{}: only for text input (a .jsonl, .json, .csv or .tsv file)", f.vocab.empty() ? "do-lower-case" : "vocab");
+  std::vector<int64_t> lines;  // text: each example's line in the file
+  const Dataset data = [&] {
+    if (f.input.empty()) return make_dummy_varlen_dataset(f.dummy_size, f.dummy_min_len, f.dummy_max_len, f.seed);
+    if (!text) return load_tensor_dataset(f.input);
+    const TokenizerSettings settings =
+        resolve_tokenizer(f.vocab, source.directory, f.do_lower_case, "--input " + f.input);
+    const data::WordPieceTokenizer tokenizer = data::WordPieceTokenizer::from_file(settings.vocab_file, settings.options);
+    if (static_cast<int64_t>(tokenizer.vocab_size()) > source.config.vocab_size)
+      fail("{}: {} tokens, more than the model's vocab_size {}", settings.vocab_file, tokenizer.vocab_size(),
+           source.config.vocab_size);
+    if (f.max_seq_length > source.config.max_position_embeddings)
+      fail("--max-seq-length {}: longer than the model's max_position_embeddings ({})", f.max_seq_length,
+           source.config.max_position_embeddings);
+    TextColumns columns = f.columns;
+    if (predict) columns.label.clear();  // predictions need no labels
+    else if (columns.label.empty()) fail("--label-column: evaluate needs labels");
+    const TextTable table = read_text_table(f.input, columns);
+    if (table.blank_lines_skipped > 0)
+      fmt::print("Skipped {} blank line{} of {}\n", table.blank_lines_skipped, table.blank_lines_skipped == 1 ? "" : "s",
+                 f.input);
+    for (const TextExample& row : table.rows) lines.push_back(row.line);
+    const LabelVocabulary labels = model_label_vocabulary(source.config);
+    TextDataOptions options;
+    options.max_seq_length = f.max_seq_length;
+    return tokenize_text_table(table, tokenizer, predict ? nullptr : &labels, options);
+  }();
   validate_dataset(data, source.config);
   if (!predict && !data.has_labels())
     fail("{}: evaluate needs a 'labels' tensor (use `anatomy predict` for unlabelled data)", data.source);
@@ -208,8 +241,11 @@ int run_inference(const EvaluateFlags& f, bool predict) {
 
   if (predict) {
     std::ostringstream out;
-    for (int64_t i = 0; i < data.size; ++i)
-      out << prediction(logits.data() + i * C, C, type, source.config, i).dump() << "\n";
+    for (int64_t i = 0; i < data.size; ++i) {
+      nlohmann::json line = prediction(logits.data() + i * C, C, type, source.config, i);
+      if (!lines.empty()) line["line"] = lines[static_cast<size_t>(i)];
+      out << line.dump() << "\n";
+    }
     io::write_text_file_atomic(f.output, out.str());
     fmt::print("Predictions written to {}\n", f.output);
   }
@@ -223,9 +259,24 @@ Command add_evaluate_command(CLI::App& app, bool predict) {
   auto f = std::make_shared<EvaluateFlags>();
   app.add_option("--model", f->model, "Directory with config.json + model.safetensors, or a preset (seeded)")
       ->capture_default_str();
-  app.add_option("--input", f->input,
-                 "safetensors with input_ids [N, L] and optional attention_mask (right padding), token_type_ids"
-                 + std::string(predict ? ", labels" : " and labels (needed)") + "; without it, dummy data");
+  app.add_option("--input,--validation-file", f->input,
+                 "Text (.jsonl, .json, .csv, .tsv) or safetensors with input_ids [N, L] and optional attention_mask "
+                 "(right padding), token_type_ids" + std::string(predict ? ", labels" : " and labels (needed)") +
+                 "; without it, dummy data");
+  app.add_option("--text-column", f->columns.text, "Text input: the column (JSON field) of the text")
+      ->capture_default_str();
+  app.add_option("--text-pair-column", f->columns.text_pair, "Text input: the column of a second text (pairs)");
+  if (!predict)
+    app.add_option("--label-column", f->columns.label, "Text input: the column of the label (a name of the "
+                                                        "model's id2label, or its id)")
+        ->capture_default_str();
+  app.add_option("--vocab", f->vocab, "Text input: the WordPiece vocab.txt (default: the --model directory's)");
+  app.add_option("--do-lower-case", f->do_lower_case,
+                 "Text input: true or false (default: the model directory's tokenizer_config.json, else true)")
+      ->check(CLI::IsMember({"true", "false", "True", "False"}));
+  app.add_option("--max-seq-length", f->max_seq_length,
+                 "Text input: truncate each example (longest_first) to this many tokens, as train's flag")
+      ->capture_default_str()->check(CLI::Range(int64_t{3}, int64_t{1} << 20));
   app.add_option("--dummy-size", f->dummy_size, "Dummy sequences")->capture_default_str()->check(positive_number());
   app.add_option("--dummy-min-len", f->dummy_min_len, "Shortest dummy sequence")
       ->capture_default_str()->check(positive_number());

@@ -25,6 +25,7 @@
 #include "anatomy/gpu/nvml.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/trainer.h"
+#include "anatomy/train/training_data.h"
 
 #ifdef ANATOMY_HAVE_NCCL
 #include "anatomy/dist/cuda/nccl_communicator.h"
@@ -91,6 +92,7 @@ struct RunContext {
   const ModelSource& source;
   const Dataset& data;
   const Dataset* eval;  // the validation set, or null
+  const std::optional<TokenizerSettings>& tokenizer;  // saved with the model and every checkpoint
   const MemoryPlan& plan;
   const DeviceFacts& facts;
   const std::optional<GpuMemoryProbe>& probe;
@@ -129,10 +131,15 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
   print_gpu_memory(backend);
   Trainer trainer(backend, model, run.data, args, run.eval);
   trainer.set_communicator(run.comm);
-  fmt::print("Training {} ({} parameters) on {}: {} examples of {} tokens, batch {}{}, {} steps\n",
+  trainer.set_tokenizer(run.tokenizer);
+  const std::string lengths =
+      run.data.pad_per_batch
+          ? fmt::format("{} examples of up to {} tokens, each batch padded to its longest{}", run.data.size,
+                        run.data.seq_len, args.group_by_length ? ", grouped by length" : "")
+          : fmt::format("{} examples of {} tokens", run.data.size, run.data.seq_len);
+  fmt::print("Training {} ({} parameters) on {}: {}, batch {}{}, {} steps\n",
              run.source.preset.empty() ? run.source.directory : run.source.preset,
-             model.weights().parameter_count(), backend.device().str(), run.data.size, run.data.seq_len,
-             args.per_device_train_batch_size,
+             model.weights().parameter_count(), backend.device().str(), lengths, args.per_device_train_batch_size,
              run.comm ? fmt::format(" per rank on {} ranks (rank {}, {})", run.comm->world_size(), run.comm->rank(),
                                     run.comm->describe())
                       : std::string(),
@@ -179,7 +186,10 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
     std::filesystem::create_directories(out_dir, ec);
     if (ec) fail("--output-dir {}: cannot create ({})", out_dir, ec.message());
   }
-  if (!args.output_dir.empty() && !profile_command && writer) save_pretrained(model, backend, args.output_dir);
+  if (!args.output_dir.empty() && !profile_command && writer) {
+    save_pretrained(model, backend, args.output_dir);
+    if (run.tokenizer) save_tokenizer(*run.tokenizer, args.output_dir);
+  }
 
   fmt::print("Time: {:.2f}\n", result.seconds);
   fmt::print("Samples/second: {:.2f}\n", result.samples_per_second);
@@ -289,24 +299,12 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
     device.backend->ledger().release_unused();  // the plan does not include the ceilings' buffers
     device.backend->ledger().reset_peaks();
   }
-  const ModelSource source = resolve_model(args.model);
-  Dataset data = args.train_file.empty() ? make_dummy_dataset(args.dummy_size, args.dummy_seq_len, args.seed)
-                                         : load_tensor_dataset(args.train_file);
-  if (args.train_file.empty() && source.config.num_labels == 1) {
-    // Dummy labels are all 0; a regression model gets them as floats.
-    data.label_dtype = DType::F32;
-    data.labels_f32.assign(data.size, 0.0f);
-    data.labels_i64.clear();
-  }
-  validate_dataset(data, source.config);
-  std::optional<Dataset> eval;
-  if (!args.validation_file.empty()) {
-    eval = load_tensor_dataset(args.validation_file);
-    validate_dataset(*eval, source.config);
-    if (eval->label_dtype != data.label_dtype || eval->label_width != data.label_width)
-      fail("{}: its labels ({} x {}) are not of the training data's kind ({} x {})", eval->source,
-           dtype_name(eval->label_dtype), eval->label_width, dtype_name(data.label_dtype), data.label_width);
-  }
+  ModelSource source = resolve_model(args.model);
+  // Dummy, tensor or text data; text sets the model's labels (and a preset's vocabulary size).
+  TrainingData loaded = load_training_data(args, source);
+  for (const std::string& note : loaded.notes) fmt::print("{}\n", note);
+  const Dataset& data = loaded.train;
+  const std::optional<Dataset>& eval = loaded.eval;
 
   // The memory plan, before the model allocates anything. The pool may take
   // what NVML says is free plus the segments it already holds.
@@ -348,11 +346,14 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
                on_gpu ? fmt::format("; pool segments {}, NVML {} with the context", format_bytes(plan.ledger.reserved_peak),
                                     format_bytes(plan.nvml_total()))
                       : "");
+    if (data.pad_per_batch)
+      fmt::print("(The plan pads every batch to the longest example, {} tokens: the worst case; shorter batches use "
+                 "less.)\n", data.seq_len);
     const bool log_existed =
         !args.output_dir.empty() && std::filesystem::exists(std::filesystem::path(args.output_dir) / "log.jsonl");
     try {
-      RunContext run{backend,   profiler.get(), source, data, eval ? &*eval : nullptr, plan, facts, probe, ceilings,
-                     comm.get()};
+      RunContext run{backend,  profiler.get(), source,   data,     eval ? &*eval : nullptr, loaded.tokenizer, plan,
+                     facts,    probe,          ceilings, comm.get()};
       train_once(flags, args, profile_command, run);
       comm.reset();
       if (session) session->finish();

@@ -14,8 +14,26 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
                                    "(bert-large-uncased, bert-base-uncased, bert-medium, bert-small, bert-mini, bert-tiny)")
       ->capture_default_str();
   app.add_option("--dataset", a.dataset, "Built-in dataset: dummy (the seed's random ids)")->capture_default_str();
-  app.add_option("--train-file", a.train_file, "Pre-tokenized safetensors file: input_ids [N, L] and optional "
-                                             "attention_mask, token_type_ids, labels");
+  app.add_option("--train-file", a.train_file,
+                 "Text (.jsonl, .json, .csv, .tsv: tokenized with --vocab) or pre-tokenized safetensors: input_ids "
+                 "[N, L] and optional attention_mask, token_type_ids, labels");
+  app.add_option("--text-column", a.text_column, "Text data: the column (JSON field) of the text")
+      ->capture_default_str();
+  app.add_option("--text-pair-column", a.text_pair_column, "Text data: the column of a second text (pairs)");
+  app.add_option("--label-column", a.label_column,
+                 "Text data: the column of the label (names, integer ids, or numbers for regression)")
+      ->capture_default_str();
+  app.add_option("--vocab", a.vocab, "Text data: the WordPiece vocab.txt (default: the --model directory's)");
+  app.add_option("--do-lower-case", a.do_lower_case,
+                 "Text data: lowercase (and strip accents) before WordPiece: true or false (default: the model "
+                 "directory's tokenizer_config.json, else true)")
+      ->check(CLI::IsMember({"true", "false", "True", "False"}));
+  app.add_option("--max-seq-length", a.max_seq_length,
+                 "Text data: truncate each example (longest_first) to this many tokens, [CLS] and [SEP] included")
+      ->capture_default_str()->check(CLI::Range(int64_t{3}, int64_t{1} << 20));
+  app.add_flag("--group-by-length", a.group_by_length,
+               "Batch examples of similar lengths together (Hugging Face's LengthGroupedSampler), so that dynamic "
+               "padding pads less");
   app.add_option("--dummy-size", a.dummy_size, "Number of dummy sequences")->capture_default_str()->check(positive_number());
   app.add_option("--dummy-seq-len", a.dummy_seq_len, "Tokens per dummy sequence")->capture_default_str()->check(positive_number());
   app.add_option("--per-device-train-batch-size", a.per_device_train_batch_size, "Batch size")
@@ -65,7 +83,7 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
       ->capture_default_str()->check(positive_number());
   app.add_option("--output-dir", a.output_dir, "Write config.json, model.safetensors and log.jsonl here");
   app.add_option("--validation-file", a.validation_file,
-                 "Pre-tokenized safetensors of the validation set (as --train-file, with labels)");
+                 "The validation set, text or pre-tokenized safetensors as --train-file, with labels");
   app.add_option("--eval-strategy", a.eval_strategy,
                  "no, steps (every --eval-steps) or epoch: evaluate on --validation-file (loss, accuracy, macro F1; "
                  "MSE and Pearson for regression), logged to log.jsonl")

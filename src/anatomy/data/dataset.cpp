@@ -168,17 +168,31 @@ HostBatch gather_batch(const Dataset& d, const std::vector<int64_t>& order, int6
   b.batch = end - begin;
   b.seq_len = d.seq_len;
   const int64_t L = d.seq_len;
-  auto gather_rows = [&](const auto& src, auto* dst, int64_t width) {
+  if (d.pad_per_batch && !d.attention_mask.empty()) {
+    // The batch's longest row: the last 1 of any mask (right padding).
+    int64_t longest = 1;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t* mask = d.attention_mask.data() + order[i] * L;
+      for (int64_t t = L; t > longest; --t)
+        if (mask[t - 1] != 0) {
+          longest = t;
+          break;
+        }
+    }
+    b.seq_len = longest;
+  }
+  // Each row's first `width` values of `stride` (the tokens: the batch's length of the set's).
+  auto gather_rows = [&](const auto& src, auto* dst, int64_t width, int64_t stride) {
     if (src.empty()) return;
     dst->resize(b.batch * width);
     for (int64_t i = begin; i < end; ++i)
-      std::copy_n(src.begin() + order[i] * width, width, dst->begin() + (i - begin) * width);
+      std::copy_n(src.begin() + order[i] * stride, width, dst->begin() + (i - begin) * width);
   };
-  gather_rows(d.input_ids, &b.input_ids, L);
-  gather_rows(d.token_type_ids, &b.token_type_ids, L);
-  gather_rows(d.attention_mask, &b.attention_mask, L);
-  gather_rows(d.labels_i64, &b.labels_i64, d.label_width);
-  gather_rows(d.labels_f32, &b.labels_f32, d.label_width);
+  gather_rows(d.input_ids, &b.input_ids, b.seq_len, L);
+  gather_rows(d.token_type_ids, &b.token_type_ids, b.seq_len, L);
+  gather_rows(d.attention_mask, &b.attention_mask, b.seq_len, L);
+  gather_rows(d.labels_i64, &b.labels_i64, d.label_width, d.label_width);
+  gather_rows(d.labels_f32, &b.labels_f32, d.label_width, d.label_width);
   return b;
 }
 
@@ -204,6 +218,25 @@ std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int rank, in
   shard.reserve(static_cast<size_t>(per_rank));
   for (int64_t i = 0; i < per_rank; ++i) shard.push_back(order[static_cast<size_t>((rank + i * world) % n)]);
   return shard;
+}
+
+std::vector<int64_t> length_grouped_order(const std::vector<int64_t>& order, const std::vector<int64_t>& lengths,
+                                          int64_t batch_size) {
+  ANATOMY_CHECK(batch_size > 0 && order.size() == lengths.size(), "length_grouped_order: {} indices, {} lengths",
+                order.size(), lengths.size());
+  const auto n = static_cast<int64_t>(order.size());
+  const int64_t mult = std::max<int64_t>(1, std::min<int64_t>(n / (batch_size * 4), 50));
+  const int64_t megabatch = mult * batch_size;
+  std::vector<int64_t> out(order);
+  auto longer = [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; };
+  int64_t longest_begin = 0;  // the megabatch whose first (longest) example is the longest of all; the first such
+  for (int64_t begin = 0; begin < n; begin += megabatch) {
+    const int64_t end = std::min(n, begin + megabatch);
+    std::stable_sort(out.begin() + begin, out.begin() + end, longer);
+    if (lengths[out[begin]] > lengths[out[longest_begin]]) longest_begin = begin;
+  }
+  if (n > 0) std::swap(out[0], out[longest_begin]);
+  return out;
 }
 
 }  // namespace anatomy

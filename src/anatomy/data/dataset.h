@@ -24,6 +24,11 @@ struct Dataset {
   int64_t label_width = 0;             // values per example: 0 = no labels, 1, or C
   std::vector<int64_t> labels_i64;
   std::vector<float> labels_f32;
+  // Dynamic padding (text data): the rows are right-padded to the longest of
+  // the set, and a batch is cut to the longest of its own rows (the mask's
+  // ones), as DataCollatorWithPadding pads. seq_len is then the longest any
+  // batch can be: the memory plan's worst case.
+  bool pad_per_batch = false;
 
   bool has_labels() const { return label_width > 0; }
 };
@@ -52,7 +57,9 @@ Dataset load_tensor_dataset(const std::string& path);
 // Errors name the source, the tensor and the first offending example.
 void validate_dataset(const Dataset& data, const BertConfig& config);
 
-// Rows [begin, end) of `order` gathered into a batch (host memory).
+// Rows [begin, end) of `order` gathered into a batch (host memory); with
+// pad_per_batch, only the first L' tokens of each row, L' the longest row of
+// the batch by its attention_mask.
 struct HostBatch {
   int64_t batch = 0, seq_len = 0;
   std::vector<int64_t> input_ids, token_type_ids, attention_mask, labels_i64;
@@ -71,5 +78,13 @@ std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t
 std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int rank, int world);
 // Examples per rank and epoch: ceil(n / world).
 inline int64_t shard_size(int64_t n, int world) { return (n + world - 1) / world; }
+
+// Hugging Face's LengthGroupedSampler (get_length_grouped_indices) over the
+// permutation `order` (its torch.randperm): megabatches of
+// min(n / (4 batch), 50) (at least 1) batches, each sorted by length, longest
+// first (stable), then the longest megabatch's first example swapped to the
+// front, so the first batch holds the longest example.
+std::vector<int64_t> length_grouped_order(const std::vector<int64_t>& order, const std::vector<int64_t>& lengths,
+                                          int64_t batch_size);
 
 }  // namespace anatomy

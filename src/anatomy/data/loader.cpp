@@ -24,6 +24,7 @@ BatchLoader::BatchLoader(const Dataset& data, LoaderOptions options) : data_(dat
          options_.world_size > 1 ? fmt::format(" per rank ({} in all)", data_.size) : std::string(),
          options_.batch_size);
   if (options_.first_batch < 0) fail("loader: first batch {} is negative", options_.first_batch);
+  if (options_.group_by_length) lengths_ = sequence_lengths(data_);
   next_index_ = options_.first_batch;
   for (int64_t w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this, w] { work(w); });
 }
@@ -40,8 +41,10 @@ BatchLoader::~BatchLoader() {
 HostBatch BatchLoader::build(int64_t index) const {
   const int64_t epoch = index / batches_per_epoch_, begin = (index % batches_per_epoch_) * options_.batch_size;
   // Each worker derives the epoch's order itself: a pure function of (seed, epoch), cheap next to a batch.
-  const std::vector<int64_t> order = shard_order(epoch_order(data_.size, options_.shuffle, options_.seed, epoch),
-                                                 options_.rank, options_.world_size);
+  std::vector<int64_t> order = epoch_order(data_.size, options_.shuffle, options_.seed, epoch);
+  if (options_.group_by_length)  // grouped in global batches, so that each rank's batch k comes from one group
+    order = length_grouped_order(order, lengths_, options_.batch_size * options_.world_size);
+  order = shard_order(order, options_.rank, options_.world_size);
   return gather_batch(data_, order, begin, std::min(shard_, begin + options_.batch_size));
 }
 

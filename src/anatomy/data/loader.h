@@ -2,7 +2,8 @@
 // Hugging Face Trainer: batches in epoch order (a seeded shuffle per epoch),
 // the last partial batch kept or dropped (dataloader_drop_last), built ahead
 // by worker threads (dataloader_num_workers, each keeping up to
-// dataloader_prefetch_factor batches ready). The time the training loop waits
+// dataloader_prefetch_factor batches ready); with group_by_length, examples of
+// similar lengths batched together (Hugging Face's LengthGroupedSampler). The time the training loop waits
 // for a batch that is not ready is measured.
 #pragma once
 
@@ -25,7 +26,8 @@ struct LoaderOptions {
   int64_t num_workers = 0;      // 0: batches are built when asked for, on the caller's thread
   int64_t prefetch_factor = 2;  // batches each worker keeps ready ahead
   int64_t first_batch = 0;      // the run's batch to start at (a resumed run continues where it stopped)
-  int rank = 0, world_size = 1;  // data parallelism: this rank's shard of each epoch (shard_order)
+  bool group_by_length = false; // each epoch's order through length_grouped_order (lengths from the attention mask)
+  int rank = 0, world_size = 1;  // data parallelism: this rank's shard of each epoch (shard_order, after grouping)
 };
 
 class BatchLoader {
@@ -52,6 +54,7 @@ class BatchLoader {
   LoaderOptions options_;
   int64_t shard_ = 0;  // examples per epoch for this rank
   int64_t batches_per_epoch_ = 0;
+  std::vector<int64_t> lengths_;  // group_by_length: each example's length
   int64_t next_index_ = 0;  // the next batch next() returns
   double wait_seconds_ = 0.0;
 

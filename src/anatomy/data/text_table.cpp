@@ -293,8 +293,13 @@ int64_t LabelVocabulary::id_of(const TextExample& row, const std::string& source
     int64_t i = 0;  // "3" and "03" name the same integer class
     if (parse_integer(row.label, &i)) it = ids.find(std::to_string(i));
   }
-  if (it == ids.end())
-    fail("{}:{}: label '{}' is not one of the training data's {} labels", source, row.line, row.label, names.size());
+  if (it == ids.end()) {
+    // Name the known labels (the first ten): the training data's, or a trained model's.
+    const size_t shown = std::min<size_t>(names.size(), 10);
+    fail("{}:{}: label '{}' is not one of the {} known labels ({}{})", source, row.line, row.label, names.size(),
+         fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+         shown < names.size() ? ", ..." : "");
+  }
   return it->second;
 }
 

@@ -12,7 +12,15 @@ namespace anatomy {
 struct TrainingArguments {
   std::string model = "bert-large-uncased";  // directory with config.json, or a preset
   std::string dataset = "dummy";             // "dummy" or empty when train_file is given
-  std::string train_file;                    // pre-tokenized safetensors
+  std::string train_file;                    // pre-tokenized safetensors, or text: .jsonl, .json, .csv, .tsv
+  // Text data: the columns, the tokenizer and the length (train/training_data.h).
+  std::string text_column = "text";
+  std::string text_pair_column;              // empty: single texts
+  std::string label_column = "label";
+  std::string vocab;                         // vocab.txt; empty: the model directory's
+  std::string do_lower_case;                 // "true" or "false"; empty: the model's tokenizer_config.json, else true
+  int64_t max_seq_length = 128;              // run_glue's default; truncation longest_first
+  bool group_by_length = false;              // batches of similar lengths (LengthGroupedSampler)
   int64_t dummy_size = 512;                  // the seed's 512 sequences
   int64_t dummy_seq_len = 512;               // of 512 tokens
   int64_t per_device_train_batch_size = 4;   // the seed's batch size

@@ -60,6 +60,7 @@ nlohmann::json state_json(const TrainerState& s) {
           {"examples", s.examples},
           {"shuffle", s.shuffle},
           {"drop_last", s.drop_last},
+          {"group_by_length", s.group_by_length},
           {"precision", s.precision}};
 }
 
@@ -83,7 +84,7 @@ void write_optimizer(const std::string& path, const Optimizer& optimizer, Backen
 }  // namespace
 
 void save_checkpoint(const std::string& output_dir, const BertForSequenceClassification& model, Backend& backend,
-                     const Optimizer& optimizer, const TrainerState& state, const std::string& model_dir,
+                     const Optimizer& optimizer, const TrainerState& state, const TokenizerSettings* tokenizer,
                      int64_t total_limit, int64_t keep_step) {
   const fs::path final_dir = fs::path(output_dir) / fmt::format("checkpoint-{}", state.global_step);
   // Stale hidden directories are what a killed save leaves; this process's own name is unique.
@@ -95,10 +96,7 @@ void save_checkpoint(const std::string& output_dir, const BertForSequenceClassif
   if (ec) fail("{}: cannot create ({})", partial.string(), ec.message());
   save_pretrained(model, backend, partial.string());
   write_optimizer((partial / kOptimizerFile).string(), optimizer, backend);
-  if (!model_dir.empty() && fs::exists(fs::path(model_dir) / "vocab.txt")) {
-    fs::copy_file(fs::path(model_dir) / "vocab.txt", partial / "vocab.txt", fs::copy_options::overwrite_existing, ec);
-    if (ec) fail("{}: cannot copy vocab.txt ({})", partial.string(), ec.message());
-  }
+  if (tokenizer != nullptr) save_tokenizer(*tokenizer, partial.string());
   io::write_text_file_atomic((partial / kStateFile).string(), state_json(state).dump(2) + "\n");
   // An older checkpoint of the same step (a run repeated into this directory)
   // is moved aside first: rename cannot replace a directory that has files.
@@ -161,6 +159,7 @@ TrainerState read_trainer_state(const std::string& dir) {
     s.examples = j.at("examples").get<int64_t>();
     s.shuffle = j.at("shuffle").get<bool>();
     s.drop_last = j.at("drop_last").get<bool>();
+    s.group_by_length = j.value("group_by_length", false);  // absent from checkpoints made before it existed
     s.precision = j.at("precision").get<std::string>();
     if (s.global_step < 0 || s.updates < 0 || s.updates > s.global_step || s.micro_batches < 0 ||
         !(s.loss_scale > 0))
@@ -186,6 +185,7 @@ TrainerState load_checkpoint(const std::string& dir, BertForSequenceClassificati
   same("a dataset of examples", s.examples, expected.examples);
   same("shuffle", s.shuffle, expected.shuffle);
   same("drop_last", s.drop_last, expected.drop_last);
+  same("group_by_length", s.group_by_length, expected.group_by_length);
   same("precision", s.precision, expected.precision);
 
   const LoadReport report = load_weights(model, dir, s.seed);

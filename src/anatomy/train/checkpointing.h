@@ -2,8 +2,8 @@
 // the model (config.json + model.safetensors, loadable by Hugging Face), the
 // optimizer's states (optimizer.safetensors), the trainer's state
 // (trainer_state.json: step, updates made, batches consumed, the fp16 loss
-// scaler, and the settings a resume must share), and vocab.txt when the model
-// came with one. No RNG state is needed: the shuffle order is a function of
+// scaler, and the settings a resume must share), and the tokenizer (vocab.txt,
+// tokenizer_config.json) when the run has one. No RNG state is needed: the shuffle order is a function of
 // (seed, epoch) and the dropout masks of (seed, batch), so the counters are
 // the whole random state.
 //
@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 
+#include "anatomy/data/text_dataset.h"
 #include "anatomy/kernels/backend.h"
 #include "anatomy/model/bert.h"
 #include "anatomy/optim/optimizer.h"
@@ -33,15 +34,16 @@ struct TrainerState {
   uint64_t seed = 0;
   std::string optimizer;
   int64_t per_device_train_batch_size = 0, gradient_accumulation_steps = 0, examples = 0;
-  bool shuffle = true, drop_last = false;
+  bool shuffle = true, drop_last = false, group_by_length = false;
   std::string precision;      // fp32, bf16 or fp16
 };
 
-// Writes output_dir/checkpoint-<state.global_step>; copies vocab.txt from
-// `model_dir` when it has one. Then keeps only the newest `total_limit`
-// checkpoints (0: all), and checkpoint-<keep_step> besides (the best model's, as Hugging Face keeps it).
+// Writes output_dir/checkpoint-<state.global_step>, with the tokenizer's
+// vocab.txt and tokenizer_config.json when `tokenizer` is given. Then keeps
+// only the newest `total_limit` checkpoints (0: all), and
+// checkpoint-<keep_step> besides (the best model's, as Hugging Face keeps it).
 void save_checkpoint(const std::string& output_dir, const BertForSequenceClassification& model, Backend& backend,
-                     const Optimizer& optimizer, const TrainerState& state, const std::string& model_dir,
+                     const Optimizer& optimizer, const TrainerState& state, const TokenizerSettings* tokenizer,
                      int64_t total_limit, int64_t keep_step = 0);
 
 // "latest": the checkpoint-N of output_dir with the largest N (an error when

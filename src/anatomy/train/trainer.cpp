@@ -257,6 +257,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   state.examples = data_.size;
   state.shuffle = args_.shuffle;
   state.drop_last = args_.dataloader_drop_last;
+  state.group_by_length = args_.group_by_length;
   state.precision = args_.bf16 ? "bf16" : args_.fp16 ? "fp16" : "fp32";
   state.loss_scale = args_.fp16 ? 65536.0 : 1.0;
   if (!args_.resume_from_checkpoint.empty()) {
@@ -268,6 +269,9 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
     fmt::print("Resuming from {}: step {} of {}\n", dir, state.global_step, total_steps_);
   }
   const int64_t first_step = state.global_step;
+  std::optional<TokenizerSettings> tokenizer = tokenizer_;
+  if (!tokenizer && args_.save_strategy != "no" && fs::is_directory(args_.model))
+    tokenizer = read_tokenizer_settings(args_.model);
 
   std::ofstream log;
   std::string log_path;
@@ -311,6 +315,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   loader_options.first_batch = state.micro_batches;
   loader_options.rank = comm_ ? comm_->rank() : 0;
   loader_options.world_size = world_;
+  loader_options.group_by_length = args_.group_by_length;
   BatchLoader loader(data_, loader_options);
   ledger.set_phase("data");
   InputSlots slots(backend_, data_, std::min(B, data_.size));
@@ -483,9 +488,8 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       state.loss_scale = loss_scale;
       state.clean_steps = clean_steps;
       state.skipped_steps = result.skipped_steps;
-      save_checkpoint(args_.output_dir, model_, backend_, *optimizer, state,
-                      std::filesystem::is_directory(args_.model) ? args_.model : "", args_.save_total_limit,
-                      best_step_);
+      save_checkpoint(args_.output_dir, model_, backend_, *optimizer, state, tokenizer ? &*tokenizer : nullptr,
+                      args_.save_total_limit, best_step_);
     }
   }
   backend_.synchronize();

@@ -5,12 +5,14 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "anatomy/core/ledger.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/dist/communicator.h"
+#include "anatomy/data/text_dataset.h"
 #include "anatomy/kernels/backend.h"
 #include "anatomy/model/bert.h"
 #include "anatomy/optim/optimizer.h"
@@ -65,6 +67,9 @@ class Trainer {
   // ranks during backward, and the logged loss and samples are the world's.
   // Only rank 0 writes log.jsonl and checkpoints.
   void set_communicator(dist::Communicator* communicator);
+  // The tokenizer each checkpoint carries (vocab.txt, tokenizer_config.json).
+  // Unset: the model directory's, when it has a vocab.txt.
+  void set_tokenizer(std::optional<TokenizerSettings> tokenizer) { tokenizer_ = std::move(tokenizer); }
   // The model on the validation set, no gradients, dropout off, in batches of
   // per_device_eval_batch_size: train/metrics.h's metrics.
   std::map<std::string, double> evaluate();
@@ -83,6 +88,7 @@ class Trainer {
   dist::Communicator* comm_ = nullptr;
   int world_ = 1;
   bool writer_ = true;  // rank 0: writes log.jsonl and checkpoints
+  std::optional<TokenizerSettings> tokenizer_;
   int64_t best_step_ = 0;  // load_best_model_at_end: the best evaluation's step, and its value
   double best_value_ = 0.0;
 };

@@ -1,0 +1,127 @@
+// text_dataset.cpp: text tables tokenized into examples; the tokenizer's files.
+#include "anatomy/data/text_dataset.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "anatomy/core/error.h"
+#include "anatomy/io/files.h"
+
+namespace anatomy {
+
+namespace fs = std::filesystem;
+
+bool is_text_data_file(const std::string& path) {
+  std::string ext = fs::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext == ".jsonl" || ext == ".json" || ext == ".csv" || ext == ".tsv";
+}
+
+Dataset tokenize_text_table(const TextTable& table, const data::WordPieceTokenizer& tokenizer,
+                            const LabelVocabulary* labels, const TextDataOptions& options) {
+  if (options.max_seq_length < 3)
+    fail("--max-seq-length {}: too short for [CLS] text [SEP] (at least 3)", options.max_seq_length);
+  if (table.rows.empty()) fail("{}: no examples", table.source);
+  std::vector<data::TextInput> inputs;
+  inputs.reserve(table.rows.size());
+  for (const TextExample& row : table.rows) {
+    data::TextInput in{row.text, std::nullopt};
+    if (!row.text_pair.empty()) in.pair = std::string_view(row.text_pair);
+    inputs.push_back(in);
+  }
+  data::EncodeOptions encode;
+  encode.truncate_to = static_cast<size_t>(options.max_seq_length);
+  std::vector<data::Encoding> encodings;
+  try {
+    encodings = tokenizer.encode_batch(inputs, encode, options.threads);
+  } catch (const Error& e) {
+    fail("{}: {}", table.source, e.what());
+  }
+
+  Dataset d;
+  d.source = table.source;
+  d.size = static_cast<int64_t>(encodings.size());
+  for (const data::Encoding& e : encodings) d.seq_len = std::max<int64_t>(d.seq_len, e.input_ids.size());
+  d.pad_per_batch = true;
+  const auto cells = static_cast<size_t>(d.size * d.seq_len);
+  d.input_ids.assign(cells, tokenizer.pad_id());
+  d.token_type_ids.assign(cells, 0);
+  d.attention_mask.assign(cells, 0);
+  for (int64_t i = 0; i < d.size; ++i) {
+    const data::Encoding& e = encodings[static_cast<size_t>(i)];
+    for (size_t t = 0; t < e.input_ids.size(); ++t) {
+      const size_t at = static_cast<size_t>(i * d.seq_len) + t;
+      d.input_ids[at] = e.input_ids[t];
+      d.token_type_ids[at] = e.token_type_ids[t];
+      d.attention_mask[at] = 1;
+    }
+  }
+  if (labels == nullptr) return d;
+  d.label_width = 1;
+  if (labels->regression) {
+    d.label_dtype = DType::F32;
+    for (const TextExample& row : table.rows)
+      d.labels_f32.push_back(static_cast<float>(labels->value_of(row, table.source)));
+  } else {
+    d.label_dtype = DType::I64;
+    for (const TextExample& row : table.rows) d.labels_i64.push_back(labels->id_of(row, table.source));
+  }
+  return d;
+}
+
+namespace {
+constexpr const char* kTokenizerConfig = "tokenizer_config.json";
+}
+
+std::optional<TokenizerSettings> read_tokenizer_settings(const std::string& dir) {
+  const fs::path vocab = fs::path(dir) / "vocab.txt";
+  std::error_code ec;
+  if (!fs::is_regular_file(vocab, ec)) return std::nullopt;
+  TokenizerSettings s;
+  s.vocab_file = vocab.string();
+  const fs::path config = fs::path(dir) / kTokenizerConfig;
+  if (!fs::exists(config, ec)) return s;
+  const std::string path = config.string();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(io::read_text_file(path));
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("{}: not valid JSON ({})", path, e.what());
+  }
+  if (!j.is_object()) fail("{}: expected a JSON object", path);
+  auto boolean = [&](const char* key, bool* out) {
+    if (!j.contains(key) || j[key].is_null()) return false;
+    if (!j[key].is_boolean()) fail("{}: '{}' must be true or false", path, key);
+    *out = j[key].get<bool>();
+    return true;
+  };
+  boolean("do_lower_case", &s.options.lowercase);
+  bool strip = false;
+  if (boolean("strip_accents", &strip)) s.options.strip_accents = strip;
+  boolean("tokenize_chinese_chars", &s.options.tokenize_chinese_chars);
+  if (j.contains("model_max_length") && j["model_max_length"].is_number_integer())
+    s.model_max_length = j["model_max_length"].get<int64_t>();
+  s.config = j;
+  return s;
+}
+
+void save_tokenizer(const TokenizerSettings& s, const std::string& dir) {
+  const std::vector<uint8_t> vocab = io::read_file_bytes(s.vocab_file);
+  io::write_text_file_atomic((fs::path(dir) / "vocab.txt").string(),
+                             std::string_view(reinterpret_cast<const char*>(vocab.data()), vocab.size()));
+  nlohmann::json j = s.config.is_object() ? s.config : nlohmann::json::object();
+  j["tokenizer_class"] = "BertTokenizer";
+  j["do_lower_case"] = s.options.lowercase;
+  j["strip_accents"] = s.options.strip_accents ? nlohmann::json(*s.options.strip_accents) : nlohmann::json(nullptr);
+  j["tokenize_chinese_chars"] = s.options.tokenize_chinese_chars;
+  j["model_max_length"] = s.model_max_length;
+  for (const auto& [key, token] : {std::pair{"unk_token", "[UNK]"}, {"sep_token", "[SEP]"}, {"pad_token", "[PAD]"},
+                                   {"cls_token", "[CLS]"}, {"mask_token", "[MASK]"}})
+    if (!j.contains(key)) j[key] = token;
+  io::write_text_file_atomic((fs::path(dir) / kTokenizerConfig).string(), j.dump(2) + "\n");
+}
+
+}  // namespace anatomy

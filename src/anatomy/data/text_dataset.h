@@ -1,0 +1,58 @@
+// text_dataset.h: labelled text (text_table.h) made into training examples with
+// the WordPiece tokenizer, as Hugging Face's run_glue does it: [CLS] text [SEP]
+// (pair [SEP]), truncated longest_first to max_seq_length, labels through the
+// label vocabulary. The examples are padded to the longest of the file and
+// marked for dynamic padding: the loader pads each batch only to its own
+// longest example (DataCollatorWithPadding). Also the tokenizer's files in a
+// model directory: vocab.txt and tokenizer_config.json.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "anatomy/data/dataset.h"
+#include "anatomy/data/text_table.h"
+#include "anatomy/data/wordpiece.h"
+
+namespace anatomy {
+
+// .jsonl, .json, .csv or .tsv: a file read_text_table reads (anything else is
+// taken for pre-tokenized safetensors).
+bool is_text_data_file(const std::string& path);
+
+struct TextDataOptions {
+  int64_t max_seq_length = 128;  // tokens, [CLS] and [SEP] included
+  int threads = 0;               // encoding threads (0: one per hardware thread)
+};
+
+// The examples of `table`, tokenized: input_ids, token_type_ids and
+// attention_mask [N, L] with L the longest encoding (at most max_seq_length),
+// right-padded with the tokenizer's [PAD]; pad_per_batch set. Labels: int64
+// class ids, or float32 [N] for a regression vocabulary; none when `labels` is
+// null. A label the vocabulary lacks is an Error naming the file and line.
+Dataset tokenize_text_table(const TextTable& table, const data::WordPieceTokenizer& tokenizer,
+                            const LabelVocabulary* labels, const TextDataOptions& options);
+
+// The tokenizer a model directory carries, or that a run uses.
+struct TokenizerSettings {
+  std::string vocab_file;                // path of vocab.txt
+  data::WordPieceOptions options;        // do_lower_case, strip_accents, tokenize_chinese_chars
+  int64_t model_max_length = 512;
+  nlohmann::json config = nlohmann::json::object();  // tokenizer_config.json as read (other keys kept)
+};
+
+// `dir`/vocab.txt with the settings of `dir`/tokenizer_config.json when there
+// is one (do_lower_case, strip_accents, tokenize_chinese_chars,
+// model_max_length; Hugging Face's defaults otherwise); nullopt when `dir` has
+// no vocab.txt. A malformed tokenizer_config.json is an Error naming it.
+std::optional<TokenizerSettings> read_tokenizer_settings(const std::string& dir);
+
+// Writes `dir`/vocab.txt (a copy of settings.vocab_file) and
+// `dir`/tokenizer_config.json (BertTokenizer with these settings, as
+// AutoTokenizer.from_pretrained reads it), each atomically.
+void save_tokenizer(const TokenizerSettings& settings, const std::string& dir);
+
+}  // namespace anatomy

@@ -1,0 +1,170 @@
+// training_data.cpp: dummy, tensor or text data for a run, and the model's labels.
+#include "anatomy/train/training_data.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "anatomy/core/error.h"
+#include "anatomy/data/wordpiece.h"
+
+namespace anatomy {
+
+namespace {
+
+// id2label holds names a person gave (not Hugging Face's LABEL_i defaults).
+bool has_named_labels(const BertConfig& c) {
+  if (c.id2label.empty()) return false;
+  for (const auto& [id, name] : c.id2label)
+    if (name != fmt::format("LABEL_{}", id)) return true;
+  return false;
+}
+
+// Text training data fixes the label set: the model's own ids when its
+// config names labels that cover the data's, else the data's vocabulary
+// (integers as written, other names sorted).
+LabelVocabulary fit_labels(const TextTable& train, BertConfig& config, bool from_directory) {
+  LabelVocabulary labels = LabelVocabulary::from(train);
+  if (labels.regression) {
+    config.num_labels = 1;
+    config.problem_type = ProblemType::Regression;
+    config.id2label.clear();
+    return labels;
+  }
+  if (from_directory && has_named_labels(config)) {
+    const LabelVocabulary model = model_label_vocabulary(config);
+    bool covered = true;
+    for (const std::string& name : labels.names) covered = covered && model.ids.count(name) != 0;
+    if (covered) labels = model;
+  }
+  config.num_labels = labels.num_labels();
+  config.problem_type = ProblemType::SingleLabel;
+  config.id2label.clear();
+  for (size_t i = 0; i < labels.names.size(); ++i) config.id2label[static_cast<int64_t>(i)] = labels.names[i];
+  return labels;
+}
+
+bool parse_bool_flag(const std::string& value, const char* flag) {
+  if (value == "true" || value == "True" || value == "1") return true;
+  if (value == "false" || value == "False" || value == "0") return false;
+  fail("{} {}: expected true or false", flag, value);
+}
+
+}  // namespace
+
+TokenizerSettings resolve_tokenizer(const std::string& vocab, const std::string& model_dir,
+                                    const std::string& do_lower_case, const std::string& needed_by) {
+  std::optional<TokenizerSettings> from_model;
+  if (!model_dir.empty()) from_model = read_tokenizer_settings(model_dir);
+  TokenizerSettings s;
+  if (!vocab.empty()) {
+    if (!std::filesystem::is_regular_file(vocab)) fail("--vocab {}: no such file", vocab);
+    if (from_model) s = *from_model;  // the model's settings, another vocabulary
+    s.vocab_file = vocab;
+  } else if (from_model) {
+    s = *from_model;
+  } else {
+    fail("{}: text needs a tokenizer: give --vocab vocab.txt{}", needed_by,
+         model_dir.empty() ? "" : fmt::format(" ({} has no vocab.txt)", model_dir));
+  }
+  if (!do_lower_case.empty()) {
+    s.options.lowercase = parse_bool_flag(do_lower_case, "--do-lower-case");
+    s.options.strip_accents.reset();  // follows do_lower_case, as BertTokenizer's default
+    s.config.erase("strip_accents");
+  }
+  return s;
+}
+
+LabelVocabulary model_label_vocabulary(const BertConfig& config) {
+  LabelVocabulary v;
+  if (config.problem_type == ProblemType::Regression ||
+      (config.problem_type == ProblemType::Unset && config.num_labels == 1)) {
+    v.regression = true;
+    return v;
+  }
+  const bool named = has_named_labels(config);
+  for (int64_t i = 0; i < config.num_labels; ++i) {
+    const auto it = config.id2label.find(i);
+    const std::string name = it != config.id2label.end() ? it->second : fmt::format("LABEL_{}", i);
+    v.names.push_back(name);
+    v.ids[name] = i;
+    if (!named) v.ids[std::to_string(i)] = i;
+  }
+  return v;
+}
+
+TrainingData load_training_data(const TrainingArguments& args, ModelSource& source) {
+  TrainingData out;
+  BertConfig& config = source.config;
+  const bool train_text = !args.train_file.empty() && is_text_data_file(args.train_file);
+  const bool eval_text = !args.validation_file.empty() && is_text_data_file(args.validation_file);
+  if (eval_text && !train_text)
+    fail("--validation-file {}: text validation data needs a text --train-file (its labels name the classes)",
+         args.validation_file);
+  if (!train_text && !args.vocab.empty())
+    fail("--vocab {}: only for text data (a .jsonl, .json, .csv or .tsv --train-file)", args.vocab);
+  if (!train_text && !args.do_lower_case.empty())
+    fail("--do-lower-case {}: only for text data (a .jsonl, .json, .csv or .tsv --train-file)", args.do_lower_case);
+
+  if (train_text) {
+    const std::string what = "--train-file " + args.train_file;
+    TokenizerSettings settings = resolve_tokenizer(args.vocab, source.directory, args.do_lower_case, what);
+    if (args.max_seq_length > config.max_position_embeddings)
+      fail("--max-seq-length {}: longer than the model's max_position_embeddings ({})", args.max_seq_length,
+           config.max_position_embeddings);
+    const data::WordPieceTokenizer tokenizer = data::WordPieceTokenizer::from_file(settings.vocab_file, settings.options);
+    const auto vocab_size = static_cast<int64_t>(tokenizer.vocab_size());
+    if (source.directory.empty()) {
+      if (config.vocab_size != vocab_size)
+        out.notes.push_back(fmt::format("The {} preset's vocab_size set to {}, the size of {}", source.preset,
+                                        vocab_size, settings.vocab_file));
+      config.vocab_size = vocab_size;
+      if (config.pad_token_id >= vocab_size) config.pad_token_id = tokenizer.pad_id();
+    } else if (vocab_size > config.vocab_size) {
+      fail("{}: {} tokens, more than the model's vocab_size {} ({})", settings.vocab_file, vocab_size,
+           config.vocab_size, source.directory);
+    }
+    if (!settings.config.contains("model_max_length")) settings.model_max_length = config.max_position_embeddings;
+    TextColumns columns{args.text_column, args.text_pair_column, args.label_column};
+    if (columns.label.empty()) fail("--label-column: training needs labels");
+    const TextTable train = read_text_table(args.train_file, columns);
+    const LabelVocabulary labels = fit_labels(train, config, !source.directory.empty());
+    TextDataOptions options;
+    options.max_seq_length = args.max_seq_length;
+    out.train = tokenize_text_table(train, tokenizer, &labels, options);
+    auto note_blank = [&](const TextTable& t) {
+      if (t.blank_lines_skipped > 0)
+        out.notes.push_back(fmt::format("Skipped {} blank line{} of {}", t.blank_lines_skipped,
+                                        t.blank_lines_skipped == 1 ? "" : "s", t.source));
+    };
+    note_blank(train);
+    if (eval_text) {
+      const TextTable eval = read_text_table(args.validation_file, columns);
+      note_blank(eval);
+      out.eval = tokenize_text_table(eval, tokenizer, &labels, options);
+    }
+    out.tokenizer = settings;
+  } else {
+    out.train = args.train_file.empty() ? make_dummy_dataset(args.dummy_size, args.dummy_seq_len, args.seed)
+                                        : load_tensor_dataset(args.train_file);
+    if (args.train_file.empty() && config.num_labels == 1) {
+      // Dummy labels are all 0; a regression model gets them as floats.
+      out.train.label_dtype = DType::F32;
+      out.train.labels_f32.assign(out.train.size, 0.0f);
+      out.train.labels_i64.clear();
+    }
+    if (!source.directory.empty()) out.tokenizer = read_tokenizer_settings(source.directory);
+  }
+  validate_dataset(out.train, config);
+  if (!args.validation_file.empty()) {
+    if (!out.eval) out.eval = load_tensor_dataset(args.validation_file);
+    validate_dataset(*out.eval, config);
+    if (out.eval->label_dtype != out.train.label_dtype || out.eval->label_width != out.train.label_width)
+      fail("{}: its labels ({} x {}) are not of the training data's kind ({} x {})", out.eval->source,
+           dtype_name(out.eval->label_dtype), out.eval->label_width, dtype_name(out.train.label_dtype),
+           out.train.label_width);
+  }
+  return out;
+}
+
+}  // namespace anatomy
