@@ -254,6 +254,10 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
     if (on_gpu) {
 #ifdef ANATOMY_HAVE_NCCL
       comm = dist::make_nccl_communicator(*device.backend, session->store(), env.timeout_seconds);
+      fmt::print("{}: rank {} of {} on GPU {}; NCCL's own buffers {} (outside the ledger: NVML counts them, and "
+                 "the anatomy's \"CUDA context and kernels\" row includes them)\n",
+                 comm->describe(), comm->rank(), comm->world_size(), gpu_index,
+                 format_bytes(dist::nccl_own_bytes(*comm)));
 #else
       fail("{} ranks on GPUs need NCCL, and this build has none (it was not found when anatomy was built)",
            env.world_size);

@@ -49,6 +49,9 @@ class NcclCommunicator final : public Communicator {
       if (bytes.size() != sizeof(id)) fail("NCCL: the unique id from rank 0 has {} bytes, not {}", bytes.size(), sizeof(id));
       std::memcpy(&id, bytes.data(), sizeof(id));
     }
+    // The warm-up's buffer comes from the pool before the measurement, so that only NCCL's own memory is counted.
+    const Tensor probe = Tensor::empty(backend.ledger(), {64}, DType::F32, Category::Communication, "nccl_warm_up");
+    ANATOMY_CUDA_CHECK(cudaDeviceSynchronize());
     size_t free_before = 0, free_after = 0, total = 0;
     ANATOMY_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
     nccl_check(ncclCommInitRank(&comm_, store.world_size(), id, store.rank()), "ncclCommInitRank");
@@ -57,11 +60,11 @@ class NcclCommunicator final : public Communicator {
     ANATOMY_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     // One collective forces NCCL to set up its channels and buffers now, so that the
     // memory it takes is measured here rather than in the middle of a step.
-    void* probe = nullptr;
-    ANATOMY_CUDA_CHECK(cudaMalloc(&probe, 256));
-    nccl_check(ncclAllReduce(probe, probe, 64, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce (warm-up)");
-    ANATOMY_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    ANATOMY_CUDA_CHECK(cudaFree(probe));
+    {
+      nccl_check(ncclAllReduce(probe.raw(), probe.raw(), 64, ncclFloat32, ncclSum, comm_, stream_),
+                 "ncclAllReduce (warm-up)");
+      ANATOMY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
     ANATOMY_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
     own_bytes_ = free_before > free_after ? static_cast<int64_t>(free_before - free_after) : 0;
     int version = 0;
