@@ -44,6 +44,10 @@ class Communicator {
   virtual void broadcast(const Tensor& t, int root) = 0;
   // The backend's work queued from now on waits for the collectives queued so far.
   virtual void wait() = 0;
+  // Collectives called between these two run together (NCCL's group calls:
+  // several broadcasts from different roots at once); nothing for the store.
+  virtual void group_begin() {}
+  virtual void group_end() {}
 
   // Host numbers summed over the ranks, in rank order (the same bits on every
   // rank); blocks until every rank has given its own.

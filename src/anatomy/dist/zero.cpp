@@ -79,13 +79,15 @@ class Zero1Optimizer final : public Optimizer {
                                half_copy ? &h : nullptr);
       }
     }
-    // Every rank's updated run, from its owner, into everyone's whole copy.
+    // Every rank's updated run, from its owner, into everyone's whole copy (all at once: one group).
+    comm_.group_begin();
     for (int r = 0; r < comm_.world_size(); ++r) {
       const ShardRange& range = ranges_[static_cast<size_t>(r)];
       if (range.size() == 0) continue;
       comm_.broadcast(params.flat().slice(range.begin, {range.size()}, "weights_shard"), r);
       if (half_copy) comm_.broadcast(half_copy->flat().slice(range.begin, {range.size()}, "half_weights_shard"), r);
     }
+    comm_.group_end();
     comm_.wait();
   }
 

@@ -117,6 +117,9 @@ class NcclCommunicator final : public Communicator {
                "ncclBroadcast");
   }
 
+  void group_begin() override { nccl_check(ncclGroupStart(), "ncclGroupStart"); }
+  void group_end() override { nccl_check(ncclGroupEnd(), "ncclGroupEnd"); }
+
   void wait() override {
     if (!pending_) return;
     ANATOMY_CUDA_CHECK(cudaEventRecord(done_, stream_));
