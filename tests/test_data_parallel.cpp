@@ -216,6 +216,25 @@ TEST_P(DataParallelCpu, TwoRanksTrainAsOneProcessWithTheWholeBatch) {
 INSTANTIATE_TEST_SUITE_P(ZeroStage, DataParallelCpu, ::testing::Values(0, 1),
                          [](const ::testing::TestParamInfo<int>& info) { return "stage" + std::to_string(info.param); });
 
+// ANATOMY_DIST_FORCE=1: a world of one through the data-parallel path (the
+// store's collectives, the reducer, ZeRO-1 with one shard) is the plain run, bit for bit.
+TEST(DataParallelCpu, WorldOfOneIsThePlainRun) {
+  test::TempDir tmp;
+  const std::string flags = " --device cpu --model bert-tiny --dummy-size 24 --dummy-seq-len 16 --max-steps 4 "
+                            "--logging-steps 1 --per-device-train-batch-size 8 --no-progress";
+  const auto plain = test::run_anatomy("train" + flags + " --output-dir " + tmp.file("plain"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ::setenv("ANATOMY_DIST_FORCE", "1", 1);
+  const auto forced = test::run_anatomy("train" + flags + " --zero-stage 1 --output-dir " + tmp.file("forced"));
+  ::unsetenv("ANATOMY_DIST_FORCE");
+  ASSERT_EQ(forced.exit_code, 0) << forced.output;
+  EXPECT_NE(forced.output.find("per rank on 1 ranks"), std::string::npos) << forced.output;
+  const auto a = log_records(tmp.file("plain")), b = log_records(tmp.file("forced"));
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(b[i]["loss"].get<double>(), a[i]["loss"].get<double>());
+}
+
 TEST(DataParallelCpu, EstimateShowsTheZeroPaperBesideThePlan) {
   const auto plain = test::run_anatomy("estimate --device cpu --model bert-tiny --dummy-size 64 --dummy-seq-len 32");
   ASSERT_EQ(plain.exit_code, 0) << plain.output;

@@ -229,7 +229,10 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
   // of its LOCAL_RANK.
   const dist::DistEnvironment env = dist::read_dist_environment();
   std::optional<dist::DistSession> session;
-  if (env.distributed()) {
+  // ANATOMY_DIST_FORCE=1: a world of one through the whole data-parallel path
+  // (store, communicator, bucketed all-reduce, ZeRO), to test it on one GPU.
+  const char* force = std::getenv("ANATOMY_DIST_FORCE");
+  if (env.distributed() || (force != nullptr && std::string(force) == "1")) {
     session.emplace(dist::rendezvous(env, dist::Seconds(env.timeout_seconds)));
     session->store().start_watchdog(dist::Seconds(env.timeout_seconds));
   }

@@ -239,7 +239,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   namespace fs = std::filesystem;
   Ledger& ledger = backend_.ledger();
   ParameterSet& grads = model_.gradients();
-  const bool sharded = comm_ && world_ > 1 && args_.zero_stage >= 1;
+  const bool sharded = comm_ && args_.zero_stage >= 1;
   if (sharded && (args_.save_strategy != "no" || !args_.resume_from_checkpoint.empty()))
     fail("--zero-stage {}: checkpoints of sharded optimizer states are not written yet; train without "
          "--save-strategy / --resume-from-checkpoint, or with --zero-stage 0",
@@ -321,7 +321,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   InputSlots slots(backend_, data_, std::min(B, data_.size));
   // Data parallelism: each update's last backward all-reduces the gradients in buckets as they become final.
   std::optional<dist::GradientReducer> reducer;
-  if (comm_ && world_ > 1) {
+  if (comm_) {
     reducer.emplace(*comm_, grads.flat());
     model_.set_gradients_ready_hook([&reducer](int64_t from) { reducer->ready(from); });
   }
@@ -494,7 +494,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   }
   backend_.synchronize();
   result.seconds = seconds_since(start);
-  if (comm_ && world_ > 1) comm_->sum_host({});  // a barrier: rank 0 has written every checkpoint
+  if (comm_) comm_->sum_host({});  // a barrier: rank 0 has written every checkpoint
   if (args_.load_best_model_at_end && best_step_ > 0) {
     const std::string dir = (fs::path(args_.output_dir) / fmt::format("checkpoint-{}", best_step_)).string();
     load_weights(model_, dir, args_.seed);
