@@ -4,6 +4,7 @@
 // itself on a machine without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <regex>
 #include <string>
@@ -153,3 +154,24 @@ TEST(CudaDevice, FillRejectsHostTensors) {
 }
 
 }  // namespace
+
+// NVML numbers every GPU of the machine; CUDA only the visible ones, in its
+// own order. Matched by PCI bus id, each CUDA device has an NVML index of a
+// device with its name and memory, and no two share one.
+TEST(CudaDevice, EachCudaDeviceMapsToItsNvmlDeviceByPciBusId) {
+  SKIP_WITHOUT_GPU();
+  const anatomy::gpu::Nvml& nvml = anatomy::gpu::Nvml::instance();
+  if (!nvml.available()) GTEST_SKIP() << "NVML unavailable: " << nvml.unavailable_reason();
+  std::vector<int> seen;
+  for (int k = 0; k < anatomy::cuda::device_count(); ++k) {
+    const std::string bus = anatomy::cuda::pci_bus_id(k);
+    EXPECT_TRUE(std::regex_match(bus, std::regex("[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\\.[0-9A-Fa-f]")))
+        << "CUDA device " << k << ": '" << bus << "'";
+    const auto index = nvml.index_of_pci_bus_id(bus);
+    ASSERT_TRUE(index.has_value()) << "CUDA device " << k << " (" << bus << ") has no NVML device";
+    EXPECT_EQ(nvml.device_name(*index).value_or(""), anatomy::cuda::device_name(k));
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), *index), 0) << "two CUDA devices map to NVML device " << *index;
+    seen.push_back(*index);
+  }
+  EXPECT_FALSE(nvml.index_of_pci_bus_id("0000:FF:1F.7").has_value()) << "a bus id with no GPU";
+}

@@ -258,7 +258,8 @@ struct NvmlPeak {
   int64_t peak_mb = -1;
   void poll() {
     if (!enabled) return;
-    if (const auto m = gpu::Nvml::instance().memory(0))
+    static const int index = nvml_index_of(0);  // the children's GPU (CUDA device 0) as NVML numbers it
+    if (const auto m = gpu::Nvml::instance().memory(index))
       peak_mb = std::max<int64_t>(peak_mb, static_cast<int64_t>(m->used / (1024 * 1024)));
   }
 };
@@ -500,7 +501,7 @@ int run_bench(const BenchFlags& flags, const CLI::App& app) {
   }
   const ModelSource source = resolve_model(setup.model);
   sweep.model_config = bert_config_to_json(source.config);
-  if (setup.device != "cpu") setup.gpu_name = gpu::Nvml::instance().device_name(0).value_or("");
+  if (setup.device != "cpu") setup.gpu_name = gpu::Nvml::instance().device_name(nvml_index_of(0)).value_or("");
   if (flags.with_hf) {
     sweep.hf_script = find_hf_script(flags.hf_script);
     setup.hf_versions = check_hf(flags, sweep.hf_script, setup.device != "cpu");

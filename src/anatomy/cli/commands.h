@@ -50,6 +50,10 @@ struct DeviceChoice {
   std::string note;           // printed before the run when not empty
 };
 // `tf32` asks for TensorFloat-32 products (GPU only).
+// NVML's index of CUDA device `cuda_index` (matched by PCI bus id, so right
+// under CUDA_VISIBLE_DEVICES, which NVML ignores); `cuda_index` itself when
+// unknown.
+int nvml_index_of(int cuda_index);
 // `gpu`: which GPU (a data-parallel rank's LOCAL_RANK); 0 by default.
 DeviceChoice choose_device(const std::string& flag, bool tf32 = false, int gpu = 0);
 

@@ -23,6 +23,14 @@ int visible_gpus() {
 }
 }  // namespace
 
+int nvml_index_of(int cuda_index) {
+#ifdef ANATOMY_HAVE_CUDA
+  if (cuda_index >= 0 && cuda_index < cuda::device_count())
+    if (const auto index = gpu::Nvml::instance().index_of_pci_bus_id(cuda::pci_bus_id(cuda_index))) return *index;
+#endif
+  return cuda_index;
+}
+
 DeviceChoice choose_device(const std::string& flag, bool tf32, int gpu) {
   DeviceChoice choice;
   choice.gpu_present = visible_gpus() > 0;

@@ -89,8 +89,9 @@ int run_estimate(const EstimateFlags& flags, const CLI::App& app) {
     const gpu::Nvml& nvml = gpu::Nvml::instance();
     const bool here = flags.gpu.empty() && flags.gpu_memory.empty() && nvml.available() && nvml.device_count() > 0;
     if (here) {  // this machine's GPU, as it is now
-      r.device_name = nvml.device_name(0).value_or("GPU 0");
-      if (const auto m = nvml.memory(0)) {
+      const int index = nvml_index_of(0);  // CUDA device 0, the one `anatomy train` takes
+      r.device_name = nvml.device_name(index).value_or("GPU 0");
+      if (const auto m = nvml.memory(index)) {
         r.device_total = static_cast<int64_t>(m->total);
         r.other_processes = static_cast<int64_t>(m->used);
       }

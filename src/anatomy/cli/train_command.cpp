@@ -81,7 +81,7 @@ namespace {
 // The seed's three readings of NVML: after the CUDA context, after the model, after training.
 void print_gpu_memory(const Backend& backend) {
   if (backend.device().is_cpu()) return;
-  const auto line = gpu::gpu_memory_occupied_line(backend.device().index);
+  const auto line = gpu::gpu_memory_occupied_line(nvml_index_of(backend.device().index));
   fmt::print("{}\n", line ? *line : "GPU memory occupied: unknown (NVML unavailable).");
 }
 
@@ -236,12 +236,13 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
     session.emplace(dist::rendezvous(env, dist::Seconds(env.timeout_seconds)));
     session->store().start_watchdog(dist::Seconds(env.timeout_seconds));
   }
-  const int gpu_index = env.local_rank;
+  const int gpu_index = env.local_rank;            // CUDA's numbering (after CUDA_VISIBLE_DEVICES)
+  const int nvml_index = flags.device == "cpu" ? gpu_index : nvml_index_of(gpu_index);  // NVML's, by PCI bus id
   // NVML's reading before this process makes a CUDA context: what others hold.
   std::optional<GpuMemoryProbe> probe;
-  if (flags.device != "cpu" && gpu::Nvml::instance().available() && gpu::Nvml::instance().device_count() > gpu_index)
-    probe.emplace(gpu_index);
-  if (probe) gpu::warn_if_gpu_busy(gpu_index);  // before our context, which NVML would list too
+  if (flags.device != "cpu" && gpu::Nvml::instance().available() && gpu::Nvml::instance().device_count() > nvml_index)
+    probe.emplace(nvml_index);
+  if (probe) gpu::warn_if_gpu_busy(nvml_index);  // before our context, which NVML would list too
   DeviceChoice device = choose_device(flags.device, flags.tf32, gpu_index);
   std::unique_ptr<ProfilingBackend> profiler;
   if (flags.profile_steps > 0) profiler = std::make_unique<ProfilingBackend>(*device.backend);
@@ -271,8 +272,8 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
   }
   DeviceFacts facts;
   if (on_gpu) {
-    facts.name = gpu::Nvml::instance().device_name(backend.device().index).value_or("");
-    if (const auto m = gpu::Nvml::instance().memory(backend.device().index))
+    facts.name = gpu::Nvml::instance().device_name(nvml_index).value_or("");
+    if (const auto m = gpu::Nvml::instance().memory(nvml_index))
       facts.total = static_cast<int64_t>(m->total);
     fmt::print("GPU: {}\n", facts.name.empty() ? "unknown" : facts.name);
     print_gpu_memory(backend);

@@ -65,6 +65,9 @@ struct Nvml::Api {
   nvmlReturn_t (*device_name)(nvmlDevice_t, char*, unsigned) = nullptr;
   nvmlReturn_t (*memory_info)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
   nvmlReturn_t (*driver_version)(char*, unsigned) = nullptr;
+  // Optional: the CUDA device's NVML index (index_of_pci_bus_id).
+  nvmlReturn_t (*handle_by_pci_bus_id)(const char*, nvmlDevice_t*) = nullptr;
+  nvmlReturn_t (*device_index)(nvmlDevice_t, unsigned*) = nullptr;
   // Optional: only used to word unavailable_reason().
   const char* (*error_string)(nvmlReturn_t) = nullptr;
   // Optional (processes() answers std::nullopt without them): the newest
@@ -144,6 +147,10 @@ Nvml::Nvml() {
   ok = resolve(library_, "nvmlDeviceGetMemoryInfo", &api_->memory_info, &missing) && ok;
   ok = resolve(library_, "nvmlSystemGetDriverVersion", &api_->driver_version, &missing) && ok;
   api_->error_string = reinterpret_cast<const char* (*)(nvmlReturn_t)>(dlsym(library_, "nvmlErrorString"));
+  api_->handle_by_pci_bus_id = reinterpret_cast<nvmlReturn_t (*)(const char*, nvmlDevice_t*)>(
+      dlsym(library_, "nvmlDeviceGetHandleByPciBusId_v2"));
+  api_->device_index =
+      reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned*)>(dlsym(library_, "nvmlDeviceGetIndex"));
   resolve_process_queries(library_, &api_->compute_processes, &api_->graphics_processes,
                           &api_->process_info_size);
   if (!ok) {
@@ -194,6 +201,15 @@ std::optional<GpuMemory> Nvml::memory(int index) const {
   nvmlMemory_t info{};
   if (api_->memory_info(device, &info) != NVML_SUCCESS) return std::nullopt;
   return GpuMemory{info.total, info.free, info.used};
+}
+
+std::optional<int> Nvml::index_of_pci_bus_id(const std::string& bus_id) const {
+  if (!available_ || !api_->handle_by_pci_bus_id || !api_->device_index || bus_id.empty()) return std::nullopt;
+  nvmlDevice_t device = nullptr;
+  if (api_->handle_by_pci_bus_id(bus_id.c_str(), &device) != NVML_SUCCESS) return std::nullopt;
+  unsigned index = 0;
+  if (api_->device_index(device, &index) != NVML_SUCCESS) return std::nullopt;
+  return static_cast<int>(index);
 }
 
 std::optional<std::string> Nvml::driver_version() const {

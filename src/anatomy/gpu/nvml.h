@@ -41,6 +41,10 @@ class Nvml {
   // every process on the device, CUDA contexts included.
   std::optional<GpuMemory> memory(int index) const;
   std::optional<std::string> driver_version() const;
+  // NVML's index of the device at PCI bus id `bus_id` ("0000:3B:00.0", as
+  // cudaDeviceGetPCIBusId gives it); std::nullopt when unknown. NVML numbers
+  // every GPU of the machine, whatever CUDA_VISIBLE_DEVICES hides or reorders.
+  std::optional<int> index_of_pci_bus_id(const std::string& bus_id) const;
 
   // The processes with a compute or graphics context on the device, each pid
   // once; std::nullopt when NVML, the device or the query is unavailable.

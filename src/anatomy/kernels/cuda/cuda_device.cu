@@ -108,6 +108,15 @@ std::string device_name(int index) {
   return prop.name;
 }
 
+std::string pci_bus_id(int index) {
+  char id[32] = {};
+  if (cudaDeviceGetPCIBusId(id, sizeof id, index) != cudaSuccess) {
+    cudaGetLastError();  // clear it: not knowing is an answer
+    return "";
+  }
+  return id;
+}
+
 std::unique_ptr<DeviceAllocator> make_cuda_allocator(int index) {
   int count = device_count();
   if (index < 0 || index >= count) fail("no CUDA device {} (this machine has {})", index, count);

@@ -15,6 +15,9 @@ namespace anatomy::cuda {
 // Number of CUDA devices; 0 when there is no driver or no GPU (never throws).
 int device_count();
 std::string device_name(int index);
+// The PCI bus id of CUDA device `index` ("0000:3B:00.0"); "" when unknown.
+// Makes no CUDA context.
+std::string pci_bus_id(int index);
 
 // The ledger's pool (core/pool.h) over cudaMalloc'd segments of device
 // `index`. allocate() returns nullptr when the device is out of memory, so
