@@ -238,6 +238,21 @@ TEST(DataParallelResumeErrors, AnotherWorldStageOrAMissingShardIsOneClearError) 
                                       "with ZeRO stage 0"))
       << stage0.output;
 
+  // Stage 0 too: every rank holds the whole states, but the data position
+  // counts batches of each rank's shard, so another world is refused.
+  const std::string out0 = tmp.file("out0");
+  const std::string common0 = common.substr(0, common.find("--output-dir")) + "--output-dir " + out0;
+  const auto made0 = test::run_anatomy(launch_two(common0 + " --save-strategy steps --save-steps 2"));
+  ASSERT_EQ(made0.exit_code, 0) << made0.output;
+  const auto log_before = io::read_file_bytes(out0 + "/log.jsonl");
+  const auto single0 = test::run_anatomy("train " + common0 + " --resume-from-checkpoint latest");
+  EXPECT_EQ(single0.exit_code, 1) << single0.output;
+  EXPECT_TRUE(contains(single0.output, "error: --resume-from-checkpoint " + out0 + "/checkpoint-2: the checkpoint "
+                                       "was made by 2 ranks with ZeRO stage 0, this run is 1 process with ZeRO "
+                                       "stage 0; resume with the same number of ranks and --zero-stage"))
+      << single0.output;
+  EXPECT_EQ(io::read_file_bytes(out0 + "/log.jsonl"), log_before) << "the refused run touched the log";
+
   // Rank 1's shard gone: rank 1 names the file, and the launcher names rank 1.
   const std::string broken = tmp.file("broken");
   fs::copy(out + "/checkpoint-2", broken, fs::copy_options::recursive);
@@ -316,6 +331,8 @@ struct KillCase {
   bool launcher;  // under anatomy launch, or two processes started by hand
   int killed;     // the rank that gets SIGKILL
 };
+
+void PrintTo(const KillCase& c, std::ostream* os) { *os << c.name; }
 
 class DataParallelKill : public ::testing::TestWithParam<KillCase> {};
 
