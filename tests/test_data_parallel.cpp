@@ -211,6 +211,38 @@ TEST_P(DataParallelCpu, TwoRanksTrainAsOneProcessWithTheWholeBatch) {
     EXPECT_NEAR(static_cast<double>(rank0), single_states / 2.0, 64 * 8);
     EXPECT_NEAR(static_cast<double>(rank0 + rank1), static_cast<double>(single_states), 8.0);
   }
+
+  // The anatomy across the ranks: rank 0's table and ranks.json, each rank's
+  // figures as its own anatomy.json has them, and the sums over the ranks.
+  EXPECT_NE(ranks.output.find("[rank 0] Memory per rank"), std::string::npos) << ranks.output;
+  EXPECT_EQ(ranks.output.find("[rank 1] Memory per rank"), std::string::npos) << "rank 0 alone prints it";
+  const auto per_rank = nlohmann::json::parse(std::ifstream(two + "/ranks.json"));
+  ASSERT_EQ(per_rank["world_size"], 2);
+  EXPECT_EQ(per_rank["zero_stage"], stage);
+  ASSERT_EQ(per_rank["ranks"].size(), 2u);
+  int64_t peaks = 0;
+  for (int r = 0; r < 2; ++r) {
+    const auto own = nlohmann::json::parse(std::ifstream(r == 0 ? two + "/anatomy.json" : two + "/rank-1/anatomy.json"));
+    const auto& row = per_rank["ranks"][r];
+    EXPECT_EQ(row["rank"], r);
+    EXPECT_EQ(row["peak"], own["ledger"]["peak_total"]) << "rank " << r;
+    EXPECT_EQ(row["at_peak"], own["ledger"]["at_peak"]) << "rank " << r;
+    peaks += row["peak"].get<int64_t>();
+  }
+  EXPECT_EQ(per_rank["total"]["peak"].get<int64_t>(), peaks);
+  const int64_t states0 = per_rank["ranks"][0]["at_peak"]["optimizer_states"].get<int64_t>();
+  const int64_t states1 = per_rank["ranks"][1]["at_peak"]["optimizer_states"].get<int64_t>();
+  const int64_t states_total = per_rank["total"]["at_peak"]["optimizer_states"].get<int64_t>();
+  EXPECT_EQ(states_total, states0 + states1);
+  if (stage == 0) {
+    EXPECT_EQ(states0, single_states);
+    EXPECT_EQ(states1, single_states);
+  } else {
+    // Two shards of AdamW's moments: together exactly one process's states.
+    EXPECT_EQ(states_total, single_states);
+    EXPECT_GT(states1, 0);
+    EXPECT_LT(states1, single_states);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(ZeroStage, DataParallelCpu, ::testing::Values(0, 1),

@@ -51,6 +51,17 @@ void write_memory_reports(const MemoryAnatomy& anatomy, const std::string& dir, 
   fmt::print("Memory anatomy written to {} and {}\n", json_path, html_path);
 }
 
+std::vector<RankMemory> gather_rank_memory(dist::Communicator& comm, const LedgerSnapshot& ledger) {
+  const auto world = static_cast<size_t>(comm.world_size()), rank = static_cast<size_t>(comm.rank());
+  const std::vector<double> mine = rank_memory_fields(ledger);
+  std::vector<double> slots(world * kRankMemoryFields, 0.0);
+  std::copy(mine.begin(), mine.end(), slots.begin() + static_cast<std::ptrdiff_t>(rank * kRankMemoryFields));
+  const std::vector<double> all = comm.sum_host(slots);
+  std::vector<RankMemory> out;
+  for (size_t r = 0; r < world; ++r) out.push_back(rank_memory_from_fields(static_cast<int>(r), &all[r * kRankMemoryFields]));
+  return out;
+}
+
 std::vector<FittingSetting> settings_that_fit(const BertConfig& config, const TrainingArguments& args,
                                               const DataShape& shape, const PlanTarget& target) {
   std::vector<FittingSetting> out;

@@ -9,6 +9,8 @@
 
 #include "anatomy/anatomy/memory_anatomy.h"
 #include "anatomy/anatomy/memory_plan.h"
+#include "anatomy/anatomy/rank_memory.h"
+#include "anatomy/dist/communicator.h"
 #include "anatomy/gpu/nvml.h"
 #include "anatomy/kernels/backend.h"
 
@@ -44,6 +46,11 @@ MemoryAnatomy take_memory_anatomy(Backend& backend, const DeviceFacts& facts, in
 // `extra_sections`: more HTML for report.html (the time anatomy's section).
 void write_memory_reports(const MemoryAnatomy& anatomy, const std::string& dir,
                           const std::string& extra_sections = "");
+
+// Every rank's ledger peak and composition at it, gathered through the
+// communicator's host sums (each rank fills its own slot of a world-sized
+// vector, so the sum is everyone's figures). Every rank must call it.
+std::vector<RankMemory> gather_rank_memory(dist::Communicator& comm, const LedgerSnapshot& ledger);
 
 // A setting that fits, as flags, with its predicted NVML use.
 struct FittingSetting {

@@ -215,6 +215,18 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
     time_section = time_report_section_html(summary);
   }
   if (!out_dir.empty()) write_memory_reports(anatomy, out_dir, time_section);
+  if (run.comm && run.comm->world_size() > 1) {
+    // The anatomy across the ranks, on rank 0.
+    const std::vector<RankMemory> ranks = gather_rank_memory(*run.comm, anatomy.ledger);
+    if (writer) {
+      fmt::print("\n{}", format_rank_memory_table(ranks));
+      if (!args.output_dir.empty()) {
+        const std::string path = (std::filesystem::path(args.output_dir) / "ranks.json").string();
+        io::write_text_file_atomic(path, rank_memory_json(ranks, args.zero_stage));
+        fmt::print("Memory per rank written to {}\n", path);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -61,10 +62,28 @@ nlohmann::json state_json(const TrainerState& s) {
           {"shuffle", s.shuffle},
           {"drop_last", s.drop_last},
           {"group_by_length", s.group_by_length},
-          {"precision", s.precision}};
+          {"precision", s.precision},
+          {"world_size", s.world_size},
+          {"zero_stage", s.zero_stage}};
 }
 
-void write_optimizer(const std::string& path, const Optimizer& optimizer, Backend& backend) {
+int rank_of(const CheckpointRanks& r) { return r.comm ? r.comm->rank() : 0; }
+int world_of(const CheckpointRanks& r) { return r.comm ? r.comm->world_size() : 1; }
+
+// The metadata that places a shard of the optimizer states.
+std::map<std::string, std::string> shard_metadata(const CheckpointRanks& r) {
+  return {{"rank", std::to_string(rank_of(r))},
+          {"world_size", std::to_string(world_of(r))},
+          {"shard_begin", std::to_string(r.shard_begin)},
+          {"shard_end", std::to_string(r.shard_end)},
+          {"shard_total", std::to_string(r.shard_total)}};
+}
+
+// "1 process", "2 ranks".
+std::string ranks_phrase(int64_t world) { return world == 1 ? "1 process" : fmt::format("{} ranks", world); }
+
+void write_optimizer(const std::string& path, const Optimizer& optimizer, Backend& backend,
+                     std::map<std::string, std::string> metadata = {}) {
   const auto states = optimizer.state_tensors();
   std::vector<std::vector<uint8_t>> host(states.size());
   std::vector<io::StWriteTensor> tensors;
@@ -77,27 +96,55 @@ void write_optimizer(const std::string& path, const Optimizer& optimizer, Backen
     tensors.push_back({states[i].first, t.dtype() == DType::F32 ? io::StDType::F32 : io::StDType::U8, t.shape(),
                        host[i].data()});
   }
-  io::write_safetensors(path, tensors,
-                        {{"optimizer", optimizer.name()}, {"steps", std::to_string(optimizer.steps_taken())}});
+  metadata["optimizer"] = optimizer.name();
+  metadata["steps"] = std::to_string(optimizer.steps_taken());
+  io::write_safetensors(path, tensors, metadata);
 }
 
 }  // namespace
 
+std::string optimizer_shard_file(int64_t rank, int64_t world_size) {
+  return fmt::format("optimizer-rank-{}-of-{}.safetensors", rank, world_size);
+}
+
 void save_checkpoint(const std::string& output_dir, const BertForSequenceClassification& model, Backend& backend,
                      const Optimizer& optimizer, const TrainerState& state, const TokenizerSettings* tokenizer,
-                     int64_t total_limit, int64_t keep_step) {
+                     int64_t total_limit, int64_t keep_step, const CheckpointRanks& ranks) {
+  const int rank = rank_of(ranks), world = world_of(ranks);
+  ANATOMY_CHECK(state.world_size == world, "save_checkpoint: a state of {} ranks saved by {}", state.world_size, world);
   const fs::path final_dir = fs::path(output_dir) / fmt::format("checkpoint-{}", state.global_step);
-  // Stale hidden directories are what a killed save leaves; this process's own name is unique.
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(output_dir, ec))
-    if (entry.path().filename().string().rfind(".checkpoint-", 0) == 0) fs::remove_all(entry.path(), ec);
-  const fs::path partial = fs::path(output_dir) / fmt::format(".checkpoint-{}.partial.{}", state.global_step, getpid());
-  fs::create_directories(partial, ec);
-  if (ec) fail("{}: cannot create ({})", partial.string(), ec.message());
-  save_pretrained(model, backend, partial.string());
-  write_optimizer((partial / kOptimizerFile).string(), optimizer, backend);
-  if (tokenizer != nullptr) save_tokenizer(*tokenizer, partial.string());
-  io::write_text_file_atomic((partial / kStateFile).string(), state_json(state).dump(2) + "\n");
+  // Rank 0 owns the directory: stale hidden directories are what a killed
+  // save leaves; this process's own name is unique.
+  int64_t owner = getpid();
+  if (rank == 0) {
+    for (const auto& entry : fs::directory_iterator(output_dir, ec))
+      if (entry.path().filename().string().rfind(".checkpoint-", 0) == 0) fs::remove_all(entry.path(), ec);
+    const fs::path partial = fs::path(output_dir) / fmt::format(".checkpoint-{}.partial.{}", state.global_step, owner);
+    fs::create_directories(partial, ec);
+    if (ec) fail("{}: cannot create ({})", partial.string(), ec.message());
+  }
+  // Every rank learns rank 0's process id, so the directory's name, once rank 0 has made it.
+  if (world > 1)
+    owner = std::llround(ranks.comm->sum_host({rank == 0 ? static_cast<double>(owner) : 0.0}).at(0));
+  const fs::path partial = fs::path(output_dir) / fmt::format(".checkpoint-{}.partial.{}", state.global_step, owner);
+  if (rank != 0 && !fs::is_directory(partial))
+    fail("{}: rank 0 made this directory and rank {} does not see it: the ranks of a run that saves checkpoints "
+         "must share --output-dir (one host, or a shared filesystem)",
+         partial.string(), rank);
+  if (rank == 0) {
+    save_pretrained(model, backend, partial.string());
+    if (tokenizer != nullptr) save_tokenizer(*tokenizer, partial.string());
+  }
+  if (ranks.sharded)
+    write_optimizer((partial / optimizer_shard_file(rank, world)).string(), optimizer, backend,
+                    shard_metadata(ranks));
+  else if (rank == 0)
+    write_optimizer((partial / kOptimizerFile).string(), optimizer, backend);
+  if (rank == 0) io::write_text_file_atomic((partial / kStateFile).string(), state_json(state).dump(2) + "\n");
+  // Every rank's part is written: only now may the checkpoint appear.
+  if (world > 1) ranks.comm->sum_host({});
+  if (rank != 0) return;
   // An older checkpoint of the same step (a run repeated into this directory)
   // is moved aside first: rename cannot replace a directory that has files.
   if (fs::exists(final_dir)) {
@@ -161,8 +208,10 @@ TrainerState read_trainer_state(const std::string& dir) {
     s.drop_last = j.at("drop_last").get<bool>();
     s.group_by_length = j.value("group_by_length", false);  // absent from checkpoints made before it existed
     s.precision = j.at("precision").get<std::string>();
+    s.world_size = j.value("world_size", int64_t{1});  // absent from checkpoints made before data parallelism
+    s.zero_stage = j.value("zero_stage", int64_t{0});
     if (s.global_step < 0 || s.updates < 0 || s.updates > s.global_step || s.micro_batches < 0 ||
-        !(s.loss_scale > 0))
+        !(s.loss_scale > 0) || s.world_size < 1 || s.zero_stage < 0 || s.zero_stage > 1)
       fail("{}: inconsistent counters", path);
     return s;
   } catch (const nlohmann::json::exception& e) {
@@ -171,8 +220,16 @@ TrainerState read_trainer_state(const std::string& dir) {
 }
 
 TrainerState load_checkpoint(const std::string& dir, BertForSequenceClassification& model, Optimizer& optimizer,
-                             Backend& backend, const TrainerState& expected) {
+                             Backend& backend, const TrainerState& expected, const CheckpointRanks& ranks) {
   const TrainerState s = read_trainer_state(dir);
+  // The data position counts batches of each rank's shard, and stage 1's
+  // states are cut per rank: another world or stage cannot continue this run.
+  if (s.world_size != expected.world_size || s.zero_stage != expected.zero_stage)
+    fail("--resume-from-checkpoint {}: the checkpoint was made by {} with ZeRO stage {}, this run is {} with ZeRO "
+         "stage {}; resume with the same number of ranks and --zero-stage",
+         dir, ranks_phrase(s.world_size), s.zero_stage, ranks_phrase(expected.world_size), expected.zero_stage);
+  ANATOMY_CHECK(expected.world_size == world_of(ranks), "load_checkpoint: a state of {} ranks loaded by {}",
+                expected.world_size, world_of(ranks));
   auto same = [&](const char* what, const auto& theirs, const auto& ours) {
     if (theirs != ours)
       fail("--resume-from-checkpoint {}: the checkpoint was made with {} {}, this run has {}", dir, what,
@@ -192,12 +249,20 @@ TrainerState load_checkpoint(const std::string& dir, BertForSequenceClassificati
   if (!report.initialised.empty())
     fail("{}: the checkpoint lacks {} (and {} more)", dir, report.initialised.front(), report.initialised.size() - 1);
 
-  const std::string path = (fs::path(dir) / kOptimizerFile).string();
+  const std::string path =
+      (fs::path(dir) / (ranks.sharded ? optimizer_shard_file(rank_of(ranks), world_of(ranks)) : kOptimizerFile))
+          .string();
+  if (!fs::exists(path)) fail("{}: not a whole checkpoint ({} is missing)", dir, fs::path(path).filename().string());
   const io::SafetensorsFile file = io::SafetensorsFile::open(path);
   const auto meta = file.metadata();
   if (!meta.count("optimizer") || meta.at("optimizer") != optimizer.name())
     fail("{}: holds the states of optimizer '{}', this run uses {}", path,
          meta.count("optimizer") ? meta.at("optimizer") : "?", optimizer.name());
+  if (ranks.sharded)
+    for (const auto& [key, value] : shard_metadata(ranks))
+      if (!meta.count(key) || meta.at(key) != value)
+        fail("{}: its {} is {}, rank {} of this run has {} (a shard of another model or world)", path, key,
+             meta.count(key) ? meta.at(key) : "missing", rank_of(ranks), value);
   const auto states = optimizer.state_tensors();
   for (const auto& [name, tensor] : states) {
     const io::StTensorInfo& info = file.info(name);

@@ -11,12 +11,22 @@
 // directory beside it and renamed into place, so a run killed while saving
 // leaves the previous complete checkpoint and a stale hidden directory (which
 // the next save removes), never a checkpoint-N that loads wrong.
+//
+// Under data parallelism every rank calls save_checkpoint at the same step.
+// Rank 0 writes what a single process writes; with ZeRO stage 1 every rank
+// also writes its shard of the optimizer states, optimizer-rank-K-of-N.safetensors
+// (its run of the flat parameter buffer recorded in the file's metadata), into
+// the same hidden directory, and rank 0 renames the directory into place only
+// after every rank has written its part (a barrier through the communicator).
+// So the ranks must share the output directory (one host, or a shared
+// filesystem). A resume needs the world size and ZeRO stage of the checkpoint.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "anatomy/data/text_dataset.h"
+#include "anatomy/dist/communicator.h"
 #include "anatomy/kernels/backend.h"
 #include "anatomy/model/bert.h"
 #include "anatomy/optim/optimizer.h"
@@ -36,15 +46,33 @@ struct TrainerState {
   int64_t per_device_train_batch_size = 0, gradient_accumulation_steps = 0, examples = 0;
   bool shuffle = true, drop_last = false, group_by_length = false;
   std::string precision;      // fp32, bf16 or fp16
+  // Data parallelism: the ranks of the run and its ZeRO stage (1: the
+  // optimizer states are sharded, one file per rank). micro_batches then
+  // counts the batches of each rank's shard (the same on every rank).
+  int64_t world_size = 1;
+  int64_t zero_stage = 0;
 };
+
+// The ranks of a data-parallel run, as its checkpoints see them.
+struct CheckpointRanks {
+  dist::Communicator* comm = nullptr;  // null (or a world of one): a single process
+  // ZeRO stage 1: this rank holds the optimizer states of [shard_begin,
+  // shard_end) of the flat parameter buffer of shard_total elements.
+  bool sharded = false;
+  int64_t shard_begin = 0, shard_end = 0, shard_total = 0;
+};
+
+// "optimizer-rank-1-of-2.safetensors": rank K's shard of the optimizer states.
+std::string optimizer_shard_file(int64_t rank, int64_t world_size);
 
 // Writes output_dir/checkpoint-<state.global_step>, with the tokenizer's
 // vocab.txt and tokenizer_config.json when `tokenizer` is given. Then keeps
 // only the newest `total_limit` checkpoints (0: all), and
 // checkpoint-<keep_step> besides (the best model's, as Hugging Face keeps it).
+// With `ranks.comm`, every rank of the run calls it (see above).
 void save_checkpoint(const std::string& output_dir, const BertForSequenceClassification& model, Backend& backend,
                      const Optimizer& optimizer, const TrainerState& state, const TokenizerSettings* tokenizer,
-                     int64_t total_limit, int64_t keep_step = 0);
+                     int64_t total_limit, int64_t keep_step = 0, const CheckpointRanks& ranks = {});
 
 // "latest": the checkpoint-N of output_dir with the largest N (an error when
 // there is none); anything else: that directory.
@@ -55,8 +83,11 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir);
 
 // Loads the model's weights and the optimizer's states and steps from a
 // checkpoint written by save_checkpoint. `expected` holds this run's settings:
-// a checkpoint of other settings is an error naming the setting.
+// a checkpoint of other settings (another world size or ZeRO stage included)
+// is an error naming the setting. With ZeRO stage 1 each rank reads its own
+// shard, whose recorded run must be this rank's.
 TrainerState load_checkpoint(const std::string& checkpoint_dir, BertForSequenceClassification& model,
-                             Optimizer& optimizer, Backend& backend, const TrainerState& expected);
+                             Optimizer& optimizer, Backend& backend, const TrainerState& expected,
+                             const CheckpointRanks& ranks = {});
 
 }  // namespace anatomy

@@ -240,10 +240,6 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   Ledger& ledger = backend_.ledger();
   ParameterSet& grads = model_.gradients();
   const bool sharded = comm_ && args_.zero_stage >= 1;
-  if (sharded && (args_.save_strategy != "no" || !args_.resume_from_checkpoint.empty()))
-    fail("--zero-stage {}: checkpoints of sharded optimizer states are not written yet; train without "
-         "--save-strategy / --resume-from-checkpoint, or with --zero-stage 0",
-         args_.zero_stage);
   const std::unique_ptr<Optimizer> optimizer =
       sharded ? dist::make_zero1_optimizer(backend_, *comm_, model_.weights(), optimizer_options(args_))
               : make_optimizer(backend_, model_.weights(), optimizer_options(args_));
@@ -260,12 +256,35 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   state.group_by_length = args_.group_by_length;
   state.precision = args_.bf16 ? "bf16" : args_.fp16 ? "fp16" : "fp32";
   state.loss_scale = args_.fp16 ? 65536.0 : 1.0;
+  state.world_size = world_;
+  state.zero_stage = sharded ? 1 : 0;
+  // Where this rank's part of a checkpoint goes (ZeRO stage 1: its shard of the optimizer states).
+  CheckpointRanks ranks;
+  ranks.comm = world_ > 1 ? comm_ : nullptr;
+  if (sharded) {
+    const dist::ShardRange mine = dist::shard_range(model_.weights().flat().numel(), comm_->rank(), world_);
+    ranks.sharded = true;
+    ranks.shard_begin = mine.begin;
+    ranks.shard_end = mine.end;
+    ranks.shard_total = model_.weights().flat().numel();
+  }
   if (!args_.resume_from_checkpoint.empty()) {
     const std::string dir = resolve_checkpoint(args_.resume_from_checkpoint, args_.output_dir);
-    state = load_checkpoint(dir, model_, *optimizer, backend_, state);
+    state = load_checkpoint(dir, model_, *optimizer, backend_, state, ranks);
     if (state.global_step > total_steps_)
       fail("--resume-from-checkpoint {}: the checkpoint is at step {}, past this run's {} steps", dir,
            state.global_step, total_steps_);
+    if (ranks.comm) {
+      // Every rank must continue from the same step: the same checkpoint, seen by all.
+      std::vector<double> mine(static_cast<size_t>(world_), 0.0);
+      mine[static_cast<size_t>(comm_->rank())] = static_cast<double>(state.global_step);
+      const std::vector<double> all = comm_->sum_host(mine);
+      for (int r = 1; r < world_; ++r)
+        if (all[static_cast<size_t>(r)] != all[0])
+          fail("--resume-from-checkpoint {}: rank 0 resumed from step {} and rank {} from step {}: every rank must "
+               "see the same checkpoints (a shared --output-dir)",
+               args_.resume_from_checkpoint, all[0], r, all[static_cast<size_t>(r)]);
+    }
     fmt::print("Resuming from {}: step {} of {}\n", dir, state.global_step, total_steps_);
   }
   const int64_t first_step = state.global_step;
@@ -480,7 +499,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
     }
     const bool save = (args_.save_strategy == "steps" && (step + 1) % args_.save_steps == 0) ||
                       (args_.save_strategy == "epoch" && (step + 1) % steps_per_epoch_ == 0);
-    if (save && writer_) {
+    if (save) {  // every rank: rank 0 writes the checkpoint, each rank its shard of the optimizer states
       backend_.synchronize();
       state.global_step = step + 1;
       state.updates = updates;
@@ -489,7 +508,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       state.clean_steps = clean_steps;
       state.skipped_steps = result.skipped_steps;
       save_checkpoint(args_.output_dir, model_, backend_, *optimizer, state, tokenizer ? &*tokenizer : nullptr,
-                      args_.save_total_limit, best_step_);
+                      args_.save_total_limit, best_step_, ranks);
     }
   }
   backend_.synchronize();

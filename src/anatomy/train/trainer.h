@@ -65,7 +65,9 @@ class Trainer {
   // Data parallelism (set before train()): this rank trains on its shard of
   // every epoch (torch's DistributedSampler), gradients are averaged over the
   // ranks during backward, and the logged loss and samples are the world's.
-  // Only rank 0 writes log.jsonl and checkpoints.
+  // Only rank 0 writes log.jsonl and the checkpoints (every rank takes part
+  // in a save: under ZeRO stage 1 each writes its shard of the optimizer
+  // states; see checkpointing.h).
   void set_communicator(dist::Communicator* communicator);
   // The tokenizer each checkpoint carries (vocab.txt, tokenizer_config.json).
   // Unset: the model directory's, when it has a vocab.txt.
