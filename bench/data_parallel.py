@@ -11,7 +11,7 @@ Losses (--losses): `--steps` optimizer steps with global batch G: one GPU with b
 with G/N each, in bf16 with dropout 0.1 (each rank draws its own masks: the curves track, they are not
 equal) and in fp32 with dropout off (the same computation up to summation order: within --fp32-rtol).
 
-    python3 bench/data_parallel.py --anatomy build/anatomy [--gpus 2] [--batch 32 64] [--samples 2048]
+    python3 bench/data_parallel.py --anatomy build/anatomy [--gpus 2] [--batch 32 64] [--samples 2048] [--zero-stage 1]
                                    [--losses] [--json out.json]
 """
 import argparse
@@ -40,21 +40,33 @@ def figure(pattern, text, what):
 
 
 def train_args(args, extra):
-    return ["train", "--model", args.model, "--dummy-seq-len", str(args.seq_len), "--no-progress"] + extra
+    return ["train", "--model", args.model, "--dummy-seq-len", str(args.seq_len), "--device", args.device,
+            "--no-progress"] + extra
+
+
+def precision_flags(args):
+    return [] if args.precision == "fp32" else ["--" + args.precision]
 
 
 def throughput(args, batch):
-    one = run([args.anatomy] + train_args(args, ["--bf16", "--per-device-train-batch-size", str(batch),
-                                                 "--dummy-size", str(args.samples)]))
+    one = run([args.anatomy] + train_args(args, precision_flags(args) + ["--per-device-train-batch-size", str(batch),
+                                                                        "--dummy-size", str(args.samples)]))
     many = run([args.anatomy, "launch", "--nproc-per-node", str(args.gpus), "--"] +
-               train_args(args, ["--bf16", "--per-device-train-batch-size", str(batch),
-                                 "--dummy-size", str(args.samples * args.gpus)]))
+               train_args(args, precision_flags(args) + ["--per-device-train-batch-size", str(batch),
+                                                         "--dummy-size", str(args.samples * args.gpus),
+                                                         "--zero-stage", str(args.zero_stage)]))
     s1 = float(figure(r"^Samples/second: ([0-9.]+)", one, "Samples/second")[-1])
     sn = float(figure(r"^\[rank 0\] Samples/second: ([0-9.]+)", many, "rank 0's Samples/second")[-1])
-    m1 = int(figure(r"^GPU memory occupied: ([0-9]+) MB", one, "GPU memory")[-1])
-    mn = [int(m) for m in figure(r"^\[rank \d+\] GPU memory occupied: ([0-9]+) MB", many, "GPU memory")]
+    memory = r"GPU memory occupied: ([0-9]+) MB" if args.device == "cuda" else r"CPU memory occupied \(peak RSS\): ([0-9]+) MB"
+    m1 = int(figure("^" + memory, one, "memory")[-1])
+    mn = [int(m) for m in figure(r"^\[rank \d+\] " + memory, many, "memory")]
+    # Each rank's prediction against its measurement (the plan before training, the anatomy after).
+    ledger_err = re.findall(r"^\[rank \d+\] Predicted ledger peak .*?, measured .*? \(error ([+-][0-9.]+)%\)", many, re.M)
+    nvml_err = re.findall(r"^\[rank \d+\] Predicted NVML use .*?, measured .*? \(error ([+-][0-9.]+)%\)", many, re.M)
     return dict(batch=batch, one_gpu=s1, n_gpus=sn, ratio=sn / s1, efficiency=sn / s1 / args.gpus,
-                memory_one_mb=m1, memory_n_mb=max(mn[-args.gpus:]))
+                memory_one_mb=m1, memory_n_mb=max(mn[-args.gpus:]),
+                ledger_prediction_error_pct=[float(e) for e in ledger_err],
+                nvml_prediction_error_pct=[float(e) for e in nvml_err])
 
 
 def losses(log_path):
@@ -81,12 +93,14 @@ def compare_losses(args, tmp, precision):
         config["hidden_dropout_prob"] = config["attention_probs_dropout_prob"] = 0.0
         json.dump(config, open(path, "w"), indent=2)
     else:
-        extra.append("--bf16")
-    base = ["train", "--model", model, "--dummy-seq-len", str(args.seq_len), "--no-progress"] + extra
+        extra += precision_flags(args)
+    base = ["train", "--model", model, "--dummy-seq-len", str(args.seq_len), "--device", args.device,
+            "--no-progress"] + extra
     d1, dn = os.path.join(tmp, precision + "-1"), os.path.join(tmp, precision + "-n")
     run([args.anatomy] + base + ["--per-device-train-batch-size", str(g), "--output-dir", d1])
     run([args.anatomy, "launch", "--nproc-per-node", str(args.gpus), "--"] + base +
-        ["--per-device-train-batch-size", str(g // args.gpus), "--output-dir", dn])
+        ["--per-device-train-batch-size", str(g // args.gpus), "--zero-stage", str(args.zero_stage),
+         "--output-dir", dn])
     a, b = losses(os.path.join(d1, "log.jsonl")), losses(os.path.join(dn, "log.jsonl"))
     if sorted(a) != sorted(b):
         raise SystemExit(f"{precision}: the runs logged different steps")
@@ -110,22 +124,28 @@ def main():
     p.add_argument("--global-batch", type=int, default=16)
     p.add_argument("--fp32-rtol", type=float, default=1e-5)
     p.add_argument("--no-throughput", action="store_true")
+    p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"],
+                   help="of the throughput runs and of the first loss comparison (dropout on)")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a dry run of this script")
+    p.add_argument("--zero-stage", type=int, default=0, choices=[0, 1])
     p.add_argument("--json")
     args = p.parse_args()
     result = dict(gpus=args.gpus, model=args.model, throughput=[], losses=[])
     if not args.no_throughput:
         print(f"| per-GPU batch | 1 GPU samples/s | {args.gpus} GPUs samples/s | ratio | efficiency | "
-              f"memory 1 GPU MB | memory per GPU ({args.gpus}) MB |")
-        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+              f"memory 1 GPU MB | memory per GPU ({args.gpus}) MB | per-rank prediction error: ledger; NVML |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
         for b in args.batch:
             r = throughput(args, b)
             result["throughput"].append(r)
             print(f"| {b} | {r['one_gpu']:.1f} | {r['n_gpus']:.1f} | {r['ratio']:.3f} | {r['efficiency']:.1%} | "
-                  f"{r['memory_one_mb']} | {r['memory_n_mb']} |", flush=True)
+                  f"{r['memory_one_mb']} | {r['memory_n_mb']} | "
+                  f"{', '.join(f'{e:+.2f}%' for e in r['ledger_prediction_error_pct']) or '-'}; "
+                  f"{', '.join(f'{e:+.2f}%' for e in r['nvml_prediction_error_pct']) or '-'} |", flush=True)
     failed = False
     if args.losses:
         with tempfile.TemporaryDirectory() as tmp:
-            for precision in ("bf16", "fp32"):
+            for precision in ((args.precision, "fp32") if args.precision != "fp32" else ("fp32",)):
                 r = compare_losses(args, tmp, precision)
                 result["losses"].append(r)
                 ok = precision != "fp32" or r["max_rel_loss"] <= args.fp32_rtol
