@@ -22,12 +22,13 @@
 #include "anatomy/data/loader.h"
 #include "anatomy/dist/data_parallel.h"
 #include "anatomy/io/safetensors.h"
-#include "test_util.h"
+#include "test_process.h"
 
 namespace anatomy {
 namespace {
 
 namespace fs = std::filesystem;
+using test::free_port;
 
 TEST(ShardOrder, RanksTogetherHoldTheSingleProcessBatches) {
   const std::vector<int64_t> order = epoch_order(23, /*shuffle=*/true, 7, 1);
@@ -112,18 +113,6 @@ TEST(GradientReducer, BucketsCoverTheBufferOnceFromTheEnd) {
   EXPECT_THROW(reducer.ready(60), Error) << "gradients become final from the end downwards";
 }
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::vector<nlohmann::json> log_records(const std::string& dir) {
   std::vector<nlohmann::json> out;

@@ -43,6 +43,7 @@ namespace anatomy {
 namespace {
 
 namespace fs = std::filesystem;
+using test::free_port;
 using Clock = std::chrono::steady_clock;
 using test::Process;
 
@@ -50,18 +51,6 @@ bool contains(const std::string& text, const std::string& what) { return text.fi
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::vector<std::string> split(const std::string& flags) {
   std::istringstream in(flags);

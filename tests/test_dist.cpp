@@ -39,6 +39,7 @@ using dist::DistEnvironment;
 using dist::EnvMap;
 using dist::read_dist_environment;
 using dist::Seconds;
+using test::free_port;
 using dist::StoreClient;
 using dist::StoreServer;
 using Clock = std::chrono::steady_clock;
@@ -61,19 +62,6 @@ bool contains(const std::string& text, const std::string& what) { return text.fi
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// A port that was free a moment ago: bind port 0, read it, close.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = 0;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // The "rank r of w: ok, blob H" lines of an output: rank -> H.
 std::map<int, std::string> ok_lines(const std::string& output, int world) {

@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anatomy/kernels/cuda/cuda_device.h"
-#include "../test_util.h"
+#include "../test_process.h"
 
 extern char** environ;
 
@@ -31,19 +31,9 @@ namespace anatomy {
 namespace {
 
 namespace fs = std::filesystem;
+using test::free_port;
 using Clock = std::chrono::steady_clock;
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // `anatomy <args>` with extra environment variables, stdout and stderr into `log`.
 pid_t spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& vars,

@@ -57,27 +57,12 @@ class Zero1Optimizer final : public Optimizer {
       const Tensor g = grads.flat().slice(mine_.begin, {mine_.size()}, "gradients_shard");
       Tensor h;
       if (half_copy) h = half_copy->flat().slice(mine_.begin, {mine_.size()}, "half_weights_shard");
-      if (options_.kind == OptimizerKind::AdamW) {
-        AdamWHyper hyper;
-        hyper.lr = lr;
-        hyper.beta1 = options_.adam.beta1;
-        hyper.beta2 = options_.adam.beta2;
-        hyper.eps = options_.adam.eps;
-        hyper.weight_decay = options_.adam.weight_decay;
-        hyper.step = steps_;
-        backend_.adamw_step_flat(p, g, shard(state_[0].second), shard(state_[1].second), segments_, hyper,
-                                 half_copy ? &h : nullptr);
-      } else {
-        SgdHyper hyper;
-        hyper.lr = lr;
-        hyper.momentum = options_.momentum;
-        hyper.dampening = options_.dampening;
-        hyper.nesterov = options_.nesterov;
-        hyper.weight_decay = options_.adam.weight_decay;
-        hyper.first_step = steps_ == 1;
-        backend_.sgd_step_flat(p, g, state_.empty() ? Tensor() : shard(state_[0].second), segments_, hyper,
-                               half_copy ? &h : nullptr);
-      }
+      if (options_.kind == OptimizerKind::AdamW)
+        backend_.adamw_step_flat(p, g, shard(state_[0].second), shard(state_[1].second), segments_,
+                                 adamw_hyper(options_.adam, lr, steps_), half_copy ? &h : nullptr);
+      else
+        backend_.sgd_step_flat(p, g, state_.empty() ? Tensor() : shard(state_[0].second), segments_,
+                               sgd_hyper(options_, lr, steps_), half_copy ? &h : nullptr);
     }
     // Every rank's updated run, from its owner, into everyone's whole copy (all at once: one group).
     comm_.group_begin();

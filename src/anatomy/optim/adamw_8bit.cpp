@@ -72,13 +72,8 @@ class AdamW8bit final : public Optimizer {
                   states_.size());
     ++steps_;
     for (size_t i = 0; i < states_.size(); ++i) {
-      AdamWHyper hyper;
-      hyper.lr = lr;
-      hyper.beta1 = options_.beta1;
-      hyper.beta2 = options_.beta2;
-      hyper.eps = options_.eps;
-      hyper.weight_decay = params.specs()[i].weight_decay ? options_.weight_decay : 0.0;
-      hyper.step = steps_;
+      AdamWHyper hyper = adamw_hyper(options_, lr, steps_);
+      if (!params.specs()[i].weight_decay) hyper.weight_decay = 0.0;  // Trainer's no-decay group
       const Tensor& param = params.tensors()[i];
       const Tensor& grad = grads.tensors()[i];
       const Tensor* copy = half_copy ? &half_copy->tensors()[i] : nullptr;

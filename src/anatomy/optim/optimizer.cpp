@@ -92,15 +92,30 @@ AdamW::AdamW(Backend& backend, const ParameterSet& params, AdamWOptions options)
 
 void AdamW::step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy) {
   ++steps_;
+  backend_.adamw_step_flat(params.flat(), grads.flat(), exp_avg_.flat(), exp_avg_sq_.flat(), segments_,
+                           adamw_hyper(options_, lr, steps_), half_copy ? &half_copy->flat() : nullptr);
+}
+
+AdamWHyper adamw_hyper(const AdamWOptions& options, double lr, int64_t step) {
   AdamWHyper hyper;
   hyper.lr = lr;
-  hyper.beta1 = options_.beta1;
-  hyper.beta2 = options_.beta2;
-  hyper.eps = options_.eps;
-  hyper.weight_decay = options_.weight_decay;
-  hyper.step = steps_;
-  backend_.adamw_step_flat(params.flat(), grads.flat(), exp_avg_.flat(), exp_avg_sq_.flat(), segments_, hyper,
-                           half_copy ? &half_copy->flat() : nullptr);
+  hyper.beta1 = options.beta1;
+  hyper.beta2 = options.beta2;
+  hyper.eps = options.eps;
+  hyper.weight_decay = options.weight_decay;
+  hyper.step = step;
+  return hyper;
+}
+
+SgdHyper sgd_hyper(const OptimizerOptions& options, double lr, int64_t step) {
+  SgdHyper hyper;
+  hyper.lr = lr;
+  hyper.momentum = options.momentum;
+  hyper.dampening = options.dampening;
+  hyper.nesterov = options.nesterov;
+  hyper.weight_decay = options.adam.weight_decay;
+  hyper.first_step = step == 1;
+  return hyper;
 }
 
 double clip_grad_norm(Backend& backend, const ParameterSet& grads, double max_norm) {

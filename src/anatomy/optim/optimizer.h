@@ -64,6 +64,11 @@ class Optimizer {
   int64_t steps_ = 0;
 };
 
+// The hyperparameters of one update of step `step` (1-based) at learning rate
+// `lr`: what AdamW, SGD and ZeRO-1's sharded update hand to the kernels.
+AdamWHyper adamw_hyper(const AdamWOptions& options, double lr, int64_t step);
+SgdHyper sgd_hyper(const OptimizerOptions& options, double lr, int64_t step);
+
 // Each tensor's run [offset, offset + count) of a set's flat buffer, with its
 // weight-decay group: the same for every set of these specs.
 std::vector<ParamSegment> flat_segments(const ParameterSet& set);

@@ -20,15 +20,8 @@ class Sgd final : public Optimizer {
 
   void step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy) override {
     ++steps_;
-    SgdHyper h;
-    h.lr = lr;
-    h.momentum = options_.momentum;
-    h.dampening = options_.dampening;
-    h.nesterov = options_.nesterov;
-    h.weight_decay = options_.adam.weight_decay;
-    h.first_step = steps_ == 1;
-    backend_.sgd_step_flat(params.flat(), grads.flat(), buffer_ ? buffer_->flat() : Tensor(), segments_, h,
-                           half_copy ? &half_copy->flat() : nullptr);
+    backend_.sgd_step_flat(params.flat(), grads.flat(), buffer_ ? buffer_->flat() : Tensor(), segments_,
+                           sgd_hyper(options_, lr, steps_), half_copy ? &half_copy->flat() : nullptr);
   }
   std::string name() const override { return "sgd"; }
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override {
