@@ -114,15 +114,6 @@ TEST(GradientReducer, BucketsCoverTheBufferOnceFromTheEnd) {
 }
 
 
-std::vector<nlohmann::json> log_records(const std::string& dir) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(dir + "/log.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out.push_back(j);
-  }
-  return out;
-}
 
 double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
 
@@ -166,12 +157,14 @@ TEST_P(DataParallelCpu, TwoRanksTrainAsOneProcessWithTheWholeBatch) {
   ASSERT_EQ(ranks.exit_code, 0) << ranks.output;
   EXPECT_NE(ranks.output.find("per rank on 2 ranks"), std::string::npos) << ranks.output;
 
-  const auto a = log_records(one), b = log_records(two);
+  const auto a = test::log_records(one), b = test::log_records(two);
   ASSERT_EQ(a.size(), 6u);  // 3 updates an epoch (16 + 16 + 4), 2 epochs
   ASSERT_EQ(b.size(), a.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_LT(relative(b[i]["loss"].get<double>(), a[i]["loss"].get<double>()), 1e-5) << "step " << i + 1;
-    EXPECT_LT(relative(b[i]["grad_norm"].get<double>(), a[i]["grad_norm"].get<double>()), 1e-5) << "step " << i + 1;
+  for (const auto& [step, x] : a) {
+    ASSERT_TRUE(b.count(step)) << "step " << step;
+    const nlohmann::json& y = b.at(step);
+    EXPECT_LT(relative(y["loss"].get<double>(), x["loss"].get<double>()), 1e-5) << "step " << step;
+    EXPECT_LT(relative(y["grad_norm"].get<double>(), x["grad_norm"].get<double>()), 1e-5) << "step " << step;
   }
   // Rank 0 wrote the model; rank 1 only its own memory anatomy.
   ASSERT_TRUE(fs::exists(two + "/model.safetensors"));
@@ -250,10 +243,13 @@ TEST(DataParallelCpu, WorldOfOneIsThePlainRun) {
   ::unsetenv("ANATOMY_DIST_FORCE");
   ASSERT_EQ(forced.exit_code, 0) << forced.output;
   EXPECT_NE(forced.output.find("per rank on 1 ranks"), std::string::npos) << forced.output;
-  const auto a = log_records(tmp.file("plain")), b = log_records(tmp.file("forced"));
+  const auto a = test::log_records(tmp.file("plain")), b = test::log_records(tmp.file("forced"));
   ASSERT_EQ(a.size(), 4u);
   ASSERT_EQ(b.size(), a.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(b[i]["loss"].get<double>(), a[i]["loss"].get<double>());
+  for (const auto& [step, x] : a) {
+    ASSERT_TRUE(b.count(step)) << "step " << step;
+    EXPECT_EQ(b.at(step)["loss"].get<double>(), x["loss"].get<double>()) << "step " << step;
+  }
 }
 
 TEST(DataParallelCpu, EstimateShowsTheZeroPaperBesideThePlan) {

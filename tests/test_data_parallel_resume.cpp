@@ -65,16 +65,6 @@ std::string launch_two(const std::string& flags) {
          " -- train " + flags;
 }
 
-// step -> the record of that step, from a run's log.jsonl.
-std::map<int64_t, nlohmann::json> records(const std::string& dir) {
-  std::map<int64_t, nlohmann::json> out;
-  std::ifstream in(dir + "/log.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out[j["step"].get<int64_t>()] = j;
-  }
-  return out;
-}
 
 // The small Hugging Face fixture model (hidden 64, vocab 1024), copied, with dropout `p`.
 std::string small_model(const test::TempDir& tmp, double p) {
@@ -184,7 +174,7 @@ TEST_P(DataParallelResume, ContinuesBitwiseFromCheckpoint4) {
   EXPECT_TRUE(contains(b.output, "[rank 0] Resuming from")) << b.output;
   EXPECT_TRUE(contains(b.output, "[rank 1] Resuming from")) << b.output;
 
-  const auto expected = records(full), got = records(resumed);
+  const auto expected = test::log_records(full), got = test::log_records(resumed);
   ASSERT_EQ(expected.size(), 8u);
   for (int64_t step = 5; step <= 8; ++step) {
     ASSERT_TRUE(got.count(step)) << "step " << step;
@@ -421,7 +411,7 @@ TEST(DataParallelNodes, TwoNodesOnOneHostTrainAsOneLaunch) {
   EXPECT_TRUE(contains(node1->output(), "[rank 1] Training")) << node1->output();
   EXPECT_TRUE(contains(node0->output(), "per rank on 2 ranks")) << node0->output();
 
-  const auto a = records(one), b = records(two);
+  const auto a = test::log_records(one), b = test::log_records(two);
   ASSERT_EQ(a.size(), 4u);
   ASSERT_EQ(b.size(), a.size());
   for (const auto& [step, record] : a) {

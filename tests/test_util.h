@@ -11,11 +11,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 namespace anatomy::test {
 
@@ -30,6 +33,17 @@ inline std::string anatomy_binary() {
   return env ? env : ANATOMY_BINARY;
 }
 inline std::string fixture(const std::string& name) { return fixtures_dir() + "/" + name; }
+
+// step -> that step's training record (the lines with a loss) of a run's log.jsonl.
+inline std::map<int64_t, nlohmann::json> log_records(const std::string& dir) {
+  std::map<int64_t, nlohmann::json> out;
+  std::ifstream in(dir + "/log.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) out[j["step"].get<int64_t>()] = j;
+  }
+  return out;
+}
 
 // The Hugging Face reference models in tests/fixtures (see its README).
 inline const std::vector<std::string> kHuggingFaceFixtures = {

@@ -84,13 +84,10 @@ std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+// Each logged step's loss, in step order.
 std::vector<double> losses(const std::string& dir) {
   std::vector<double> out;
-  std::ifstream in(dir + "/log.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
-  }
+  for (const auto& [step, record] : test::log_records(dir)) out.push_back(record["loss"].get<double>());
   return out;
 }
 

@@ -18,15 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::map<int64_t, nlohmann::json> records(const std::string& dir) {
-  std::map<int64_t, nlohmann::json> out;
-  std::ifstream in(dir + "/log.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out[j["step"].get<int64_t>()] = j;
-  }
-  return out;
-}
 
 class CudaResume : public ::testing::TestWithParam<std::string> {};
 
@@ -45,7 +36,7 @@ TEST_P(CudaResume, ContinuesBitwise) {
   const test::CommandResult b =
       test::run_anatomy(common + " --output-dir " + resumed + " --resume-from-checkpoint latest");
   ASSERT_EQ(b.exit_code, 0) << b.output;
-  const auto expected = records(full), got = records(resumed);
+  const auto expected = test::log_records(full), got = test::log_records(resumed);
   for (int64_t step = 7; step <= 12; ++step) {
     ASSERT_TRUE(got.count(step)) << step;
     EXPECT_EQ(got.at(step)["loss"].get<double>(), expected.at(step)["loss"].get<double>()) << "step " << step;
