@@ -3,7 +3,7 @@
 # The CUDA toolkit is optional: when nvcc is present the CUDA target is built too.
 set -euo pipefail
 packages=(build-essential cmake ninja-build nlohmann-json3-dev libcli11-dev libfmt-dev
-          libopenblas-dev libgtest-dev libgmock-dev chromium)
+          libopenblas-dev libgtest-dev libgmock-dev chromium python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -14,4 +14,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+fi
+# With the CUDA toolkit: the cuDNN frontend's headers, for cuDNN's fused attention.
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  python3 "$(dirname "$0")/fetch_cudnn_frontend.py"
 fi

@@ -47,6 +47,7 @@
 #include "anatomy/core/dtype.h"
 #include "anatomy/kernels/backend.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/fused.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
 
 namespace {
@@ -398,6 +399,10 @@ TEST(CudaKernelsHalf, ActivationsMatchCpuWithinOneUlp) {
                          exact_bwd ? 0.0 : float_tolerance(dx_cpu));
           expect_same_bits(fwd[0], fwd[1], tag + " forward two runs");
           expect_same_bits(bwd[0], bwd[1], tag + " backward two runs");
+          if (gelu) {  // the backend's GELU forward (fused_activation.cu): the same bits
+            cu::gelu_forward_half(nullptr, f.half, kind, dxin.get() + off, dout.get() + off, n);
+            expect_same_bits(dout.download(off), fwd[0], tag + " gelu_forward_half");
+          }
 
           // The same element functions as the float32 kernels: the float32
           // launchers on the widened inputs, rounded, give the same bits.

@@ -22,7 +22,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
+#include <string_view>
 #include <vector>
 
 #include "anatomy/core/dtype.h"
@@ -112,6 +114,40 @@ constexpr size_t flash_attention_scratch_bytes(int64_t B, int64_t L, int64_t hea
   const int64_t bh = B * heads;
   if (bh <= 0 || L <= 0 || D <= 0) return 0;
   return flash_attention_scratch_layout(bh, L, D).total;
+}
+
+// cuDNN's fused attention (cudnn_attention.cpp): its device inputs at the
+// front of the kernel scratch — the dropout seed and offset (two int64), then
+// from kCudnnAttentionLengthsOffset the query and key lengths (int32 [B]
+// each) — and cuDNN's workspace after them.
+constexpr size_t kCudnnAttentionLengthsOffset = 256;
+constexpr size_t cudnn_attention_param_bytes(int64_t B) {
+  return kCudnnAttentionLengthsOffset + scratch_allocation_bytes(static_cast<size_t>(std::max<int64_t>(B, 0)) * 8);
+}
+// The scratch the backend reserves for cuDNN's attention (the meta backend
+// mirrors it): the inputs above, then room for cuDNN's workspace. cuDNN 9.14
+// on an H100 asks 256 bytes for the forward, and for its deterministic
+// backward, at L a multiple of 64, a 16-bit [B, heads, L, L] buffer plus
+// [B, heads, L] floats (test_cuda_cudnn_attention.cpp checks both). Where
+// cuDNN asks for more, the backend gives what it asks (and the plan is short
+// by the difference, which its report shows).
+constexpr size_t kCudnnAttentionForwardWorkspaceBytes = 256;
+constexpr size_t cudnn_attention_forward_scratch_bytes(int64_t B) {
+  return cudnn_attention_param_bytes(B) + kCudnnAttentionForwardWorkspaceBytes;
+}
+constexpr size_t cudnn_attention_backward_scratch_bytes(int64_t B, int64_t L, int64_t heads) {
+  return cudnn_attention_param_bytes(B) + static_cast<size_t>(B * heads * L) * static_cast<size_t>(2 * L + 4);
+}
+// Whether the CUDA backend's 16-bit fused attention runs through cuDNN: the
+// build has cuDNN's attention (ANATOMY_CUDNN_ATTENTION) and the environment
+// variable ANATOMY_ATTENTION is not "anatomy" (our own flash kernels).
+inline bool cudnn_attention_selected() {
+#ifdef ANATOMY_CUDNN_ATTENTION
+  const char* choice = std::getenv("ANATOMY_ATTENTION");
+  return !(choice && std::string_view(choice) == "anatomy");
+#else
+  return false;
+#endif
 }
 
 // The float32 flash backward (flash_attention_f32.cu): keys per tile, and the

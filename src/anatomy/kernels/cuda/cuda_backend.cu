@@ -19,7 +19,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -29,6 +33,9 @@
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda/flash_attention.cuh"
 #include "anatomy/kernels/cuda/flash_attention_f32.cuh"
+#ifdef ANATOMY_HAVE_CUDNN
+#include "anatomy/kernels/cuda/cudnn_attention.h"
+#endif
 #include "anatomy/kernels/cuda/fused.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
 #include "anatomy/kernels/cuda/mixed.cuh"
@@ -82,6 +89,9 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+#ifdef ANATOMY_HAVE_CUDNN
+    cudnn_.reset();
+#endif
     if (copy_stream_) {
       cudaStreamSynchronize(copy_stream_);
       cudaStreamDestroy(copy_stream_);
@@ -425,6 +435,17 @@ class CudaBackend final : public Backend {
       return flash_attention_f32_forward(stream_, q.data<float>(), k.data<float>(), v.data<float>(),
                                          key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
                                          static_cast<float>(scale), dropout, ctx.data<float>(), probs.data<float>());
+#ifdef ANATOMY_HAVE_CUDNN
+    if (q.dtype() != DType::F32) {
+      const CudnnAttentionShape s = cudnn_shape(q, key_mask, heads, scale, dropout, probs.defined());
+      if (CudnnAttention* c = cudnn_for(s)) {
+        // MIRRORED: the larger of the planned scratch and what cuDNN asks.
+        void* scratch = scratch_bytes(std::max(cudnn_attention_forward_scratch_bytes(s.B), c->forward_scratch_bytes(s)));
+        return c->forward(s, q.raw(), k.raw(), v.raw(), key_mask.defined() ? key_mask.data<int64_t>() : nullptr,
+                          dropout, ctx.raw(), probs.defined() ? probs.data<float>() : nullptr, scratch);
+      }
+    }
+#endif
     if (q.dtype() != DType::F32)
       return flash_attention_forward(stream_, attn_type(q.dtype()), q.raw(), k.raw(), v.raw(),
                                      key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
@@ -483,6 +504,19 @@ class CudaBackend final : public Backend {
                                           static_cast<float>(scale), dropout, dq.data<float>(), dk.data<float>(),
                                           dv.data<float>(), scratch);
     }
+#ifdef ANATOMY_HAVE_CUDNN
+    if (q.dtype() != DType::F32) {
+      const CudnnAttentionShape s = cudnn_shape(q, key_mask, heads, scale, dropout, true);
+      if (CudnnAttention* c = cudnn_for(s)) {
+        // MIRRORED: the larger of the planned scratch and what cuDNN asks.
+        void* scratch = scratch_bytes(
+            std::max(cudnn_attention_backward_scratch_bytes(s.B, s.L, s.heads), c->backward_scratch_bytes(s)));
+        return c->backward(s, dctx.raw(), q.raw(), k.raw(), v.raw(), ctx.raw(), probs.data<float>(),
+                           key_mask.defined() ? key_mask.data<int64_t>() : nullptr, dropout, dq.raw(), dk.raw(),
+                           dv.raw(), scratch);
+      }
+    }
+#endif
     if (q.dtype() != DType::F32) {
       void* scratch = scratch_bytes(flash_attention_scratch_bytes(B, L, heads, D));
       return flash_attention_backward(stream_, attn_type(q.dtype()), dctx.raw(), q.raw(), k.raw(), v.raw(), ctx.raw(),
@@ -606,6 +640,44 @@ class CudaBackend final : public Backend {
   static unsigned grid_for(int64_t n) {
     return static_cast<unsigned>(std::clamp<int64_t>((n + 255) / 256, 1, 132 * 16));
   }
+
+#ifdef ANATOMY_HAVE_CUDNN
+  static CudnnAttentionShape cudnn_shape(const Tensor& q, const Tensor& key_mask, int64_t heads, double scale,
+                                         const DropoutSpec& dropout, bool training) {
+    CudnnAttentionShape s;
+    s.B = q.dim(0);
+    s.L = q.dim(1);
+    s.heads = heads;
+    s.D = q.dim(2) / heads;
+    s.bf16 = q.dtype() == DType::BF16;
+    s.masked = key_mask.defined();
+    s.dropout = dropout.p;
+    s.training = training;
+    s.scale = static_cast<float>(scale);
+    return s;
+  }
+  // cuDNN's fused attention for this shape, or nullptr for our flash kernels:
+  // when ANATOMY_ATTENTION=anatomy, when cuDNN cannot be loaded, or when it
+  // has no fused graph for the shape.
+  CudnnAttention* cudnn_for(const CudnnAttentionShape& s) {
+    if (!cudnn_tried_) {
+      cudnn_tried_ = true;
+      const char* choice = std::getenv("ANATOMY_ATTENTION");
+      const std::string want = choice ? choice : "";
+      if (!want.empty() && want != "cudnn" && want != "anatomy")
+        fail("ANATOMY_ATTENTION={}: expected cudnn or anatomy", want);
+      if (cudnn_attention_selected()) {
+        cudnn_ = CudnnAttention::create(stream_, &cudnn_why_);
+        if (!cudnn_) std::fprintf(stderr, "warning: cuDNN attention unavailable (%s); using our flash kernels\n", cudnn_why_.c_str());
+      }
+    }
+    if (!cudnn_) return nullptr;
+    return cudnn_->supports(s) ? cudnn_.get() : nullptr;
+  }
+  std::unique_ptr<CudnnAttention> cudnn_;
+  bool cudnn_tried_ = false;
+  std::string cudnn_why_;
+#endif
 
   // Scratch space shared by ops (one op at a time on the stream), grown on
   // demand and kept; the ledger counts it as temporary memory. MIRRORED

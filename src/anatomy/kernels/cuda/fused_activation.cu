@@ -71,17 +71,62 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const T* x, T* y, int
   }
 }
 
+// y = f(x) over `packs` whole packs of 8 elements, kForwardUnroll packs a
+// thread with every load issued before the first use, so that each thread has
+// several 16-byte loads in flight (one at a time left the forward at about 57%
+// of the copy bandwidth on an H100; the backward, with two loads, at 92%).
+constexpr int kForwardUnroll = 4;
+template <typename T, typename Fwd>
+__global__ void __launch_bounds__(kThreads) forward_packs_kernel(const T* x, T* y, int64_t packs, Fwd fwd) {
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kForwardUnroll * kThreads + threadIdx.x;
+  uint4 in[kForwardUnroll];
+#pragma unroll
+  for (int u = 0; u < kForwardUnroll; ++u) {
+    const int64_t p = first + static_cast<int64_t>(u) * kThreads;
+    if (p < packs) in[u] = reinterpret_cast<const uint4*>(x)[p];
+  }
+#pragma unroll
+  for (int u = 0; u < kForwardUnroll; ++u) {
+    const int64_t p = first + static_cast<int64_t>(u) * kThreads;
+    if (p >= packs) break;
+    const T* ex = reinterpret_cast<const T*>(&in[u]);
+    alignas(16) T oy[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) oy[k] = from_float<T>(fwd(to_float(ex[k]), p * 8 + k));
+    reinterpret_cast<uint4*>(y)[p] = *reinterpret_cast<const uint4*>(oy);
+  }
+}
+
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// f with its element index shifted, for a tail launched at an offset.
+template <typename Fwd>
+struct Shifted {
+  Fwd f;
+  int64_t offset;
+  __device__ float operator()(float v, int64_t i) const { return f(v, i + offset); }
+};
 
 template <typename T, typename Fwd>
 void launch_forward(cudaStream_t s, const T* x, T* y, int64_t n, Fwd fwd) {
   const bool vec = aligned16(x) && aligned16(y);
-  const int64_t work = vec ? (n + 7) / 8 : n;
-  const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, 65536));
-  if (vec)
-    forward_kernel<8><<<blocks, kThreads, 0, s>>>(x, y, n, fwd);
-  else
-    forward_kernel<1><<<blocks, kThreads, 0, s>>>(x, y, n, fwd);
+  if (vec) {
+    // The whole packs, then the last n % 8 elements one by one (same values: f is element-wise).
+    const int64_t packs = n / 8;
+    if (packs > 0) {
+      const int64_t per_block = static_cast<int64_t>(kForwardUnroll) * kThreads;
+      forward_packs_kernel<<<static_cast<unsigned>((packs + per_block - 1) / per_block), kThreads, 0, s>>>(x, y, packs,
+                                                                                                         fwd);
+      ANATOMY_CUDA_CHECK(cudaGetLastError());
+    }
+    const int64_t done = packs * 8;
+    if (done == n) return;
+    forward_kernel<1><<<1, kThreads, 0, s>>>(x + done, y + done, n - done, Shifted<Fwd>{fwd, done});
+    ANATOMY_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65536));
+  forward_kernel<1><<<blocks, kThreads, 0, s>>>(x, y, n, fwd);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -183,7 +183,10 @@ class MetaBackend final : public Backend {
       return attention_forward(q32, k32, v32, key_mask, heads, scale, dropout, probs, ctx32);
     }
     if (q.dtype() == DType::F32 && cuda::fused_attention(DType::F32, D)) return;  // flash, float32
-    if (q.dtype() != DType::F32) return;                                           // flash, 16-bit
+    if (q.dtype() != DType::F32) {                                                 // 16-bit: cuDNN, or flash
+      if (cuda::cudnn_attention_selected()) scratch_bytes(cuda::cudnn_attention_forward_scratch_bytes(B));
+      return;
+    }
     scratch_bytes(cuda::attention_scratch_bytes(B, heads, L));                     // materialised
   }
   void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx,
@@ -206,7 +209,9 @@ class MetaBackend final : public Backend {
     }
     if (q.dtype() == DType::F32 && cuda::fused_attention(DType::F32, D))
       return scratch_bytes(cuda::flash_attention_f32_scratch_bytes(B, L, heads, D));
-    if (q.dtype() != DType::F32) return scratch_bytes(cuda::flash_attention_scratch_bytes(B, L, heads, D));
+    if (q.dtype() != DType::F32)
+      return scratch_bytes(cuda::cudnn_attention_selected() ? cuda::cudnn_attention_backward_scratch_bytes(B, L, heads)
+                                                            : cuda::flash_attention_scratch_bytes(B, L, heads, D));
     scratch_bytes(cuda::attention_scratch_bytes(B, heads, L));
   }
 

@@ -1,0 +1,289 @@
+// cudnn_attention.cpp: CudnnAttention through the cuDNN frontend's graph API.
+// One forward and one backward graph per shape, built on first use and kept.
+#include "anatomy/kernels/cuda/cudnn_attention.h"
+
+#include <cudnn.h>
+#include <cudnn_frontend.h>
+
+#include <fmt/format.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "anatomy/core/error.h"
+#include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda_memory.h"
+
+namespace anatomy::cuda {
+
+// kernels: cudnn_attention_params.cu
+void cudnn_attention_params(cudaStream_t s, const int64_t* key_mask, int64_t B, int64_t L, int64_t seed,
+                            int64_t offset, void* params);
+
+namespace {
+
+namespace fe = cudnn_frontend;
+
+// Tensor ids in the graphs' variant packs.
+enum Uid : int64_t {
+  kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kSeqQ, kSeqKV, kSeed, kOffset, kMaskDump
+};
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+struct Key {
+  int64_t B, L, heads, D;
+  bool bf16, masked, training, dump;
+  float dropout, scale;
+  auto tie() const { return std::tie(B, L, heads, D, bf16, masked, training, dump, dropout, scale); }
+  bool operator<(const Key& o) const { return tie() < o.tie(); }
+};
+
+struct Built {
+  std::shared_ptr<fe::graph::Graph> graph;  // null: unsupported
+  int64_t workspace = 0;
+  std::string why;
+};
+
+class CudnnAttentionImpl final : public CudnnAttention {
+ public:
+  CudnnAttentionImpl(cudnnHandle_t handle, size_t version) : handle_(handle), version_(version) {}
+  ~CudnnAttentionImpl() override {
+    forward_.clear();
+    backward_.clear();
+    cudnnDestroy(handle_);
+  }
+
+  std::string describe() const override {
+    return fmt::format("cuDNN {}.{}.{}", version_ / 10000, version_ % 10000 / 100, version_ % 100);
+  }
+
+  bool supports(const CudnnAttentionShape& s) override {
+    if (s.D % 8 != 0 || s.D > 128 || s.L < 1) return false;
+    if (!forward_graph(s, false).graph) return false;
+    return !s.training || backward_graph(s).graph != nullptr;
+  }
+  size_t forward_scratch_bytes(const CudnnAttentionShape& s) override {
+    return cudnn_attention_param_bytes(s.B) + static_cast<size_t>(forward_graph(s, false).workspace);
+  }
+  size_t backward_scratch_bytes(const CudnnAttentionShape& s) override {
+    return cudnn_attention_param_bytes(s.B) + static_cast<size_t>(backward_graph(s).workspace);
+  }
+
+  void forward(const CudnnAttentionShape& s, const void* q, const void* k, const void* v, const int64_t* key_mask,
+               const DropoutSpec& dropout, void* ctx, float* lse, void* scratch, float* dropout_mask) override {
+    const Built& built = forward_graph(s, dropout_mask != nullptr);
+    ANATOMY_CHECK(built.graph, "cuDNN attention: no forward graph for this shape: {}", built.why);
+    std::unordered_map<int64_t, void*> pack{{kQ, const_cast<void*>(q)}, {kK, const_cast<void*>(k)},
+                                            {kV, const_cast<void*>(v)}, {kO, ctx}};
+    if (s.training) pack[kStats] = lse;
+    if (dropout_mask) pack[kMaskDump] = dropout_mask;
+    run(s, built, pack, key_mask, dropout, scratch);
+  }
+
+  void backward(const CudnnAttentionShape& s, const void* dctx, const void* q, const void* k, const void* v,
+                const void* ctx, const float* lse, const int64_t* key_mask, const DropoutSpec& dropout, void* dq,
+                void* dk, void* dv, void* scratch) override {
+    const Built& built = backward_graph(s);
+    ANATOMY_CHECK(built.graph, "cuDNN attention: no backward graph for this shape: {}", built.why);
+    std::unordered_map<int64_t, void*> pack{
+        {kQ, const_cast<void*>(q)},   {kK, const_cast<void*>(k)},   {kV, const_cast<void*>(v)},
+        {kO, const_cast<void*>(ctx)}, {kDO, const_cast<void*>(dctx)}, {kStats, const_cast<float*>(lse)},
+        {kDQ, dq},                    {kDK, dk},                    {kDV, dv}};
+    run(s, built, pack, key_mask, dropout, scratch);
+  }
+
+ private:
+  static Key key_of(const CudnnAttentionShape& s, bool dump) {
+    return Key{s.B, s.L, s.heads, s.D, s.bf16, s.masked, s.training, dump, s.dropout, s.scale};
+  }
+
+  // [B, heads, L, D] over memory laid out [B, L, heads, D].
+  static std::vector<int64_t> dims(const CudnnAttentionShape& s) { return {s.B, s.heads, s.L, s.D}; }
+  static std::vector<int64_t> strides(const CudnnAttentionShape& s) {
+    return {s.L * s.heads * s.D, s.D, s.heads * s.D, 1};
+  }
+
+  std::shared_ptr<fe::graph::Graph> new_graph(const CudnnAttentionShape& s) const {
+    auto g = std::make_shared<fe::graph::Graph>();
+    g->set_io_data_type(s.bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    return g;
+  }
+  static std::shared_ptr<fe::graph::Tensor_attributes> qkv(fe::graph::Graph& g, const CudnnAttentionShape& s,
+                                                            const char* name, int64_t uid) {
+    return g.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dims(s)).set_stride(
+        strides(s)));
+  }
+  static std::shared_ptr<fe::graph::Tensor_attributes> scalar(fe::graph::Graph& g, const char* name, int64_t uid,
+                                                               fe::DataType_t type) {
+    return g.tensor(fe::graph::Tensor_attributes()
+                        .set_name(name)
+                        .set_uid(uid)
+                        .set_dim({1, 1, 1, 1})
+                        .set_stride({1, 1, 1, 1})
+                        .set_data_type(type));
+  }
+  static std::shared_ptr<fe::graph::Tensor_attributes> lengths(fe::graph::Graph& g, const CudnnAttentionShape& s,
+                                                                const char* name, int64_t uid) {
+    return g.tensor(fe::graph::Tensor_attributes()
+                        .set_name(name)
+                        .set_uid(uid)
+                        .set_dim({s.B, 1, 1, 1})
+                        .set_stride({1, 1, 1, 1})
+                        .set_data_type(fe::DataType_t::INT32));
+  }
+
+  Built finish(std::shared_ptr<fe::graph::Graph> g) {
+    Built b;
+    auto check = [&](fe::error_t e, const char* what) {
+      if (e.is_good()) return true;
+      b.why = fmt::format("{}: {}", what, e.get_message());
+      return false;
+    };
+    if (!check(g->validate(), "validate") || !check(g->build_operation_graph(handle_), "build_operation_graph") ||
+        !check(g->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans") ||
+        !check(g->check_support(handle_), "check_support") ||
+        !check(g->build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "build_plans") ||
+        !check(g->get_workspace_size(b.workspace), "get_workspace_size"))
+      return b;
+    b.graph = std::move(g);
+    return b;
+  }
+
+  const Built& forward_graph(const CudnnAttentionShape& s, bool dump) {
+    const Key key = key_of(s, dump);
+    if (auto it = forward_.find(key); it != forward_.end()) return it->second;
+    Built built;
+    try {
+      auto g = new_graph(s);
+      auto q = qkv(*g, s, "q", kQ), k = qkv(*g, s, "k", kK), v = qkv(*g, s, "v", kV);
+      auto options = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(s.training).set_attn_scale(
+          s.scale);
+      if (s.masked)
+        options.set_padding_mask(true)
+            .set_seq_len_q(lengths(*g, s, "seq_len_q", kSeqQ))
+            .set_seq_len_kv(lengths(*g, s, "seq_len_kv", kSeqKV));
+      if (s.dropout > 0.0f) {
+        options.set_dropout(s.dropout, scalar(*g, "seed", kSeed, fe::DataType_t::INT64),
+                            scalar(*g, "offset", kOffset, fe::DataType_t::INT64));
+        if (dump)
+          options.set_rng_dump(g->tensor(fe::graph::Tensor_attributes()
+                                             .set_name("dropout_mask")
+                                             .set_uid(kMaskDump)
+                                             .set_dim({s.B, s.heads, s.L, s.L})
+                                             .set_stride({s.heads * s.L * s.L, s.L * s.L, s.L, 1})
+                                             .set_data_type(fe::DataType_t::FLOAT)));
+      }
+      auto [o, stats] = g->sdpa(q, k, v, options);
+      o->set_output(true).set_uid(kO).set_dim(dims(s)).set_stride(strides(s));
+      if (s.training) {
+        stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim({s.B, s.heads, s.L, 1})
+            .set_stride({s.heads * s.L, s.L, 1, 1});
+      }
+      built = finish(std::move(g));
+    } catch (const std::exception& e) {
+      built = Built{nullptr, 0, e.what()};
+    }
+    return forward_.emplace(key, std::move(built)).first->second;
+  }
+
+  const Built& backward_graph(const CudnnAttentionShape& s) {
+    const Key key = key_of(s, false);
+    if (auto it = backward_.find(key); it != backward_.end()) return it->second;
+    Built built;
+    try {
+      auto g = new_graph(s);
+      auto q = qkv(*g, s, "q", kQ), k = qkv(*g, s, "k", kK), v = qkv(*g, s, "v", kV);
+      auto o = qkv(*g, s, "o", kO), dO = qkv(*g, s, "dO", kDO);
+      auto stats = g->tensor(fe::graph::Tensor_attributes()
+                                 .set_name("stats")
+                                 .set_uid(kStats)
+                                 .set_dim({s.B, s.heads, s.L, 1})
+                                 .set_stride({s.heads * s.L, s.L, 1, 1})
+                                 .set_data_type(fe::DataType_t::FLOAT));
+      auto options = fe::graph::SDPA_backward_attributes()
+                         .set_name("sdpa_backward")
+                         .set_attn_scale(s.scale)
+                         .set_deterministic_algorithm(true);
+      if (s.masked)
+        options.set_padding_mask(true)
+            .set_seq_len_q(lengths(*g, s, "seq_len_q", kSeqQ))
+            .set_seq_len_kv(lengths(*g, s, "seq_len_kv", kSeqKV));
+      if (s.dropout > 0.0f)
+        options.set_dropout(s.dropout, scalar(*g, "seed", kSeed, fe::DataType_t::INT64),
+                            scalar(*g, "offset", kOffset, fe::DataType_t::INT64));
+      auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dO, stats, options);
+      dq->set_output(true).set_uid(kDQ).set_dim(dims(s)).set_stride(strides(s));
+      dk->set_output(true).set_uid(kDK).set_dim(dims(s)).set_stride(strides(s));
+      dv->set_output(true).set_uid(kDV).set_dim(dims(s)).set_stride(strides(s));
+      built = finish(std::move(g));
+    } catch (const std::exception& e) {
+      built = Built{nullptr, 0, e.what()};
+    }
+    return backward_.emplace(key, std::move(built)).first->second;
+  }
+
+  // Lengths and seeds into the front of the scratch, then the graph.
+  void run(const CudnnAttentionShape& s, const Built& built, std::unordered_map<int64_t, void*>& pack,
+           const int64_t* key_mask, const DropoutSpec& dropout, void* scratch) {
+    auto* params = static_cast<char*>(scratch);
+    if (s.masked || s.dropout > 0.0f) {
+      // Each (seed, stream) its own Philox seed, offset 0: the streams' masks
+      // are independent draws, not overlapping runs of one sequence.
+      const int64_t seed = static_cast<int64_t>(splitmix64(dropout.seed ^ splitmix64(dropout.stream)));
+      cudnn_attention_params(stream_of(), s.masked ? key_mask : nullptr, s.B, s.L, seed, 0, params);
+    }
+    if (s.dropout > 0.0f) {
+      pack[kSeed] = params;
+      pack[kOffset] = params + 8;
+    }
+    if (s.masked) {
+      pack[kSeqQ] = params + kCudnnAttentionLengthsOffset;
+      pack[kSeqKV] = params + kCudnnAttentionLengthsOffset + static_cast<size_t>(s.B) * 4;
+    }
+    void* workspace = built.workspace > 0 ? params + cudnn_attention_param_bytes(s.B) : nullptr;
+    fe::error_t e = built.graph->execute(handle_, pack, workspace);
+    ANATOMY_CHECK(e.is_good(), "cuDNN attention failed: {}", e.get_message());
+  }
+
+  cudaStream_t stream_of() const {
+    cudaStream_t s = nullptr;
+    cudnnGetStream(handle_, &s);
+    return s;
+  }
+
+  cudnnHandle_t handle_;
+  size_t version_;
+  std::map<Key, Built> forward_, backward_;
+};
+
+}  // namespace
+
+std::unique_ptr<CudnnAttention> CudnnAttention::create(cudaStream_t stream, std::string* why) {
+  const size_t version = cudnnGetVersion();
+  if (version < 90000) {
+    *why = fmt::format("cuDNN {} is older than 9.0", version);
+    return nullptr;
+  }
+  cudnnHandle_t handle = nullptr;
+  if (cudnnStatus_t st = cudnnCreate(&handle); st != CUDNN_STATUS_SUCCESS) {
+    *why = fmt::format("cudnnCreate: {}", cudnnGetErrorString(st));
+    return nullptr;
+  }
+  if (cudnnStatus_t st = cudnnSetStream(handle, stream); st != CUDNN_STATUS_SUCCESS) {
+    *why = fmt::format("cudnnSetStream: {}", cudnnGetErrorString(st));
+    cudnnDestroy(handle);
+    return nullptr;
+  }
+  return std::make_unique<CudnnAttentionImpl>(handle, version);
+}
+
+}  // namespace anatomy::cuda

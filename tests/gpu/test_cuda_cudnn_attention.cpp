@@ -1,0 +1,444 @@
+// test_cuda_cudnn_attention.cpp: cuDNN's fused attention (kernels/cuda/
+// cudnn_attention.cpp) against a float64 reference computed here from the same
+// 16-bit-rounded inputs. Its dropout mask is cuDNN's own Philox draw, not the
+// CPU backend's, so the reference takes the keep mask cuDNN reports for the
+// same seed (the forward graph with a mask output): the test checks that the
+// ordinary forward uses exactly that mask (same bits with and without the
+// report), that backward replays it (gradients against the reference built on
+// it), that about 1 - p of the probabilities are kept, and that two runs give
+// the same bits. Cases: no mask, right padding of different lengths, dropout
+// on and off, odd L, D of 32, 64 and 128, bf16 and fp16. Skips without a GPU
+// or without cuDNN in the build.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "anatomy/core/dtype.h"
+#include "anatomy/kernels/backend.h"
+#include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda_memory.h"
+#include "anatomy/kernels/cuda/flash_attention.cuh"
+#ifdef ANATOMY_HAVE_CUDNN
+#include "anatomy/kernels/cuda/cudnn_attention.h"
+#endif
+
+namespace {
+
+#ifdef ANATOMY_HAVE_CUDNN
+
+using anatomy::DropoutSpec;
+using anatomy::cuda::CudnnAttention;
+using anatomy::cuda::CudnnAttentionShape;
+
+#define SKIP_WITHOUT_GPU() \
+  if (anatomy::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine"
+
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) { ANATOMY_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 1))); }
+  ~DeviceBuffer() { (void)cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  template <typename T>
+  void upload(const std::vector<T>& host) {
+    ANATOMY_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  template <typename T>
+  std::vector<T> download() const {
+    std::vector<T> host(bytes_ / sizeof(T));
+    ANATOMY_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes_, cudaMemcpyDeviceToHost));
+    return host;
+  }
+  void poison() { ANATOMY_CUDA_CHECK(cudaMemset(ptr_, 0xFF, bytes_)); }  // NaN in every float type
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_;
+};
+
+struct Case {
+  int64_t B, L, heads, D;
+  bool padded;
+  float p;
+  bool bf16;
+};
+
+std::string case_name(const Case& c) {
+  return std::string(c.bf16 ? "BF16" : "F16") + "_B" + std::to_string(c.B) + "_L" + std::to_string(c.L) + "_H" +
+         std::to_string(c.heads) + "_D" + std::to_string(c.D) + (c.padded ? "_Padding" : "_NoMask") +
+         (c.p > 0.0f ? "_Dropout" : "_NoDropout");
+}
+void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
+
+uint16_t to_16(bool bf16, float x) { return bf16 ? anatomy::float_to_bf16(x) : anatomy::float_to_f16(x); }
+float from_16(bool bf16, uint16_t x) { return bf16 ? anatomy::bf16_to_float(x) : anatomy::f16_to_float(x); }
+
+struct Rounded {
+  std::vector<uint16_t> bits;
+  std::vector<double> values;
+};
+Rounded random_rounded(bool bf16, size_t n, float stddev, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  Rounded r{std::vector<uint16_t>(n), std::vector<double>(n)};
+  for (size_t i = 0; i < n; ++i) {
+    r.bits[i] = to_16(bf16, dist(rng));
+    r.values[i] = from_16(bf16, r.bits[i]);
+  }
+  return r;
+}
+
+// Right padding: entry b keeps its first max(1, L - (b+1)·L/(2B)) keys.
+std::vector<int64_t> lengths_of(const Case& c) {
+  std::vector<int64_t> len(static_cast<size_t>(c.B), c.L);
+  if (c.padded)
+    for (int64_t b = 0; b < c.B; ++b) len[static_cast<size_t>(b)] = std::max<int64_t>(1, c.L - (b + 1) * c.L / (2 * c.B));
+  return len;
+}
+
+struct Reference {
+  std::vector<double> ctx, lse, dq, dk, dv;
+};
+
+// Float64 attention over [B, L, heads, D] data with the keep mask `keep`
+// ([B, heads, L, L], 1 kept; empty: no dropout).
+Reference reference(const Case& c, const Rounded& q, const Rounded& k, const Rounded& v, const Rounded& dout,
+                    const std::vector<int64_t>& len, const std::vector<float>& keep, double scale) {
+  const int64_t L = c.L, D = c.D, H = c.heads, row = H * D;
+  const size_t n = static_cast<size_t>(c.B * L * row);
+  Reference r{std::vector<double>(n), std::vector<double>(static_cast<size_t>(c.B * H * L)), std::vector<double>(n),
+              std::vector<double>(n), std::vector<double>(n)};
+  const double inv_keep = c.p > 0.0f ? 1.0 / (1.0 - c.p) : 1.0;
+  std::vector<double> P(static_cast<size_t>(L * L)), dP(static_cast<size_t>(L * L)), drop(static_cast<size_t>(L * L));
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t n_keys = len[static_cast<size_t>(b)];
+      auto at = [&](int64_t t, int64_t d) { return static_cast<size_t>((b * L + t) * row + h * D + d); };
+      for (int64_t i = 0; i < L; ++i) {
+        double m = -INFINITY;
+        for (int64_t j = 0; j < n_keys; ++j) {
+          double s = 0.0;
+          for (int64_t d = 0; d < D; ++d) s += q.values[at(i, d)] * k.values[at(j, d)];
+          P[static_cast<size_t>(i * L + j)] = s * scale;
+          m = std::max(m, s * scale);
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < n_keys; ++j) sum += std::exp(P[static_cast<size_t>(i * L + j)] - m);
+        r.lse[static_cast<size_t>((b * H + h) * L + i)] = m + std::log(sum);
+        for (int64_t j = 0; j < n_keys; ++j) {
+          const size_t ij = static_cast<size_t>(i * L + j);
+          P[ij] = std::exp(P[ij] - m) / sum;
+          const double kept = keep.empty() ? 1.0 : keep[static_cast<size_t>(((b * H + h) * L + i) * L + j)];
+          drop[ij] = kept * inv_keep;
+        }
+        for (int64_t d = 0; d < D; ++d) {
+          double o = 0.0;
+          for (int64_t j = 0; j < n_keys; ++j) o += P[static_cast<size_t>(i * L + j)] * drop[static_cast<size_t>(i * L + j)] * v.values[at(j, d)];
+          r.ctx[at(i, d)] = o;
+        }
+      }
+      // Backward.
+      for (int64_t i = 0; i < L; ++i) {
+        double rowsum = 0.0;  // Σ_j P_ij dP_ij = dO_i · O_i
+        for (int64_t j = 0; j < n_keys; ++j) {
+          double g = 0.0;
+          for (int64_t d = 0; d < D; ++d) g += dout.values[at(i, d)] * v.values[at(j, d)];
+          const size_t ij = static_cast<size_t>(i * L + j);
+          dP[ij] = g * drop[ij];
+          rowsum += P[ij] * dP[ij];
+        }
+        for (int64_t j = 0; j < n_keys; ++j) {
+          const size_t ij = static_cast<size_t>(i * L + j);
+          const double dS = P[ij] * (dP[ij] - rowsum) * scale;
+          for (int64_t d = 0; d < D; ++d) {
+            r.dq[at(i, d)] += dS * k.values[at(j, d)];
+            r.dk[at(j, d)] += dS * q.values[at(i, d)];
+            r.dv[at(j, d)] += P[ij] * drop[ij] * dout.values[at(i, d)];
+          }
+        }
+      }
+    }
+  return r;
+}
+
+struct Errors {
+  double rel_norm, rel_max;
+};
+template <typename G>
+Errors errors(const G& gpu, const std::vector<double>& ref) {
+  double diff2 = 0.0, ref2 = 0.0, worst = 0.0, ref_max = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(gpu[i]) - ref[i]);
+    if (std::isnan(d)) return Errors{INFINITY, INFINITY};
+    diff2 += d * d;
+    ref2 += ref[i] * ref[i];
+    worst = std::max(worst, d);
+    ref_max = std::max(ref_max, std::fabs(ref[i]));
+  }
+  return Errors{std::sqrt(diff2 / std::max(ref2, 1e-30)), worst / std::max(ref_max, 1e-30)};
+}
+
+std::unique_ptr<CudnnAttention> make_cudnn(cudaStream_t stream) {
+  std::string why;
+  auto c = CudnnAttention::create(stream, &why);
+  if (!c) ADD_FAILURE() << "cuDNN could not be used: " << why;
+  return c;
+}
+
+class CudaCudnnAttention : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaCudnnAttention, MatchesFloat64ReferenceOnItsOwnDropoutMask) {
+  SKIP_WITHOUT_GPU();
+  const Case c = GetParam();
+  cudaStream_t stream;
+  ANATOMY_CUDA_CHECK(cudaStreamCreate(&stream));
+  auto cudnn = make_cudnn(stream);
+  ASSERT_TRUE(cudnn);
+  const size_t n = static_cast<size_t>(c.B * c.L * c.heads * c.D);
+  const Rounded q = random_rounded(c.bf16, n, 1.5f, 31), k = random_rounded(c.bf16, n, 1.5f, 32);
+  const Rounded v = random_rounded(c.bf16, n, 1.0f, 33), dout = random_rounded(c.bf16, n, 1.0f, 34);
+  const std::vector<int64_t> len = lengths_of(c);
+  std::vector<int64_t> mask(static_cast<size_t>(c.B * c.L), 1);
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t j = len[static_cast<size_t>(b)]; j < c.L; ++j) mask[static_cast<size_t>(b * c.L + j)] = 0;
+  CudnnAttentionShape s;
+  s.B = c.B;
+  s.L = c.L;
+  s.heads = c.heads;
+  s.D = c.D;
+  s.bf16 = c.bf16;
+  s.masked = c.padded;
+  s.dropout = c.p;
+  s.training = true;
+  s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.D)));
+  ASSERT_TRUE(cudnn->supports(s)) << case_name(c);
+  const DropoutSpec dropout{c.p, 0x5eedULL, 7};
+
+  const size_t bytes = n * 2;
+  DeviceBuffer dq_(bytes), dk_(bytes), dv_(bytes), q_(bytes), k_(bytes), v_(bytes), o_(bytes), do_(bytes);
+  DeviceBuffer lse_(static_cast<size_t>(c.B * c.heads * c.L) * 4), mask_(mask.size() * 8);
+  DeviceBuffer scratch_(std::max(cudnn->forward_scratch_bytes(s), cudnn->backward_scratch_bytes(s)));
+  DeviceBuffer keep_(c.p > 0.0f ? static_cast<size_t>(c.B * c.heads * c.L * c.L) * 4 : 0);
+  q_.upload(q.bits);
+  k_.upload(k.bits);
+  v_.upload(v.bits);
+  do_.upload(dout.bits);
+  mask_.upload(mask);
+  const int64_t* mask_ptr = c.padded ? mask_.as<int64_t>() : nullptr;
+
+  struct Raw {
+    std::vector<uint16_t> ctx, dq, dk, dv;
+    std::vector<float> lse;
+  };
+  auto run = [&](bool dump) {
+    for (DeviceBuffer* b : {&o_, &dq_, &dk_, &dv_, &lse_, &scratch_}) b->poison();
+    cudnn->forward(s, q_.as<void>(), k_.as<void>(), v_.as<void>(), mask_ptr, dropout, o_.as<void>(), lse_.as<float>(),
+                   scratch_.as<void>(), dump ? keep_.as<float>() : nullptr);
+    cudnn->backward(s, do_.as<void>(), q_.as<void>(), k_.as<void>(), v_.as<void>(), o_.as<void>(), lse_.as<float>(),
+                    mask_ptr, dropout, dq_.as<void>(), dk_.as<void>(), dv_.as<void>(), scratch_.as<void>());
+    ANATOMY_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return Raw{o_.download<uint16_t>(), dq_.download<uint16_t>(), dk_.download<uint16_t>(), dv_.download<uint16_t>(),
+               lse_.download<float>()};
+  };
+  const Raw first = run(false);
+  std::vector<float> keep;
+  if (c.p > 0.0f) {
+    const Raw dumped = run(true);
+    // The forward that reports its mask computes the same bits as the ordinary one: the reported mask is the one used.
+    EXPECT_EQ(dumped.ctx, first.ctx) << "ctx with and without the mask report";
+    keep = keep_.download<float>();
+    int64_t kept = 0, total = 0;
+    for (int64_t b = 0; b < c.B; ++b)
+      for (int64_t h = 0; h < c.heads; ++h)
+        for (int64_t i = 0; i < c.L; ++i)
+          for (int64_t j = 0; j < len[static_cast<size_t>(b)]; ++j) {
+            const float x = keep[static_cast<size_t>(((b * c.heads + h) * c.L + i) * c.L + j)];
+            ASSERT_TRUE(x == 0.0f || x == 1.0f) << "keep mask value " << x;
+            kept += x == 1.0f;
+            ++total;
+          }
+    // Binomial(total, 1 - p): within 6 standard deviations.
+    const double expect = (1.0 - c.p) * static_cast<double>(total);
+    EXPECT_NEAR(static_cast<double>(kept), expect, 6.0 * std::sqrt(expect * c.p) + 1.0) << "kept of " << total;
+  }
+  const Reference ref = reference(c, q, k, v, dout, len, keep, s.scale);
+  auto widen = [&](const std::vector<uint16_t>& x) {
+    std::vector<double> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) out[i] = from_16(c.bf16, x[i]);
+    return out;
+  };
+  // The same tolerances, for the same reasons, as our flash kernels' test
+  // (test_cuda_flash_attention.cu): 16-bit outputs (2^-9 / 2^-12 relative),
+  // the probabilities rounded to 16 bits before the products with v and dO.
+  const double tol_norm = c.bf16 ? 1e-2 : 2e-3, tol_max = c.bf16 ? 2.5e-2 : 3e-3;
+  struct Named {
+    const char* name;
+    std::vector<double> gpu;
+    const std::vector<double>& ref;
+  };
+  std::vector<double> lse(first.lse.begin(), first.lse.end());
+  std::string margins;
+  for (const Named& t : {Named{"ctx", widen(first.ctx), ref.ctx}, Named{"dq", widen(first.dq), ref.dq},
+                         Named{"dk", widen(first.dk), ref.dk}, Named{"dv", widen(first.dv), ref.dv}}) {
+    const Errors e = errors(t.gpu, t.ref);
+    EXPECT_LE(e.rel_norm, tol_norm) << t.name;
+    EXPECT_LE(e.rel_max, tol_max) << t.name;
+    char text[96];
+    std::snprintf(text, sizeof text, " %s %.2e/%.2e", t.name, e.rel_norm, e.rel_max);
+    margins += text;
+  }
+  // The log-sum-exp is float32 from float32 scores of 16-bit inputs.
+  const Errors e_lse = errors(lse, ref.lse);
+  EXPECT_LE(e_lse.rel_max, 1e-4) << "lse";
+  std::printf("relative error (norm/max)%s lse %.2e\n", margins.c_str(), e_lse.rel_max);
+
+  const Raw second = run(false);
+  EXPECT_EQ(second.ctx, first.ctx) << "ctx bits";
+  EXPECT_EQ(second.dq, first.dq) << "dq bits";
+  EXPECT_EQ(second.dk, first.dk) << "dk bits";
+  EXPECT_EQ(second.dv, first.dv) << "dv bits";
+  EXPECT_EQ(0, std::memcmp(second.lse.data(), first.lse.data(), first.lse.size() * 4)) << "lse bits";
+  (void)cudaStreamDestroy(stream);
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (bool bf16 : {true, false}) {
+    cases.push_back({2, 128, 4, 64, false, 0.0f, bf16});
+    cases.push_back({2, 128, 4, 64, true, 0.0f, bf16});
+    cases.push_back({2, 128, 4, 64, true, 0.1f, bf16});
+    cases.push_back({3, 77, 2, 32, true, 0.1f, bf16});
+    cases.push_back({2, 64, 2, 128, false, 0.1f, bf16});
+    cases.push_back({1, 512, 16, 64, true, 0.1f, bf16});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaCudnnAttention, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// Timing only (--gtest_also_run_disabled_tests): cuDNN against our flash
+// kernels, forward + backward at bert-large's attention, batch 32, dropout 0.1.
+TEST(CudaCudnnAttentionTiming, DISABLED_AgainstFlashKernels) {
+  SKIP_WITHOUT_GPU();
+  const int64_t B = 32, L = 512, heads = 16, D = 64;
+  cudaStream_t stream;
+  ANATOMY_CUDA_CHECK(cudaStreamCreate(&stream));
+  auto cudnn = make_cudnn(stream);
+  ASSERT_TRUE(cudnn);
+  CudnnAttentionShape s;
+  s.B = B;
+  s.L = L;
+  s.heads = heads;
+  s.D = D;
+  s.dropout = 0.1f;
+  s.scale = 0.125f;
+  ASSERT_TRUE(cudnn->supports(s));
+  const DropoutSpec dropout{0.1f, 1, 2};
+  const size_t bytes = static_cast<size_t>(B * L * heads * D) * 2;
+  DeviceBuffer q(bytes), k(bytes), v(bytes), o(bytes), dout(bytes), dq(bytes), dk(bytes), dv(bytes);
+  DeviceBuffer lse(static_cast<size_t>(B * heads * L) * 4);
+  for (DeviceBuffer* b : {&q, &k, &v, &dout}) ANATOMY_CUDA_CHECK(cudaMemset(b->as<void>(), 0x3c, bytes));
+  DeviceBuffer scratch(std::max({cudnn->forward_scratch_bytes(s), cudnn->backward_scratch_bytes(s),
+                                 anatomy::cuda::flash_attention_scratch_bytes(B, L, heads, D)}));
+  std::printf("cuDNN scratch: forward %zu bytes, backward %zu bytes; flash backward scratch %zu bytes\n",
+              cudnn->forward_scratch_bytes(s), cudnn->backward_scratch_bytes(s),
+              anatomy::cuda::flash_attention_scratch_bytes(B, L, heads, D));
+  auto time = [&](const char* what, auto&& fn) {
+    fn();
+    cudaEvent_t a, b;
+    ANATOMY_CUDA_CHECK(cudaEventCreate(&a));
+    ANATOMY_CUDA_CHECK(cudaEventCreate(&b));
+    constexpr int kRuns = 20;
+    ANATOMY_CUDA_CHECK(cudaEventRecord(a, stream));
+    for (int i = 0; i < kRuns; ++i) fn();
+    ANATOMY_CUDA_CHECK(cudaEventRecord(b, stream));
+    ANATOMY_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0.0f;
+    ANATOMY_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    std::printf("%s: %.3f ms\n", what, ms / kRuns);
+  };
+  time("cuDNN forward", [&] {
+    cudnn->forward(s, q.as<void>(), k.as<void>(), v.as<void>(), nullptr, dropout, o.as<void>(), lse.as<float>(),
+                   scratch.as<void>());
+  });
+  time("cuDNN backward", [&] {
+    cudnn->backward(s, dout.as<void>(), q.as<void>(), k.as<void>(), v.as<void>(), o.as<void>(), lse.as<float>(),
+                    nullptr, dropout, dq.as<void>(), dk.as<void>(), dv.as<void>(), scratch.as<void>());
+  });
+  using anatomy::cuda::AttnType;
+  time("flash forward", [&] {
+    anatomy::cuda::flash_attention_forward(stream, AttnType::BF16, q.as<void>(), k.as<void>(), v.as<void>(), nullptr,
+                                           B, L, heads, D, 0.125f, dropout, o.as<void>(), lse.as<float>());
+  });
+  time("flash backward", [&] {
+    anatomy::cuda::flash_attention_backward(stream, AttnType::BF16, dout.as<void>(), q.as<void>(), k.as<void>(),
+                                            v.as<void>(), o.as<void>(), lse.as<float>(), nullptr, B, L, heads, D,
+                                            0.125f, dropout, dq.as<void>(), dk.as<void>(), dv.as<void>(),
+                                            scratch.as<void>());
+  });
+  (void)cudaStreamDestroy(stream);
+}
+
+#endif  // ANATOMY_HAVE_CUDNN
+
+}  // namespace
+
+#ifdef ANATOMY_HAVE_CUDNN
+namespace {
+// The scratch the memory plan reserves for cuDNN (cuda_memory.h) is what
+// cuDNN asks for, at every L a multiple of 64 (the plan's formula); other
+// lengths get what cuDNN asks, which the test prints.
+TEST(CudaCudnnAttention, ScratchIsThePlannedOne) {
+  SKIP_WITHOUT_GPU();
+  cudaStream_t stream;
+  ANATOMY_CUDA_CHECK(cudaStreamCreate(&stream));
+  auto cudnn = make_cudnn(stream);
+  ASSERT_TRUE(cudnn);
+  const int64_t shapes[][4] = {{32, 512, 16, 64}, {64, 512, 16, 64}, {1, 512, 16, 64}, {4, 128, 12, 64},
+                               {16, 256, 16, 64}, {2, 64, 2, 128},   {4, 1024, 16, 64}, {128, 128, 12, 64},
+                               {3, 77, 2, 32},    {5, 300, 4, 64}};
+  for (const auto& sh : shapes)
+    for (bool bf16 : {true, false})
+      for (bool masked : {false, true})
+        for (float p : {0.0f, 0.1f}) {
+          CudnnAttentionShape s;
+          s.B = sh[0];
+          s.L = sh[1];
+          s.heads = sh[2];
+          s.D = sh[3];
+          s.bf16 = bf16;
+          s.masked = masked;
+          s.dropout = p;
+          s.scale = 0.125f;
+          ASSERT_TRUE(cudnn->supports(s));
+          const size_t fwd = cudnn->forward_scratch_bytes(s), bwd = cudnn->backward_scratch_bytes(s);
+          const size_t plan_fwd = anatomy::cuda::cudnn_attention_forward_scratch_bytes(s.B);
+          const size_t plan_bwd = anatomy::cuda::cudnn_attention_backward_scratch_bytes(s.B, s.L, s.heads);
+          if (s.L % 64 == 0) {
+            EXPECT_EQ(fwd, plan_fwd) << case_name({s.B, s.L, s.heads, s.D, masked, p, bf16});
+            EXPECT_EQ(bwd, plan_bwd) << case_name({s.B, s.L, s.heads, s.D, masked, p, bf16});
+          } else {
+            std::printf("%s: forward %zu (planned %zu), backward %zu (planned %zu)\n",
+                        case_name({s.B, s.L, s.heads, s.D, masked, p, bf16}).c_str(), fwd, plan_fwd, bwd, plan_bwd);
+          }
+        }
+  (void)cudaStreamDestroy(stream);
+}
+}  // namespace
+#endif
