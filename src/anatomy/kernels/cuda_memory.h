@@ -127,8 +127,8 @@ constexpr size_t cudnn_attention_param_bytes(int64_t B) {
 // The scratch the backend reserves for cuDNN's attention (the meta backend
 // mirrors it): the inputs above, then room for cuDNN's workspace. cuDNN 9.14
 // on an H100 asks 256 bytes for the forward, and for its deterministic
-// backward, at L a multiple of 64, a 16-bit [B, heads, L, L] buffer plus
-// [B, heads, L] floats (test_cuda_cudnn_attention.cpp checks both). Where
+// backward, at L a multiple of 64, those 256 bytes, a 16-bit [B, heads, L, L]
+// buffer and [B, heads, L] floats (test_cuda_cudnn_attention.cpp checks both). Where
 // cuDNN asks for more, the backend gives what it asks (and the plan is short
 // by the difference, which its report shows).
 constexpr size_t kCudnnAttentionForwardWorkspaceBytes = 256;
@@ -136,7 +136,8 @@ constexpr size_t cudnn_attention_forward_scratch_bytes(int64_t B) {
   return cudnn_attention_param_bytes(B) + kCudnnAttentionForwardWorkspaceBytes;
 }
 constexpr size_t cudnn_attention_backward_scratch_bytes(int64_t B, int64_t L, int64_t heads) {
-  return cudnn_attention_param_bytes(B) + static_cast<size_t>(B * heads * L) * static_cast<size_t>(2 * L + 4);
+  return cudnn_attention_param_bytes(B) + kCudnnAttentionForwardWorkspaceBytes +
+         static_cast<size_t>(B * heads * L) * static_cast<size_t>(2 * L + 4);
 }
 // Whether the CUDA backend's 16-bit fused attention runs through cuDNN: the
 // build has cuDNN's attention (ANATOMY_CUDNN_ATTENTION) and the environment
