@@ -32,6 +32,7 @@
 
 #include "anatomy/dist/store.h"
 #include "anatomy/dist/zero.h"
+#include "anatomy/dist/zero_sharding.h"
 #include "anatomy/io/files.h"
 #include "anatomy/io/safetensors.h"
 #include "anatomy/model/checkpoint.h"
@@ -119,6 +120,25 @@ void expect_whole_two_rank_checkpoint(const fs::path& dir, int stage) {
     return;
   }
   EXPECT_FALSE(fs::exists(dir / "optimizer.safetensors")) << name;
+  if (stage >= 2) {  // each rank: its chunk of every unit, equal on every rank
+    const dist::UnitShards want =
+        dist::unit_shards(bert_parameter_units(model.weights(), source.config), total, 0, 2);
+    for (int r = 0; r < 2; ++r) {
+      const fs::path shard = dir / optimizer_shard_file(r, 2);
+      ASSERT_TRUE(fs::exists(shard)) << shard;
+      const auto meta = shard_meta(shard.string());
+      EXPECT_EQ(meta.at("rank"), r);
+      EXPECT_EQ(meta.at("world_size"), 2);
+      EXPECT_EQ(meta.at("unit_chunks"), 1);
+      EXPECT_EQ(meta.at("shard_total"), total);
+      EXPECT_EQ(meta.at("shard_begin"), 0);
+      EXPECT_EQ(meta.at("shard_end"), want.shard_elements);
+      EXPECT_EQ(meta.at("steps"), s.updates);
+      EXPECT_EQ(io::SafetensorsFile::open(shard.string()).info("exp_avg").shape,
+                (std::vector<int64_t>{want.shard_elements}));
+    }
+    return;
+  }
   int64_t covered = 0;
   for (int r = 0; r < 2; ++r) {
     const fs::path shard = dir / optimizer_shard_file(r, 2);
@@ -166,6 +186,24 @@ TEST_P(DataParallelResume, ContinuesBitwiseFromCheckpoint4) {
   const auto a = test::run_anatomy(launch_two(common + " --output-dir " + full));
   ASSERT_EQ(a.exit_code, 0) << a.output;
   ASSERT_EQ(expect_whole_checkpoints(full, stage), 2);
+  if (stage >= 2) {  // the same run again: the same bits (the order of every sum is fixed)
+    const std::string again = tmp.file("again");
+    const auto a2 = test::run_anatomy(launch_two(common + " --output-dir " + again));
+    ASSERT_EQ(a2.exit_code, 0) << a2.output;
+    const auto first = test::log_records(full), second = test::log_records(again);
+    ASSERT_EQ(first.size(), second.size());
+    for (const auto& [step, x] : first) {
+      EXPECT_EQ(second.at(step)["loss"].get<double>(), x["loss"].get<double>()) << "step " << step;
+      EXPECT_EQ(second.at(step)["grad_norm"].get<double>(), x["grad_norm"].get<double>()) << "step " << step;
+    }
+    EXPECT_EQ(io::read_file_bytes(full + "/model.safetensors"), io::read_file_bytes(again + "/model.safetensors"));
+    // Stage 3's checkpoint holds the model gathered from the shards: the one the run ends with.
+    EXPECT_EQ(io::read_file_bytes(full + "/checkpoint-8/model.safetensors"),
+              io::read_file_bytes(full + "/model.safetensors"));
+    for (int r = 0; r < 2; ++r)
+      EXPECT_EQ(io::read_file_bytes(full + "/checkpoint-8/" + optimizer_shard_file(r, 2)),
+                io::read_file_bytes(again + "/checkpoint-8/" + optimizer_shard_file(r, 2)));
+  }
 
   fs::create_directories(resumed);
   fs::copy(full + "/checkpoint-4", resumed + "/checkpoint-4", fs::copy_options::recursive);
@@ -192,7 +230,7 @@ TEST_P(DataParallelResume, ContinuesBitwiseFromCheckpoint4) {
         << file;
 }
 
-INSTANTIATE_TEST_SUITE_P(ZeroStage, DataParallelResume, ::testing::Values(0, 1),
+INSTANTIATE_TEST_SUITE_P(ZeroStage, DataParallelResume, ::testing::Values(0, 1, 2, 3),
                          [](const ::testing::TestParamInfo<int>& info) { return "stage" + std::to_string(info.param); });
 
 TEST(DataParallelResumeErrors, AnotherWorldStageOrAMissingShardIsOneClearError) {

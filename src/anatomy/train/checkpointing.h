@@ -13,7 +13,8 @@
 // the next save removes), never a checkpoint-N that loads wrong.
 //
 // Under data parallelism every rank calls save_checkpoint at the same step.
-// Rank 0 writes what a single process writes; with ZeRO stage 1 every rank
+// Rank 0 writes what a single process writes (at ZeRO stage 3 the model
+// gathered from the ranks first); with ZeRO stages 1-3 every rank
 // also writes its shard of the optimizer states, optimizer-rank-K-of-N.safetensors
 // (its run of the flat parameter buffer recorded in the file's metadata), into
 // the same hidden directory, and rank 0 renames the directory into place only
@@ -24,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "anatomy/data/text_dataset.h"
 #include "anatomy/dist/communicator.h"
@@ -60,6 +62,13 @@ struct CheckpointRanks {
   // shard_end) of the flat parameter buffer of shard_total elements.
   bool sharded = false;
   int64_t shard_begin = 0, shard_end = 0, shard_total = 0;
+  // ZeRO stages 2 and 3: the states are this rank's chunk of every unit
+  // (dist/zero_sharding.h), shard_end of them (shard_begin 0), of a flat
+  // layout of shard_total elements; the file's metadata says so ("layout").
+  bool unit_chunks = false;
+  // ZeRO stage 3: the whole float32 flat buffer on rank 0's host (the model
+  // holds only its shard), what rank 0 writes as model.safetensors.
+  const std::vector<float>* model_weights = nullptr;
 };
 
 // "optimizer-rank-1-of-2.safetensors": rank K's shard of the optimizer states.
