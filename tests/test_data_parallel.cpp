@@ -276,6 +276,10 @@ TEST(DataParallelCpu, WorldOfOneIsThePlainRun) {
     }
     EXPECT_EQ(io::read_file_bytes(tmp.file("plain") + "/model.safetensors"), io::read_file_bytes(dir + "/model.safetensors"))
         << "stage " << stage;
+    // The plan simulated the same path (a world of one through the communicator): it is the ledger.
+    const auto j = nlohmann::json::parse(std::ifstream(dir + "/anatomy.json"));
+    EXPECT_EQ(j["predicted"]["peak_total"], j["ledger"]["peak_total"]) << "stage " << stage;
+    EXPECT_EQ(j["predicted"]["at_peak"], j["ledger"]["at_peak"]) << "stage " << stage;
   }
 }
 

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "anatomy/anatomy/memory_plan.h"
 #include "anatomy/dist/zero_sharding.h"
 #include "anatomy/io/safetensors.h"
 #include "anatomy/model/checkpoint.h"
@@ -219,6 +220,61 @@ INSTANTIATE_TEST_SUITE_P(Cases, ZeroShardedTraining,
                                            Case{"stage3", 3, 1, false}, Case{"stage3_accumulation", 3, 2, false},
                                            Case{"stage3_checkpointing", 3, 2, true}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// Mixed precision (planned for a GPU on the meta backend, which allocates as
+// the CUDA backend does: the CPU backend does not train in 16 bits): the
+// float32 masters are sharded at stages 2 and 3. While training, a rank holds
+// its shard of the masters plus, at stage 2, float32 copies of what the model
+// reads in float32 (embeddings, LayerNorms, head) and the whole 16-bit copy;
+// at stage 3 two gathered units in float32 and in 16 bits.
+TEST(ZeroShardedPlan, MixedPrecisionShardsTheMasters) {
+  const BertConfig config = small_config();
+  const Sharding s = sharding_of(config);
+  int64_t float32_read = 0;  // the flat elements of the float32 subset
+  {
+    auto cpu = make_cpu_backend(1);
+    std::vector<ParamSpec> specs;
+    for (const ParamSpec& spec : bert_parameter_specs(config))
+      if (BertForSequenceClassification::reads_float32_in_mixed_precision(spec.name)) specs.push_back(spec);
+    float32_read = ParameterSet(*cpu, specs, Category::Weights, "").flat_elements();
+    EXPECT_LT(float32_read, s.flat / 4) << "the encoder's dense layers are most of the model";
+  }
+  DataShape shape;
+  shape.size = 16;
+  shape.seq_len = 16;
+  for (int stage : {2, 3}) {
+    for (int rank = 0; rank < 2; ++rank) {
+      TrainingArguments args;
+      args.per_device_train_batch_size = 4;
+      args.bf16 = true;
+      args.zero_stage = stage;
+      args.progress = false;
+      PlanTarget target;
+      target.gpu = true;
+      target.rank = rank;
+      target.world = 2;
+      const MemoryPlan plan = plan_training(config, args, shape, target);
+      ASSERT_TRUE(plan.fits);
+      int64_t weights = 0, half = 0, gradients = 0;
+      for (const PhaseSample& sample : plan.timeline) {
+        // Setup holds the loaded model before it is sharded, and the end gathers it whole again.
+        if (sample.step < 0 || sample.phase == "gather weights") continue;
+        weights = std::max(weights, sample.live[static_cast<size_t>(Category::Weights)]);
+        half = std::max(half, sample.live[static_cast<size_t>(Category::WeightsHalf)]);
+        gradients = std::max(gradients, sample.live[static_cast<size_t>(Category::Gradients)]);
+      }
+      if (stage == 2) {
+        EXPECT_EQ(weights, 4 * (s.shard + float32_read)) << "rank " << rank;
+        EXPECT_EQ(half, 2 * s.flat) << "rank " << rank;
+      } else {
+        EXPECT_EQ(weights, 4 * (s.shard + s.max_pair)) << "rank " << rank;
+        EXPECT_EQ(half, 2 * s.max_pair) << "rank " << rank;
+      }
+      EXPECT_EQ(gradients, 4 * (s.shard + s.max_pair)) << "rank " << rank;
+      EXPECT_EQ(plan.ledger.peak[static_cast<size_t>(Category::OptimizerStates)], 8 * s.shard) << "rank " << rank;
+    }
+  }
+}
 
 TEST(ZeroShardedTraining, OtherOptimizersAreOneClearError) {
   test::TempDir tmp;

@@ -37,14 +37,18 @@ UnitShards unit_shards(const std::vector<ParameterUnit>& units, int64_t flat_ele
 }
 
 ZeroSharding::ZeroSharding(Backend& backend, Communicator& comm, BertForSequenceClassification& model, int stage)
-    : backend_(backend), comm_(comm), model_(model), stage_(stage) {
+    : backend_(backend),
+      comm_(comm),
+      model_(model),
+      stage_(stage),
+      masters_(stage == 3 || model.compute_dtype() != DType::F32) {
   ANATOMY_CHECK(stage == 2 || stage == 3, "ZeroSharding: stage {}", stage);
   ANATOMY_CHECK(model.weights().allocated(), "ZeroSharding: the model's weights are released");
   shards_ = unit_shards(bert_parameter_units(model.weights(), model.config()), model.weights().flat_elements(),
                         comm.rank(), comm.world_size());
   Ledger& ledger = backend.ledger();
   const std::string tag = fmt::format("zero{}.rank{}.", stage, comm.rank());
-  if (stage == 3) {  // the whole weights go before anything else is allocated
+  if (masters_) {  // the whole float32 weights go before anything else is allocated
     weight_shard_ = Tensor::empty(ledger, {shards_.shard_elements}, DType::F32, Category::Weights, tag + "weights");
     backend.zero(weight_shard_);
     shard_model_weights();
@@ -62,15 +66,61 @@ void ZeroSharding::wait_for(uint64_t id) {
 }
 
 void ZeroSharding::shard_model_weights() {
-  ANATOMY_CHECK(stage_ == 3 && model_.weights().allocated(), "shard_model_weights at stage {}", stage_);
-  const Tensor& flat = model_.weights().flat();
+  ANATOMY_CHECK(masters_ && model_.weights().allocated(), "shard_model_weights at stage {}", stage_);
+  const ParameterSet& weights = model_.weights();
+  const Tensor& flat = weights.flat();
   for (size_t u = 0; u < shards_.units.size(); ++u) {
     const ShardRange mine = shards_.owned(u);
     if (mine.size() > 0)
       backend_.copy(weight_shard_.slice(shards_.units[u].shard_offset, {mine.size()}, "weights_chunk"),
                     flat.slice(mine.begin, {mine.size()}, "weights_chunk"));
   }
-  model_.release_weights();
+  if (stage_ == 3) {
+    model_.release_weights();
+    return;
+  }
+  if (!float32_read_) {
+    std::vector<ParamSpec> specs;
+    for (const ParamSpec& spec : weights.specs())
+      if (BertForSequenceClassification::reads_float32_in_mixed_precision(spec.name)) specs.push_back(spec);
+    float32_read_ = std::make_unique<ParameterSet>(backend_, specs, Category::Weights, "float32_read.");
+  }
+  for (const ParamSpec& spec : float32_read_->specs())
+    backend_.copy(float32_read_->get(spec.name), weights.get(spec.name));
+  model_.release_weights(/*keep_half=*/true);
+  model_.read_float32_from(*float32_read_);
+}
+
+void ZeroSharding::refresh_float32_read() {
+  // Each tensor's parts, by owner: the owner copies its part from its shard,
+  // then every part is broadcast from its owner (all at once: one group).
+  const ParameterSet& layout = model_.weights();
+  struct Part {
+    int64_t at, count;  // in float32_read_'s flat buffer
+    int owner;
+  };
+  std::vector<Part> parts;
+  for (const ParamSpec& spec : float32_read_->specs()) {
+    const int64_t begin = layout.offset_of(spec.name), end = begin + shape_numel(spec.shape);
+    const int64_t at = float32_read_->offset_of(spec.name);
+    for (size_t u = 0; u < shards_.units.size(); ++u) {
+      if (end <= shards_.units[u].begin || begin >= shards_.units[u].end) continue;
+      for (int r = 0; r < shards_.world; ++r) {
+        const ShardRange owned = shards_.owned(u, r);
+        const int64_t lo = std::max(begin, owned.begin), hi = std::min(end, owned.end);
+        if (lo >= hi) continue;
+        parts.push_back(Part{at + (lo - begin), hi - lo, r});
+        if (r == shards_.rank)
+          backend_.copy(float32_read_->flat().slice(at + (lo - begin), {hi - lo}, "float32_part"),
+                        weight_shard_.slice(shards_.units[u].shard_offset + (lo - owned.begin), {hi - lo},
+                                            "weights_chunk"));
+      }
+    }
+  }
+  comm_.group_begin();
+  for (const Part& p : parts) comm_.broadcast(float32_read_->flat().slice(p.at, {p.count}, "float32_part"), p.owner);
+  comm_.group_end();
+  wait_for(queue());
 }
 
 Tensor ZeroSharding::gathered_unit(size_t u, const std::string& name) {
@@ -82,7 +132,7 @@ Tensor ZeroSharding::gathered_unit(size_t u, const std::string& name) {
 }
 
 void ZeroSharding::restore_model_weights() {
-  ANATOMY_CHECK(stage_ == 3, "restore_model_weights at stage {}", stage_);
+  ANATOMY_CHECK(masters_, "restore_model_weights at stage {}", stage_);
   drop_slots();
   model_.restore_weights();
   const Tensor& flat = model_.weights().flat();
@@ -92,10 +142,11 @@ void ZeroSharding::restore_model_weights() {
     backend_.copy(flat.slice(unit.begin, {unit.size()}, "unit_weights"), whole.slice(0, {unit.size()}, "unit_weights"));
   }
   model_.refresh_half_weights();
+  float32_read_.reset();  // the model reads its own whole weights again
 }
 
 std::vector<float> ZeroSharding::gather_weights_to_host() {
-  ANATOMY_CHECK(stage_ == 3, "gather_weights_to_host at stage {}", stage_);
+  ANATOMY_CHECK(masters_, "gather_weights_to_host at stage {}", stage_);
   drop_slots();  // no more gathered units at once than in training
   std::vector<float> host;
   if (shards_.rank == 0) host.assign(static_cast<size_t>(shards_.flat_elements), 0.0f);
@@ -218,8 +269,10 @@ void ZeroSharding::weights_updated() {
   }
   // Stage 2: each rank's updated chunk of every unit to every rank, in place
   // in a unit-sized buffer (its own chunk copied in, padding zeroed), then
-  // into the whole copy.
-  std::vector<const Tensor*> copies = {&model_.weights().flat()};
+  // into the whole copy: the float32 weights, or with the masters sharded
+  // the 16-bit copy (and then the float32 ones the model reads).
+  std::vector<const Tensor*> copies;
+  if (!masters_) copies.push_back(&model_.weights().flat());
   if (model_.half_weights() != nullptr) copies.push_back(&model_.half_weights()->flat());
   for (size_t u = 0; u < shards_.units.size(); ++u) {
     const UnitShards::Unit& unit = shards_.units[u];
@@ -236,6 +289,7 @@ void ZeroSharding::weights_updated() {
       backend_.copy(flat->slice(unit.begin, {unit.size()}, "unit"), out.slice(0, {unit.size()}, "unit"));
     }
   }
+  if (masters_) refresh_float32_read();
 }
 
 namespace {
@@ -277,14 +331,14 @@ class ZeroShardedOptimizer final : public Optimizer {
   void step(const ParameterSet& params, const ParameterSet&, double lr, const ParameterSet* half_copy) override {
     ++steps_;
     const UnitShards& shards = sharding_.shards();
-    const bool stage3 = sharding_.stage() == 3;
+    const bool stage3 = sharding_.stage() == 3, masters = sharding_.shards_masters();
     for (size_t u = 0; u < shards.units.size(); ++u) {
       const ShardRange mine = shards.owned(u);
       const int64_t n = mine.size(), at = shards.units[u].shard_offset;
       if (n == 0) continue;
-      // Stage 2: the model's whole weights, this rank's part in place; stage 3: the weight shard.
-      const Tensor p = stage3 ? sharding_.weight_shard().slice(at, {n}, "weights_chunk")
-                              : params.flat().slice(mine.begin, {n}, "weights_chunk");
+      // The weight shard (the masters sharded), or this rank's part of the model's whole weights, in place.
+      const Tensor p = masters ? sharding_.weight_shard().slice(at, {n}, "weights_chunk")
+                               : params.flat().slice(mine.begin, {n}, "weights_chunk");
       const Tensor g = sharding_.gradient_shard().slice(at, {n}, "gradients_chunk");
       Tensor h;
       const bool half = !stage3 && half_copy != nullptr;

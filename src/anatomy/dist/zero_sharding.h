@@ -65,14 +65,21 @@ class ZeroSharding final : public ParameterUnits {
   ~ZeroSharding() override;
 
   int stage() const { return stage_; }
+  // The float32 weights (the masters) are sharded: at stage 3, and at stage
+  // 2 under mixed precision, where the model keeps its whole 16-bit copy and
+  // whole float32 copies of only what it reads in float32 (the embeddings,
+  // the LayerNorms, the head: reads_float32_in_mixed_precision).
+  bool shards_masters() const { return masters_; }
   const UnitShards& shards() const { return shards_; }
   const Tensor& gradient_shard() const { return grad_shard_; }
-  const Tensor& weight_shard() const { return weight_shard_; }  // stage 3
+  const Tensor& weight_shard() const { return weight_shard_; }  // shards_masters()
 
-  // Stage 3: takes this rank's chunks of the model's weights into the weight
-  // shard and releases the model's own (again after a resume restored and loaded them).
+  // shards_masters(): takes this rank's chunks of the model's weights into
+  // the weight shard and releases the model's own (again after a resume
+  // restored and loaded them); stage 2 keeps the 16-bit copy and the float32
+  // subset the model reads.
   void shard_model_weights();
-  // Stage 3: the model's weights allocated again and gathered whole, on every rank.
+  // shards_masters(): the model's weights allocated again and gathered whole, on every rank.
   void restore_model_weights();
   // Training is over: the gradient shard goes back to the ledger.
   void release_gradients();
@@ -126,6 +133,10 @@ class ZeroSharding final : public ParameterUnits {
   Communicator& comm_;
   BertForSequenceClassification& model_;
   int stage_;
+  bool masters_;
+  std::unique_ptr<ParameterSet> float32_read_;  // stage 2, mixed precision: what the model reads in float32
+  // Stage 2, mixed precision: float32_read_ from the updated shards (each owner's part broadcast).
+  void refresh_float32_read();
   UnitShards shards_;
   Tensor grad_shard_, weight_shard_;
   Slot slots_[2];

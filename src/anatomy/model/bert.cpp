@@ -93,9 +93,23 @@ void BertForSequenceClassification::set_parameter_units(ParameterUnits* units) {
   if (units_ && unit_runs_.empty()) unit_runs_ = bert_parameter_units(weights_, config_);
 }
 
-void BertForSequenceClassification::release_weights() {
+bool BertForSequenceClassification::reads_float32_in_mixed_precision(const std::string& name) {
+  const auto ends_with = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return name.rfind("bert.encoder.", 0) != 0 || ends_with("LayerNorm.weight") || ends_with("LayerNorm.bias");
+}
+
+void BertForSequenceClassification::read_float32_from(const ParameterSet& subset) {
+  ANATOMY_CHECK(compute_ != DType::F32 && !weights_.allocated(), "read_float32_from: float32 or whole weights");
+  for (int64_t u = 0; u < config_.num_hidden_layers + 2; ++u)
+    w_.bind_unit(u, config_, [&](const std::string& name) { return subset.has(name) ? subset.get(name) : Tensor(); });
+}
+
+void BertForSequenceClassification::release_weights(bool keep_half) {
   weights_.release();
   w_ = BertTensors::bind(weights_, config_);
+  if (keep_half && half_weights_) return;
   if (half_weights_) {
     half_weights_->release();
     wh_ = BertTensors::bind(*half_weights_, config_);
@@ -109,7 +123,7 @@ void BertForSequenceClassification::restore_weights() {
   weights_.allocate(backend_);
   w_ = BertTensors::bind(weights_, config_);
   if (half_weights_) {
-    half_weights_->allocate(backend_);
+    if (!half_weights_->allocated()) half_weights_->allocate(backend_);
     wh_ = BertTensors::bind(*half_weights_, config_);
   } else {
     wh_ = w_;

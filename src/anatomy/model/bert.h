@@ -117,10 +117,19 @@ class BertForSequenceClassification {
   // weights, call release_weights() after it, and restore_weights() (then
   // fill the weights) before unsetting it.
   void set_parameter_units(ParameterUnits* units);
-  // Gives the model's float32 weights (and their 16-bit copy) back to the
-  // ledger, keeping their layout; restore_weights() allocates them again, zeroed.
-  void release_weights();
+  // Gives the model's float32 weights (and their 16-bit copy, unless
+  // `keep_half`) back to the ledger, keeping their layout; restore_weights()
+  // allocates them again, zeroed (and reads its own float32 weights again).
+  void release_weights(bool keep_half = false);
   void restore_weights();
+  // Mixed precision with the float32 masters sharded (ZeRO stage 2): after
+  // release_weights(true), the float32 parameters the model reads (those of
+  // reads_float32_in_mixed_precision) come from `subset`, a set of those specs only.
+  void read_float32_from(const ParameterSet& subset);
+  // Under mixed precision the encoder's dense layers compute from the 16-bit
+  // copy; everything else (the embeddings, every LayerNorm, the pooler and
+  // the classifier) reads the float32 weights.
+  static bool reads_float32_in_mixed_precision(const std::string& name);
 
  private:
   ParameterUnits* units_ = nullptr;

@@ -245,6 +245,8 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   // weights): the model reads and writes unit by unit through `zero`.
   std::unique_ptr<dist::ZeroSharding> zero;
   if (stage >= 2) zero = std::make_unique<dist::ZeroSharding>(backend_, *comm_, model_, stage);
+  // The float32 weights sharded (stage 3; stage 2 under mixed precision): the model holds no whole copy.
+  const bool masters_sharded = zero && zero->shards_masters();
   ParameterSet* grads = zero ? nullptr : &model_.gradients();
   std::unique_ptr<Optimizer> optimizer =
       zero      ? dist::make_zero_sharded_optimizer(backend_, *zero, model_.weights(), optimizer_options(args_))
@@ -283,7 +285,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   }
   if (!args_.resume_from_checkpoint.empty()) {
     const std::string dir = resolve_checkpoint(args_.resume_from_checkpoint, args_.output_dir);
-    if (stage == 3) model_.restore_weights();  // the checkpoint's whole model, then sharded again below
+    if (masters_sharded) model_.restore_weights();  // the checkpoint's whole model, then sharded again below
     state = load_checkpoint(dir, model_, *optimizer, backend_, state, ranks);
     if (state.global_step > total_steps_)
       fail("--resume-from-checkpoint {}: the checkpoint is at step {}, past this run's {} steps", dir,
@@ -301,7 +303,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
     }
     fmt::print("Resuming from {}: step {} of {}\n", dir, state.global_step, total_steps_);
   }
-  if (stage == 3 && model_.weights().allocated()) zero->shard_model_weights();  // resumed
+  if (masters_sharded && model_.weights().allocated()) zero->shard_model_weights();  // resumed
   model_.set_parameter_units(zero.get());
   struct UnitsReset {  // however train() ends, the model reads its own buffers again
     BertForSequenceClassification& model;
@@ -541,10 +543,10 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       state.loss_scale = loss_scale;
       state.clean_steps = clean_steps;
       state.skipped_steps = result.skipped_steps;
-      // Stage 3: the whole model gathered, unit by unit, to rank 0's host memory.
+      // The masters sharded: the whole model gathered, unit by unit, to rank 0's host memory.
       std::vector<float> gathered;
-      if (stage == 3) gathered = zero->gather_weights_to_host();
-      ranks.model_weights = stage == 3 ? &gathered : nullptr;
+      if (masters_sharded) gathered = zero->gather_weights_to_host();
+      ranks.model_weights = masters_sharded ? &gathered : nullptr;
       save_checkpoint(args_.output_dir, model_, backend_, *optimizer, state, tokenizer ? &*tokenizer : nullptr,
                       args_.save_total_limit, best_step_, ranks);
       ranks.model_weights = nullptr;
@@ -553,7 +555,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   backend_.synchronize();
   result.seconds = seconds_since(start);
   if (comm_) comm_->sum_host({});  // a barrier: rank 0 has written every checkpoint
-  if (stage == 3) {  // the whole model again on every rank, for what follows training (saving, evaluating)
+  if (masters_sharded) {  // the whole model again on every rank, for what follows training (saving, evaluating)
     ledger.set_phase("gather weights");
     optimizer.reset();          // the states and the gradient shard first: training is over
     zero->release_gradients();
