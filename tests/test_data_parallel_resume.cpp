@@ -2,12 +2,13 @@
 // data-parallel runs on the CPU (the collectives go through the TCP store).
 // - Two ranks train 8 steps saving at 4; a second run resumes from
 //   checkpoint-4: its losses 5-8, its checkpoint-8 and its final weights are
-//   bitwise those of the uninterrupted run, at ZeRO stage 0 and 1 (stage 1:
-//   one optimizer shard per rank, its range recorded). Dropout on: the masks
-//   resume too.
+//   bitwise those of the uninterrupted run, at ZeRO stages 0 to 3 (stage 1:
+//   one optimizer shard per rank, its range recorded; 2 and 3: each rank's
+//   chunks of every unit, and a second uninterrupted run is bitwise the
+//   first). Dropout on: the masks resume too.
 // - A checkpoint of another world size or stage, or one without a rank's
 //   shard, is one clear error.
-// - --load-best-model-at-end and --save-total-limit with two ranks at stage 1.
+// - --load-best-model-at-end and --save-total-limit with two ranks at stages 1 and 3.
 // - SIGKILL of one rank while the ranks train and save every step: the other
 //   ends within the timeout with an error naming the lost rank and a non-zero
 //   exit, and every checkpoint-N left is whole; under `anatomy launch` and
@@ -282,7 +283,12 @@ TEST(DataParallelResumeErrors, AnotherWorldStageOrAMissingShardIsOneClearError) 
   EXPECT_TRUE(contains(missing.output, "error: rank 1 exited with code 1")) << missing.output;
 }
 
-TEST(DataParallelCheckpoints, LoadBestModelAtEndAndSaveTotalLimitWithShards) {
+class DataParallelCheckpoints : public ::testing::TestWithParam<int> {};
+
+// Stage 1 (optimizer shards) and stage 3 (the weights sharded too: the
+// checkpoints' models gathered to rank 0, the best one reloaded whole by every rank).
+TEST_P(DataParallelCheckpoints, LoadBestModelAtEndAndSaveTotalLimitWithShards) {
+  const int stage = GetParam();
   const std::string fixture = test::fixture("bert-tiny-cls-padded");
   const std::string data = fixture + "/reference.safetensors";
   test::TempDir tmp;
@@ -293,7 +299,7 @@ TEST(DataParallelCheckpoints, LoadBestModelAtEndAndSaveTotalLimitWithShards) {
       "--model " + fixture + " --train-file " + data + " --validation-file " + data +
       " --device cpu --per-device-train-batch-size 1 --max-steps 8 --learning-rate 3e-2 --eval-strategy steps "
       "--eval-steps 1 --save-strategy steps --save-steps 1 --save-total-limit 1 --load-best-model-at-end "
-      "--metric-for-best-model loss --no-progress --zero-stage 1 --output-dir " + out));
+      "--metric-for-best-model loss --no-progress --zero-stage " + std::to_string(stage) + " --output-dir " + out));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   int64_t best = 0;
   double best_loss = 0;
@@ -309,12 +315,15 @@ TEST(DataParallelCheckpoints, LoadBestModelAtEndAndSaveTotalLimitWithShards) {
   const std::string best_dir = out + "/checkpoint-" + std::to_string(best);
   ASSERT_TRUE(fs::exists(best_dir)) << "the best checkpoint was deleted by --save-total-limit";
   EXPECT_TRUE(fs::exists(out + "/checkpoint-8"));
-  EXPECT_EQ(expect_whole_checkpoints(out, 1), best == 8 ? 1 : 2) << "--save-total-limit 1 and the best one";
+  EXPECT_EQ(expect_whole_checkpoints(out, stage), best == 8 ? 1 : 2) << "--save-total-limit 1 and the best one";
   // Both ranks reload the best weights (rank 0 then writes them as the model).
   EXPECT_TRUE(contains(r.output, "[rank 0] Loaded the best model from " + best_dir)) << r.output;
   EXPECT_TRUE(contains(r.output, "[rank 1] Loaded the best model from " + best_dir)) << r.output;
   EXPECT_EQ(io::read_file_bytes(out + "/model.safetensors"), io::read_file_bytes(best_dir + "/model.safetensors"));
 }
+
+INSTANTIATE_TEST_SUITE_P(ZeroStage, DataParallelCheckpoints, ::testing::Values(1, 3),
+                         [](const ::testing::TestParamInfo<int>& info) { return "stage" + std::to_string(info.param); });
 
 // The pid of the child of `launcher` whose environment has RANK=<rank>, or -1.
 pid_t launched_rank(pid_t launcher, int rank) {

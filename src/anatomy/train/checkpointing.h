@@ -48,7 +48,7 @@ struct TrainerState {
   int64_t per_device_train_batch_size = 0, gradient_accumulation_steps = 0, examples = 0;
   bool shuffle = true, drop_last = false, group_by_length = false;
   std::string precision;      // fp32, bf16 or fp16
-  // Data parallelism: the ranks of the run and its ZeRO stage (1: the
+  // Data parallelism: the ranks of the run and its ZeRO stage (1-3: the
   // optimizer states are sharded, one file per rank). micro_batches then
   // counts the batches of each rank's shard (the same on every rank).
   int64_t world_size = 1;
@@ -93,8 +93,10 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir);
 // Loads the model's weights and the optimizer's states and steps from a
 // checkpoint written by save_checkpoint. `expected` holds this run's settings:
 // a checkpoint of other settings (another world size or ZeRO stage included)
-// is an error naming the setting. With ZeRO stage 1 each rank reads its own
-// shard, whose recorded run must be this rank's.
+// is an error naming the setting. With ZeRO stages 1-3 each rank reads its
+// own shard, whose recorded run (or chunks) must be this rank's. The model
+// is loaded into the model's whole weights, which ZeRO 3 (and 2 under mixed
+// precision) must have allocated (BertForSequenceClassification::restore_weights).
 TrainerState load_checkpoint(const std::string& checkpoint_dir, BertForSequenceClassification& model,
                              Optimizer& optimizer, Backend& backend, const TrainerState& expected,
                              const CheckpointRanks& ranks = {});
