@@ -42,7 +42,7 @@ ZeroSharding::ZeroSharding(Backend& backend, Communicator& comm, BertForSequence
       model_(model),
       stage_(stage),
       masters_(stage == 3 || model.compute_dtype() != DType::F32) {
-  ANATOMY_CHECK(stage == 2 || stage == 3, "ZeroSharding: stage {}", stage);
+  ANATOMY_CHECK(stage == 2 || stage == 3 || (stage == 1 && masters_), "ZeroSharding: stage {}", stage);
   ANATOMY_CHECK(model.weights().allocated(), "ZeroSharding: the model's weights are released");
   shards_ = unit_shards(bert_parameter_units(model.weights(), model.config()), model.weights().flat_elements(),
                         comm.rank(), comm.world_size());
@@ -53,6 +53,7 @@ ZeroSharding::ZeroSharding(Backend& backend, Communicator& comm, BertForSequence
     backend.zero(weight_shard_);
     shard_model_weights();
   }
+  if (stage == 1) return;  // the gradients stay whole, all-reduced as plain data parallelism's
   grad_shard_ = Tensor::empty(ledger, {shards_.shard_elements}, DType::F32, Category::Gradients, tag + "gradients");
   backend.zero(grad_shard_);
 }
@@ -328,7 +329,7 @@ class ZeroShardedOptimizer final : public Optimizer {
     for (auto& [name, t] : state_) backend.zero(t);
   }
 
-  void step(const ParameterSet& params, const ParameterSet&, double lr, const ParameterSet* half_copy) override {
+  void step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy) override {
     ++steps_;
     const UnitShards& shards = sharding_.shards();
     const bool stage3 = sharding_.stage() == 3, masters = sharding_.shards_masters();
@@ -339,7 +340,9 @@ class ZeroShardedOptimizer final : public Optimizer {
       // The weight shard (the masters sharded), or this rank's part of the model's whole weights, in place.
       const Tensor p = masters ? sharding_.weight_shard().slice(at, {n}, "weights_chunk")
                                : params.flat().slice(mine.begin, {n}, "weights_chunk");
-      const Tensor g = sharding_.gradient_shard().slice(at, {n}, "gradients_chunk");
+      // Stage 1: this rank's part of the whole (all-reduced) gradients.
+      const Tensor g = sharding_.stage() == 1 ? grads.flat().slice(mine.begin, {n}, "gradients_chunk")
+                                              : sharding_.gradient_shard().slice(at, {n}, "gradients_chunk");
       Tensor h;
       const bool half = !stage3 && half_copy != nullptr;
       if (half) h = half_copy->flat().slice(mine.begin, {n}, "half_weights_chunk");

@@ -22,6 +22,12 @@
 // them only where it reads what they wrote or reuses what they read, so a
 // unit's reduce-scatter and the next unit's gather run beside the compute.
 //
+// Stage 1 under mixed precision uses the same chunks for its float32 masters
+// (shards_masters()): the gradients stay whole (all-reduced, data_parallel.h),
+// a rank keeps its chunks of the masters and the moments, the whole 16-bit
+// copy and float32 copies of what the model reads in float32. (Stage 1 in
+// float32, where the weights are the masters, is zero.h's.)
+//
 // For optimizers whose update is element by element (AdamW, SGD), as stage 1.
 #pragma once
 
@@ -58,15 +64,16 @@ UnitShards unit_shards(const std::vector<ParameterUnit>& units, int64_t flat_ele
 
 class ZeroSharding final : public ParameterUnits {
  public:
-  // `stage` 2 or 3. Allocates this rank's gradient shard (category
-  // gradients) and, at stage 3, first its weight shard (weights), which
-  // takes this rank's chunks of the model's weights (shard_model_weights).
+  // `stage` 2 or 3 (or 1 under mixed precision). Allocates this rank's
+  // gradient shard (category gradients; not at stage 1) and, with the masters
+  // sharded, first its weight shard (weights), which takes this rank's chunks
+  // of the model's weights (shard_model_weights).
   ZeroSharding(Backend& backend, Communicator& comm, BertForSequenceClassification& model, int stage);
   ~ZeroSharding() override;
 
   int stage() const { return stage_; }
-  // The float32 weights (the masters) are sharded: at stage 3, and at stage
-  // 2 under mixed precision, where the model keeps its whole 16-bit copy and
+  // The float32 weights (the masters) are sharded: at stage 3, and at stages
+  // 1 and 2 under mixed precision, where the model keeps its whole 16-bit copy and
   // whole float32 copies of only what it reads in float32 (the embeddings,
   // the LayerNorms, the head: reads_float32_in_mixed_precision).
   bool shards_masters() const { return masters_; }
@@ -145,10 +152,10 @@ class ZeroSharding final : public ParameterUnits {
   uint64_t queued_ = 0, waited_ = 0, uses_ = 0;
 };
 
-// The AdamW or SGD of `options` over this rank's chunks (ZeRO stages 2 and
-// 3): its step reads the gradient shard and updates the weights (stage 2:
-// the model's own, in place; stage 3: the weight shard), then calls
-// weights_updated(); the ParameterSets step() is given are not read.
+// The AdamW or SGD of `options` over this rank's chunks: its step reads the
+// gradient shard (stage 1: its chunks of the whole gradients step() is given)
+// and updates the weights (the weight shard with the masters sharded, else
+// the model's own in place; step()'s `params`), then calls weights_updated().
 std::unique_ptr<Optimizer> make_zero_sharded_optimizer(Backend& backend, ZeroSharding& sharding,
                                                        const ParameterSet& layout, const OptimizerOptions& options);
 

@@ -242,12 +242,16 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   const bool sharded = comm_ && args_.zero_stage >= 1;
   const int stage = sharded ? static_cast<int>(args_.zero_stage) : 0;
   // ZeRO stages 2 and 3: no whole gradient buffer (and at stage 3 no whole
-  // weights): the model reads and writes unit by unit through `zero`.
+  // weights): the model reads and writes unit by unit through `zero`. Under
+  // mixed precision stage 1 shards by unit too, for its float32 masters.
+  const bool mixed = model_.compute_dtype() != DType::F32;
+  const bool grads_sharded = stage >= 2;
   std::unique_ptr<dist::ZeroSharding> zero;
-  if (stage >= 2) zero = std::make_unique<dist::ZeroSharding>(backend_, *comm_, model_, stage);
-  // The float32 weights sharded (stage 3; stage 2 under mixed precision): the model holds no whole copy.
+  if (grads_sharded || (stage == 1 && mixed))
+    zero = std::make_unique<dist::ZeroSharding>(backend_, *comm_, model_, stage);
+  // The float32 weights sharded (stage 3; stages 1 and 2 under mixed precision): the model holds no whole copy.
   const bool masters_sharded = zero && zero->shards_masters();
-  ParameterSet* grads = zero ? nullptr : &model_.gradients();
+  ParameterSet* grads = grads_sharded ? nullptr : &model_.gradients();
   std::unique_ptr<Optimizer> optimizer =
       zero      ? dist::make_zero_sharded_optimizer(backend_, *zero, model_.weights(), optimizer_options(args_))
       : sharded ? dist::make_zero1_optimizer(backend_, *comm_, model_.weights(), optimizer_options(args_))
@@ -304,7 +308,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
     fmt::print("Resuming from {}: step {} of {}\n", dir, state.global_step, total_steps_);
   }
   if (masters_sharded && model_.weights().allocated()) zero->shard_model_weights();  // resumed
-  model_.set_parameter_units(zero.get());
+  model_.set_parameter_units(grads_sharded ? zero.get() : nullptr);
   struct UnitsReset {  // however train() ends, the model reads its own buffers again
     BertForSequenceClassification& model;
     ~UnitsReset() { model.set_parameter_units(nullptr); }
@@ -391,7 +395,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
     const int64_t count = window;
     double loss = 0.0;  // the mean of the batches' losses, as Hugging Face logs it
     int64_t samples = 0;
-    if (zero) zero->zero_gradients();
+    if (grads_sharded) zero->zero_gradients();
     else model_.zero_gradients();
     for (int64_t m = 0; m < count; ++m, ++micro) {
       ledger.set_phase("data");
@@ -413,7 +417,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       if (reducer && m + 1 == count) reducer->arm();
       model_.backward(step_scale / static_cast<double>(count * world_));
       // ZeRO 2/3: the embeddings' reduce-scatter, the backward's last, lands in the shard before the next forward.
-      if (zero) zero->finish_gradients();
+      if (grads_sharded) zero->finish_gradients();
       if (m + 1 < count) {  // the window's next batch uploads while this one's work runs
         ledger.set_phase("data");
         next_inputs = slots.upload(static_cast<int>((micro + 1) % 2), loader.next());
@@ -434,12 +438,12 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
     }
     ledger.set_phase("optimizer step");
     if (step_scale != 1.0) {
-      if (zero) zero->scale_gradients(1.0 / step_scale);
+      if (grads_sharded) zero->scale_gradients(1.0 / step_scale);
       else backend_.scale(grads->flat(), 1.0 / step_scale);
     }
     // Under ZeRO 2/3 the norm sums every rank's shard: the same on every rank, so is fp16's overflow verdict.
-    const double grad_norm =
-        zero ? zero->clip_gradients(args_.max_grad_norm) : clip_grad_norm(backend_, *grads, args_.max_grad_norm);
+    const double grad_norm = grads_sharded ? zero->clip_gradients(args_.max_grad_norm)
+                                           : clip_grad_norm(backend_, *grads, args_.max_grad_norm);
     // The schedule advances with the updates made, as Hugging Face's does when GradScaler skips one.
     const double lr =
         scheduled_lr(args_.lr_scheduler_type, args_.learning_rate, updates, args_.warmup_steps, total_steps_);
