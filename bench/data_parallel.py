@@ -11,7 +11,7 @@ Losses (--losses): `--steps` optimizer steps with global batch G: one GPU with b
 with G/N each, in bf16 with dropout 0.1 (each rank draws its own masks: the curves track, they are not
 equal) and in fp32 with dropout off (the same computation up to summation order: within --fp32-rtol).
 
-    python3 bench/data_parallel.py --anatomy build/anatomy [--gpus 2] [--batch 32 64] [--samples 2048] [--zero-stage 1]
+    python3 bench/data_parallel.py --anatomy build/anatomy [--gpus 2] [--batch 32 64] [--samples 2048] [--zero-stage 0|1|2|3]
                                    [--losses] [--json out.json]
 """
 import argparse
@@ -127,7 +127,7 @@ def main():
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"],
                    help="of the throughput runs and of the first loss comparison (dropout on)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a dry run of this script")
-    p.add_argument("--zero-stage", type=int, default=0, choices=[0, 1])
+    p.add_argument("--zero-stage", type=int, default=0, choices=[0, 1, 2, 3])
     p.add_argument("--json")
     args = p.parse_args()
     result = dict(gpus=args.gpus, model=args.model, throughput=[], losses=[])

@@ -21,6 +21,9 @@
 #include "anatomy/data/dataset.h"
 #include "anatomy/data/loader.h"
 #include "anatomy/dist/data_parallel.h"
+#include "anatomy/dist/zero_sharding.h"
+#include "anatomy/model/config.h"
+#include "anatomy/io/files.h"
 #include "anatomy/io/safetensors.h"
 #include "test_process.h"
 
@@ -127,7 +130,8 @@ int64_t optimizer_bytes(const std::string& dir) {
 
 class DataParallelCpu : public ::testing::TestWithParam<int> {};
 
-// Stage 0 (every rank holds the optimizer states) and stage 1 (each rank holds its half).
+// Stage 0 (every rank holds the optimizer states), stage 1 (each rank holds
+// its half), stages 2 and 3 (each rank its chunk of every unit, padded).
 TEST_P(DataParallelCpu, TwoRanksTrainAsOneProcessWithTheWholeBatch) {
   const int stage = GetParam();
   test::TempDir tmp;
@@ -186,12 +190,23 @@ TEST_P(DataParallelCpu, TwoRanksTrainAsOneProcessWithTheWholeBatch) {
   // The optimizer states of each rank: all of AdamW's (stage 0) or half of them, to the shard's rounding (stage 1).
   const int64_t single_states = optimizer_bytes(one), rank0 = optimizer_bytes(two), rank1 = optimizer_bytes(two + "/rank-1");
   ASSERT_GT(single_states, 0);
+  // ZeRO 2/3: the elements of one rank's chunks of every unit (equal on every rank).
+  int64_t unit_shard = 0;
+  {
+    const BertConfig config = load_bert_config(model + "/config.json");
+    auto cpu = make_cpu_backend(1);
+    ParameterSet layout(*cpu, bert_parameter_specs(config), Category::Weights, "");
+    unit_shard = dist::unit_shards(bert_parameter_units(layout, config), layout.flat_elements(), 0, 2).shard_elements;
+  }
   if (stage == 0) {
     EXPECT_EQ(rank0, single_states);
     EXPECT_EQ(rank1, single_states);
-  } else {
+  } else if (stage == 1) {
     EXPECT_NEAR(static_cast<double>(rank0), single_states / 2.0, 64 * 8);
     EXPECT_NEAR(static_cast<double>(rank0 + rank1), static_cast<double>(single_states), 8.0);
+  } else {
+    EXPECT_EQ(rank0, 8 * unit_shard);
+    EXPECT_EQ(rank1, 8 * unit_shard);
   }
 
   // The anatomy across the ranks: rank 0's table and ranks.json, each rank's
@@ -219,6 +234,8 @@ TEST_P(DataParallelCpu, TwoRanksTrainAsOneProcessWithTheWholeBatch) {
   if (stage == 0) {
     EXPECT_EQ(states0, single_states);
     EXPECT_EQ(states1, single_states);
+  } else if (stage >= 2) {
+    EXPECT_EQ(states_total, 2 * 8 * unit_shard);
   } else {
     // Two shards of AdamW's moments: together exactly one process's states.
     EXPECT_EQ(states_total, single_states);
@@ -227,28 +244,42 @@ TEST_P(DataParallelCpu, TwoRanksTrainAsOneProcessWithTheWholeBatch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(ZeroStage, DataParallelCpu, ::testing::Values(0, 1),
+INSTANTIATE_TEST_SUITE_P(ZeroStage, DataParallelCpu, ::testing::Values(0, 1, 2, 3),
                          [](const ::testing::TestParamInfo<int>& info) { return "stage" + std::to_string(info.param); });
 
 // ANATOMY_DIST_FORCE=1: a world of one through the data-parallel path (the
-// store's collectives, the reducer, ZeRO-1 with one shard) is the plain run, bit for bit.
+// store's collectives, the reducer, ZeRO-1 with one shard, ZeRO-2/3 with
+// one chunk per unit, gathered and reduce-scattered through the store) is the plain run, bit for bit.
 TEST(DataParallelCpu, WorldOfOneIsThePlainRun) {
   test::TempDir tmp;
   const std::string flags = " --device cpu --model bert-tiny --dummy-size 24 --dummy-seq-len 16 --max-steps 4 "
                             "--logging-steps 1 --per-device-train-batch-size 8 --no-progress";
   const auto plain = test::run_anatomy("train" + flags + " --output-dir " + tmp.file("plain"));
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
-  ::setenv("ANATOMY_DIST_FORCE", "1", 1);
-  const auto forced = test::run_anatomy("train" + flags + " --zero-stage 1 --output-dir " + tmp.file("forced"));
-  ::unsetenv("ANATOMY_DIST_FORCE");
-  ASSERT_EQ(forced.exit_code, 0) << forced.output;
-  EXPECT_NE(forced.output.find("per rank on 1 ranks"), std::string::npos) << forced.output;
-  const auto a = test::log_records(tmp.file("plain")), b = test::log_records(tmp.file("forced"));
+  const auto a = test::log_records(tmp.file("plain"));
   ASSERT_EQ(a.size(), 4u);
-  ASSERT_EQ(b.size(), a.size());
-  for (const auto& [step, x] : a) {
-    ASSERT_TRUE(b.count(step)) << "step " << step;
-    EXPECT_EQ(b.at(step)["loss"].get<double>(), x["loss"].get<double>()) << "step " << step;
+  for (int stage = 1; stage <= 3; ++stage) {
+    const std::string dir = tmp.file("forced" + std::to_string(stage));
+    ::setenv("ANATOMY_DIST_FORCE", "1", 1);
+    const auto forced = test::run_anatomy("train" + flags + " --zero-stage " + std::to_string(stage) +
+                                          " --output-dir " + dir);
+    ::unsetenv("ANATOMY_DIST_FORCE");
+    ASSERT_EQ(forced.exit_code, 0) << forced.output;
+    EXPECT_NE(forced.output.find("per rank on 1 ranks"), std::string::npos) << forced.output;
+    const auto b = test::log_records(dir);
+    ASSERT_EQ(b.size(), a.size());
+    for (const auto& [step, x] : a) {
+      ASSERT_TRUE(b.count(step)) << "step " << step;
+      EXPECT_EQ(b.at(step)["loss"].get<double>(), x["loss"].get<double>()) << "stage " << stage << " step " << step;
+      EXPECT_EQ(b.at(step)["grad_norm"].get<double>(), x["grad_norm"].get<double>())
+          << "stage " << stage << " step " << step;
+    }
+    EXPECT_EQ(io::read_file_bytes(tmp.file("plain") + "/model.safetensors"), io::read_file_bytes(dir + "/model.safetensors"))
+        << "stage " << stage;
+    // The plan simulated the same path (a world of one through the communicator): it is the ledger.
+    const auto j = nlohmann::json::parse(std::ifstream(dir + "/anatomy.json"));
+    EXPECT_EQ(j["predicted"]["peak_total"], j["ledger"]["peak_total"]) << "stage " << stage;
+    EXPECT_EQ(j["predicted"]["at_peak"], j["ledger"]["at_peak"]) << "stage " << stage;
   }
 }
 

@@ -2,12 +2,13 @@
 // data-parallel runs on the CPU (the collectives go through the TCP store).
 // - Two ranks train 8 steps saving at 4; a second run resumes from
 //   checkpoint-4: its losses 5-8, its checkpoint-8 and its final weights are
-//   bitwise those of the uninterrupted run, at ZeRO stage 0 and 1 (stage 1:
-//   one optimizer shard per rank, its range recorded). Dropout on: the masks
-//   resume too.
+//   bitwise those of the uninterrupted run, at ZeRO stages 0 to 3 (stage 1:
+//   one optimizer shard per rank, its range recorded; 2 and 3: each rank's
+//   chunks of every unit, and a second uninterrupted run is bitwise the
+//   first). Dropout on: the masks resume too.
 // - A checkpoint of another world size or stage, or one without a rank's
 //   shard, is one clear error.
-// - --load-best-model-at-end and --save-total-limit with two ranks at stage 1.
+// - --load-best-model-at-end and --save-total-limit with two ranks at stages 1 and 3.
 // - SIGKILL of one rank while the ranks train and save every step: the other
 //   ends within the timeout with an error naming the lost rank and a non-zero
 //   exit, and every checkpoint-N left is whole; under `anatomy launch` and
@@ -32,6 +33,7 @@
 
 #include "anatomy/dist/store.h"
 #include "anatomy/dist/zero.h"
+#include "anatomy/dist/zero_sharding.h"
 #include "anatomy/io/files.h"
 #include "anatomy/io/safetensors.h"
 #include "anatomy/model/checkpoint.h"
@@ -119,6 +121,25 @@ void expect_whole_two_rank_checkpoint(const fs::path& dir, int stage) {
     return;
   }
   EXPECT_FALSE(fs::exists(dir / "optimizer.safetensors")) << name;
+  if (stage >= 2) {  // each rank: its chunk of every unit, equal on every rank
+    const dist::UnitShards want =
+        dist::unit_shards(bert_parameter_units(model.weights(), source.config), total, 0, 2);
+    for (int r = 0; r < 2; ++r) {
+      const fs::path shard = dir / optimizer_shard_file(r, 2);
+      ASSERT_TRUE(fs::exists(shard)) << shard;
+      const auto meta = shard_meta(shard.string());
+      EXPECT_EQ(meta.at("rank"), r);
+      EXPECT_EQ(meta.at("world_size"), 2);
+      EXPECT_EQ(meta.at("unit_chunks"), 1);
+      EXPECT_EQ(meta.at("shard_total"), total);
+      EXPECT_EQ(meta.at("shard_begin"), 0);
+      EXPECT_EQ(meta.at("shard_end"), want.shard_elements);
+      EXPECT_EQ(meta.at("steps"), s.updates);
+      EXPECT_EQ(io::SafetensorsFile::open(shard.string()).info("exp_avg").shape,
+                (std::vector<int64_t>{want.shard_elements}));
+    }
+    return;
+  }
   int64_t covered = 0;
   for (int r = 0; r < 2; ++r) {
     const fs::path shard = dir / optimizer_shard_file(r, 2);
@@ -166,6 +187,24 @@ TEST_P(DataParallelResume, ContinuesBitwiseFromCheckpoint4) {
   const auto a = test::run_anatomy(launch_two(common + " --output-dir " + full));
   ASSERT_EQ(a.exit_code, 0) << a.output;
   ASSERT_EQ(expect_whole_checkpoints(full, stage), 2);
+  if (stage >= 2) {  // the same run again: the same bits (the order of every sum is fixed)
+    const std::string again = tmp.file("again");
+    const auto a2 = test::run_anatomy(launch_two(common + " --output-dir " + again));
+    ASSERT_EQ(a2.exit_code, 0) << a2.output;
+    const auto first = test::log_records(full), second = test::log_records(again);
+    ASSERT_EQ(first.size(), second.size());
+    for (const auto& [step, x] : first) {
+      EXPECT_EQ(second.at(step)["loss"].get<double>(), x["loss"].get<double>()) << "step " << step;
+      EXPECT_EQ(second.at(step)["grad_norm"].get<double>(), x["grad_norm"].get<double>()) << "step " << step;
+    }
+    EXPECT_EQ(io::read_file_bytes(full + "/model.safetensors"), io::read_file_bytes(again + "/model.safetensors"));
+    // Stage 3's checkpoint holds the model gathered from the shards: the one the run ends with.
+    EXPECT_EQ(io::read_file_bytes(full + "/checkpoint-8/model.safetensors"),
+              io::read_file_bytes(full + "/model.safetensors"));
+    for (int r = 0; r < 2; ++r)
+      EXPECT_EQ(io::read_file_bytes(full + "/checkpoint-8/" + optimizer_shard_file(r, 2)),
+                io::read_file_bytes(again + "/checkpoint-8/" + optimizer_shard_file(r, 2)));
+  }
 
   fs::create_directories(resumed);
   fs::copy(full + "/checkpoint-4", resumed + "/checkpoint-4", fs::copy_options::recursive);
@@ -192,7 +231,7 @@ TEST_P(DataParallelResume, ContinuesBitwiseFromCheckpoint4) {
         << file;
 }
 
-INSTANTIATE_TEST_SUITE_P(ZeroStage, DataParallelResume, ::testing::Values(0, 1),
+INSTANTIATE_TEST_SUITE_P(ZeroStage, DataParallelResume, ::testing::Values(0, 1, 2, 3),
                          [](const ::testing::TestParamInfo<int>& info) { return "stage" + std::to_string(info.param); });
 
 TEST(DataParallelResumeErrors, AnotherWorldStageOrAMissingShardIsOneClearError) {
@@ -244,7 +283,12 @@ TEST(DataParallelResumeErrors, AnotherWorldStageOrAMissingShardIsOneClearError) 
   EXPECT_TRUE(contains(missing.output, "error: rank 1 exited with code 1")) << missing.output;
 }
 
-TEST(DataParallelCheckpoints, LoadBestModelAtEndAndSaveTotalLimitWithShards) {
+class DataParallelCheckpoints : public ::testing::TestWithParam<int> {};
+
+// Stage 1 (optimizer shards) and stage 3 (the weights sharded too: the
+// checkpoints' models gathered to rank 0, the best one reloaded whole by every rank).
+TEST_P(DataParallelCheckpoints, LoadBestModelAtEndAndSaveTotalLimitWithShards) {
+  const int stage = GetParam();
   const std::string fixture = test::fixture("bert-tiny-cls-padded");
   const std::string data = fixture + "/reference.safetensors";
   test::TempDir tmp;
@@ -255,7 +299,7 @@ TEST(DataParallelCheckpoints, LoadBestModelAtEndAndSaveTotalLimitWithShards) {
       "--model " + fixture + " --train-file " + data + " --validation-file " + data +
       " --device cpu --per-device-train-batch-size 1 --max-steps 8 --learning-rate 3e-2 --eval-strategy steps "
       "--eval-steps 1 --save-strategy steps --save-steps 1 --save-total-limit 1 --load-best-model-at-end "
-      "--metric-for-best-model loss --no-progress --zero-stage 1 --output-dir " + out));
+      "--metric-for-best-model loss --no-progress --zero-stage " + std::to_string(stage) + " --output-dir " + out));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   int64_t best = 0;
   double best_loss = 0;
@@ -271,12 +315,15 @@ TEST(DataParallelCheckpoints, LoadBestModelAtEndAndSaveTotalLimitWithShards) {
   const std::string best_dir = out + "/checkpoint-" + std::to_string(best);
   ASSERT_TRUE(fs::exists(best_dir)) << "the best checkpoint was deleted by --save-total-limit";
   EXPECT_TRUE(fs::exists(out + "/checkpoint-8"));
-  EXPECT_EQ(expect_whole_checkpoints(out, 1), best == 8 ? 1 : 2) << "--save-total-limit 1 and the best one";
+  EXPECT_EQ(expect_whole_checkpoints(out, stage), best == 8 ? 1 : 2) << "--save-total-limit 1 and the best one";
   // Both ranks reload the best weights (rank 0 then writes them as the model).
   EXPECT_TRUE(contains(r.output, "[rank 0] Loaded the best model from " + best_dir)) << r.output;
   EXPECT_TRUE(contains(r.output, "[rank 1] Loaded the best model from " + best_dir)) << r.output;
   EXPECT_EQ(io::read_file_bytes(out + "/model.safetensors"), io::read_file_bytes(best_dir + "/model.safetensors"));
 }
+
+INSTANTIATE_TEST_SUITE_P(ZeroStage, DataParallelCheckpoints, ::testing::Values(1, 3),
+                         [](const ::testing::TestParamInfo<int>& info) { return "stage" + std::to_string(info.param); });
 
 // The pid of the child of `launcher` whose environment has RANK=<rank>, or -1.
 pid_t launched_rank(pid_t launcher, int rank) {

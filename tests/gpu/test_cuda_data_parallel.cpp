@@ -1,7 +1,9 @@
 // test_cuda_data_parallel.cpp: data parallelism over NCCL on a machine with
 // at least two GPUs (skipped otherwise): two ranks, each with batch b, train
 // as one GPU with batch 2b (dropout off, float32: within 1e-5 relative), for
-// ZeRO stages 0 and 1; killing a rank ends the other within the timeout with a
+// ZeRO stages 0 to 3 (at 2 and 3 also the final weights, and each rank's
+// ledger peak equal to the plan it printed); in bf16, stages 1-3 give stage 0's
+// losses and weights bit for bit; killing a rank ends the other within the timeout with a
 // message naming it; two "nodes" on one host (two launches, one GPU each) give
 // the single launch's losses.
 #include <fcntl.h>
@@ -22,6 +24,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "anatomy/io/safetensors.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "../test_process.h"
 
@@ -129,13 +132,67 @@ TEST_P(CudaDataParallel, TwoGpusTrainAsOneWithTheWholeBatch) {
   ASSERT_EQ(y.size(), x.size());
   for (size_t i = 0; i < x.size(); ++i)
     EXPECT_NEAR(y[i], x[i], 1e-5 * std::abs(x[i])) << "step " << i + 1;
+  if (GetParam() < 2) return;
+  // ZeRO 2/3: the weights the ranks end with (gathered from the shards) are the single GPU's.
+  auto weights = [](const std::string& path) {
+    std::vector<float> all;
+    const io::SafetensorsFile f = io::SafetensorsFile::open(path);
+    for (const std::string& name : f.names()) {
+      const std::vector<float> v = f.read_f32(name);
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  };
+  const std::vector<float> wa = weights(one + "/model.safetensors"), wb = weights(two + "/model.safetensors");
+  ASSERT_EQ(wa.size(), wb.size());
+  double worst = 0.0, scale = 0.0;
+  for (size_t i = 0; i < wa.size(); ++i) {
+    worst = std::max(worst, static_cast<double>(std::abs(wa[i] - wb[i])));
+    scale = std::max(scale, static_cast<double>(std::abs(wa[i])));
+  }
+  EXPECT_LT(worst / scale, 1e-5) << "the final weights differ by " << worst;
+  // Each rank's plan (printed before training) is its ledger's peak.
+  for (const std::string& dir : {two, two + "/rank-1"}) {
+    const auto j = nlohmann::json::parse(read_file(dir + "/anatomy.json"));
+    EXPECT_EQ(j["predicted"]["peak_total"], j["ledger"]["peak_total"]) << dir;
+    EXPECT_EQ(j["predicted"]["at_peak"], j["ledger"]["at_peak"]) << dir;
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(ZeroStage, CudaDataParallel, ::testing::Values(0, 1),
+INSTANTIATE_TEST_SUITE_P(ZeroStage, CudaDataParallel, ::testing::Values(0, 1, 2, 3),
                          [](const ::testing::TestParamInfo<int>& info) { return "stage" + std::to_string(info.param); });
 
+// bf16 on two GPUs, dropout off, no clipping: ZeRO stages 1-3 (the float32
+// masters sharded, the 16-bit copy and the float32 embeddings, LayerNorms and
+// head refreshed from them after each update; at 2 and 3 the gradients
+// reduce-scattered, at 3 the weights gathered unit by unit) compute what plain
+// data parallelism computes, bit for bit: a sum of two ranks is the same in
+// any order, and every update is element by element.
+TEST_P(CudaDataParallel, MixedPrecisionStagesAreTheDataParallelRunBitForBit) {
+  if (GetParam() == 0) GTEST_SKIP() << "stage 0 is the reference";
+  if (!two_gpus()) GTEST_SKIP() << "fewer than two GPUs";
+  test::TempDir tmp;
+  const std::string model = no_dropout_model(tmp);
+  auto launch = [&](int stage, const std::string& dir) {
+    return test::run_anatomy("launch --nproc-per-node 2 --master-port " + std::to_string(free_port()) +
+                             " -- train --model " + model + kCommon +
+                             " --bf16 --max-grad-norm 0 --per-device-train-batch-size 8 --zero-stage " +
+                             std::to_string(stage) + " --output-dir " + dir);
+  };
+  const std::string plain = tmp.file("plain"), sharded = tmp.file("sharded");
+  const auto a = launch(0, plain);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const auto b = launch(GetParam(), sharded);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const std::vector<double> x = losses(plain), y = losses(sharded);
+  ASSERT_EQ(x.size(), 6u);
+  EXPECT_EQ(y, x);
+  EXPECT_EQ(read_file(sharded + "/model.safetensors"), read_file(plain + "/model.safetensors"));
+}
+
 // On one GPU: ANATOMY_DIST_FORCE=1 takes a world of one through the NCCL path
-// (store, communicator, bucketed all-reduce, ZeRO-1's update and broadcast),
+// (store, communicator, bucketed all-reduce, ZeRO-1's update and broadcast,
+// ZeRO-2/3's reduce-scatter and gathers unit by unit),
 // which must give the plain run's losses bit for bit (dropout on).
 TEST_P(CudaDataParallel, NcclWorldOfOneIsThePlainRun) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";

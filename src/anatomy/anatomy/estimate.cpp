@@ -157,7 +157,10 @@ std::string format_estimate(const EstimateRequest& r, const Estimate& e) {
     line(fmt::format("  this engine, stage {}      {:>12} {:>10.2f}", r.args.zero_stage, format_bytes(ours),
                      per_param(ours, p.parameters)));
     line("  (the paper: mixed-precision Adam, fp16 weights and gradients and 12 bytes of fp32 master weights and "
-         "moments; this engine keeps float32 weights and gradients on every rank, and stage 1 shards the moments)");
+         "moments; this engine keeps float32 gradients and weights (the masters); stage 1 shards the moments "
+         "(under mixed precision the masters too, keeping float32 copies of the embeddings, LayerNorms and head), "
+         "stage 2 the gradients too (plus, in backward, the whole gradients of one or two units: the embeddings, "
+         "a layer, the head), stage 3 the weights too (plus two units gathered at a time); at the plan's peak)");
   }
   if (r.device_total > 0) {
     line("");

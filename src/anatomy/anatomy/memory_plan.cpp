@@ -123,7 +123,7 @@ MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args
     plan.parameters = model.weights().parameter_count();
     Trainer trainer(*backend, model, data, simulated, evaluates ? &eval : nullptr);
     std::unique_ptr<dist::Communicator> comm;
-    if (target.world > 1) {
+    if (target.world > 1 || target.distributed) {
       comm = dist::make_simulated_communicator(target.rank, target.world);
       trainer.set_communicator(comm.get());
     }

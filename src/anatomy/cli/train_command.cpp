@@ -334,6 +334,7 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
   target.tf32 = flags.tf32;
   target.rank = env.rank;
   target.world = env.world_size;
+  target.distributed = session.has_value();
   const int64_t reserved = backend.ledger().snapshot().reserved;
   if (probe)
     if (const auto m = probe->device()) target.capacity = static_cast<int64_t>(m->free) + reserved;

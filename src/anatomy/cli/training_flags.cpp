@@ -58,8 +58,9 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
   app.add_option("--adam-epsilon", a.adam_epsilon, "AdamW epsilon")->capture_default_str()->check(positive_number());
   app.add_option("--zero-stage", a.zero_stage,
                  "Under a launcher (several ranks): 0 replicates the optimizer states on every rank (data "
-                 "parallel), 1 shards them over the ranks (ZeRO stage 1; adamw and sgd)")
-      ->capture_default_str()->check(CLI::Range(0, 1));
+                 "parallel), 1 shards them over the ranks (ZeRO stage 1), 2 the gradients too (reduce-scattered "
+                 "layer by layer), 3 the weights too (gathered before each layer's use); 1-3 take adamw or sgd")
+      ->capture_default_str()->check(CLI::Range(0, 3));
   app.add_option("--optim", a.optim, "adamw, adamw_8bit (bitsandbytes' block-wise 8-bit states), sgd or adafactor")
       ->capture_default_str()
       ->check(CLI::IsMember({"adamw", "adamw_torch", "adamw_torch_fused", "adamw_8bit", "adamw_bnb_8bit", "sgd",

@@ -85,7 +85,82 @@ ActivationPlan BertForSequenceClassification::activation_plan() const {
 }
 
 void BertForSequenceClassification::refresh_half_weights() {
-  if (half_weights_) backend_.cast(weights_.flat(), half_weights_->flat());
+  if (half_weights_ && weights_.allocated()) backend_.cast(weights_.flat(), half_weights_->flat());
+}
+
+void BertForSequenceClassification::set_parameter_units(ParameterUnits* units) {
+  units_ = units;
+  if (units_ && unit_runs_.empty()) unit_runs_ = bert_parameter_units(weights_, config_);
+}
+
+bool BertForSequenceClassification::reads_float32_in_mixed_precision(const std::string& name) {
+  const auto ends_with = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return name.rfind("bert.encoder.", 0) != 0 || ends_with("LayerNorm.weight") || ends_with("LayerNorm.bias");
+}
+
+void BertForSequenceClassification::read_float32_from(const ParameterSet& subset) {
+  ANATOMY_CHECK(compute_ != DType::F32 && !weights_.allocated(), "read_float32_from: float32 or whole weights");
+  for (int64_t u = 0; u < config_.num_hidden_layers + 2; ++u)
+    w_.bind_unit(u, config_, [&](const std::string& name) { return subset.has(name) ? subset.get(name) : Tensor(); });
+}
+
+void BertForSequenceClassification::release_weights(bool keep_half) {
+  weights_.release();
+  w_ = BertTensors::bind(weights_, config_);
+  if (keep_half && half_weights_) return;
+  if (half_weights_) {
+    half_weights_->release();
+    wh_ = BertTensors::bind(*half_weights_, config_);
+  } else {
+    wh_ = w_;
+  }
+}
+
+void BertForSequenceClassification::restore_weights() {
+  if (weights_.allocated()) return;
+  weights_.allocate(backend_);
+  w_ = BertTensors::bind(weights_, config_);
+  if (half_weights_) {
+    if (!half_weights_->allocated()) half_weights_->allocate(backend_);
+    wh_ = BertTensors::bind(*half_weights_, config_);
+  } else {
+    wh_ = w_;
+  }
+}
+
+void BertForSequenceClassification::bind_unit(BertTensors& t, int64_t unit, const Tensor& buffer,
+                                              const ParameterSet& layout) {
+  const int64_t begin = unit_runs_.at(static_cast<size_t>(unit)).begin;
+  t.bind_unit(unit, config_, [&](const std::string& name) {
+    if (!buffer.defined()) return Tensor();
+    return buffer.slice(layout.offset_of(name) - begin, layout.spec(name).shape, buffer.name() + ":" + name);
+  });
+}
+
+void BertForSequenceClassification::use_unit_weights(int64_t unit, int64_t next) {
+  if (units_ == nullptr || !units_->lends_weights()) return;
+  const UnitWeights lent = units_->weights(unit, next);
+  bind_unit(w_, unit, lent.f32, weights_);
+  bind_unit(wh_, unit, compute_ == DType::F32 ? lent.f32 : lent.half, weights_);
+}
+
+void BertForSequenceClassification::drop_unit_weights(int64_t unit) {
+  if (units_ == nullptr || !units_->lends_weights()) return;
+  bind_unit(w_, unit, Tensor(), weights_);
+  bind_unit(wh_, unit, Tensor(), weights_);
+}
+
+void BertForSequenceClassification::use_unit_gradients(int64_t unit) {
+  if (units_ == nullptr) return;
+  bind_unit(g_, unit, units_->gradients(unit), weights_);
+}
+
+void BertForSequenceClassification::unit_gradients_ready(int64_t unit) {
+  if (units_ == nullptr) return;
+  bind_unit(g_, unit, Tensor(), weights_);
+  units_->gradients_ready(unit);
 }
 
 BertForSequenceClassification::~BertForSequenceClassification() = default;
@@ -146,7 +221,9 @@ ForwardOutput BertForSequenceClassification::forward(const BertInputs& inputs, c
   const ActivationPlan plan = activation_plan();
   step->embeddings = SavedTensors(backend_, saved_for_backward(LayerKind::Embeddings, config_, B_, L_, plan), kept,
                                   "embeddings.");
+  use_unit_weights(0, 1);
   embeddings_forward(step->embeddings);
+  drop_unit_weights(0);
   const Tensor* hidden = &step->embeddings["out"];
   SavedTensors previous;  // inference keeps only the layer before
   // Full gradient checkpointing keeps each layer's output (the next layer's
@@ -160,7 +237,9 @@ ForwardOutput BertForSequenceClassification::forward(const BertInputs& inputs, c
     ledger.set_phase(fmt::format("forward layer {}", l));
     SavedTensors layer(backend_, saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, plan), kept,
                        fmt::format("layer.{}.", l), checkpointing ? &checkpoint : nullptr);
+    use_unit_weights(1 + l, 2 + l);
     encoder_forward(l, *hidden, layer);
+    drop_unit_weights(1 + l);
     if (checkpointing) layer.keep_only(checkpoint);
     if (options.save_for_backward) {
       step->layers.push_back(std::move(layer));
@@ -172,7 +251,9 @@ ForwardOutput BertForSequenceClassification::forward(const BertInputs& inputs, c
   }
   ledger.set_phase("forward head");
   step->head = SavedTensors(backend_, saved_for_backward(LayerKind::Head, config_, B_, 1, plan), kept, "head.");
+  use_unit_weights(config_.num_hidden_layers + 1, -1);
   head_forward(*hidden, step->head);
+  drop_unit_weights(config_.num_hidden_layers + 1);
 
   ForwardOutput out;
   out.logits = step->head["logits"];
@@ -266,11 +347,14 @@ double BertForSequenceClassification::loss_forward(const Tensor& logits, const T
 void BertForSequenceClassification::backward(double loss_scale) {
   ANATOMY_CHECK(step_ && step_->dlogits.defined(), "backward without a training forward that computed a loss");
   std::unique_ptr<Step> step = std::move(step_);
-  gradients();
+  if (units_ == nullptr) gradients();
   Ledger& ledger = backend_.ledger();
   const int64_t H = config_.hidden_size;
+  const int64_t head_unit = config_.num_hidden_layers + 1;
 
   ledger.set_phase("backward head");
+  use_unit_weights(head_unit, head_unit - 1);
+  use_unit_gradients(head_unit);
   const SavedTensors& head = step->head;
   if (loss_scale != 1.0) backend_.scale(step->dlogits, loss_scale);
   Tensor d_pooled = temporary({B_, H}, "d_pooled");
@@ -291,10 +375,18 @@ void BertForSequenceClassification::backward(double loss_scale) {
     backend_.select_row_backward(d_first_half, 0, d_hidden);
   }
   step->head = SavedTensors();
+  drop_unit_weights(head_unit);
+  unit_gradients_ready(head_unit);
   gradients_ready("bert.pooler.dense.weight");
 
   for (int64_t l = config_.num_hidden_layers - 1; l >= 0; --l) {
     const Tensor& x = l > 0 ? step->layers[l - 1]["out"] : step->embeddings["out"];
+    // The layer's weights (lent: gathered) serve its recompute and its backward.
+    if (units_ != nullptr)
+      ledger.set_phase(options_.gradient_checkpointing ? fmt::format("recompute layer {}", l)
+                                                      : fmt::format("backward layer {}", l));
+    use_unit_weights(1 + l, l);
+    use_unit_gradients(1 + l);
     if (options_.gradient_checkpointing && options_.selective_checkpointing) {
       ledger.set_phase(fmt::format("recompute layer {}", l));
       recompute_selective(l, x, step->layers[l]);
@@ -315,15 +407,21 @@ void BertForSequenceClassification::backward(double loss_scale) {
       d_hidden = encoder_backward(l, x, step->layers[l], d_hidden);
     }
     step->layers.pop_back();  // layer l's saved tensors are no longer needed
+    drop_unit_weights(1 + l);
+    unit_gradients_ready(1 + l);
     gradients_ready(fmt::format("bert.encoder.layer.{}.attention.self.query.weight", l).c_str());
   }
   ledger.set_phase("backward embeddings");
+  use_unit_weights(0, -1);
+  use_unit_gradients(0);
   embeddings_backward(step->embeddings, d_hidden);
+  drop_unit_weights(0);
+  unit_gradients_ready(0);
   gradients_ready(nullptr);
 }
 
 void BertForSequenceClassification::gradients_ready(const char* first_parameter) {
-  if (!ready_hook_) return;
+  if (!ready_hook_ || units_ != nullptr) return;
   ready_hook_(first_parameter == nullptr ? 0 : gradients().offset_of(first_parameter));
 }
 

@@ -45,6 +45,30 @@ struct ForwardOutput {
   ProblemType problem_type = ProblemType::Unset;
 };
 
+// ZeRO stages 2 and 3 (dist/zero_sharding.h): the model reads a unit's
+// weights and writes a unit's gradients (units: bert_parameter_units) through
+// buffers this interface lends, each laid out as the unit's run of the flat
+// layout from element 0. The model asks for them in the order it uses them,
+// and drops its views of a unit's buffers once it is done with the unit.
+struct UnitWeights {
+  Tensor f32;   // the unit's float32 weights
+  Tensor half;  // mixed precision: their 16-bit copy (undefined in float32)
+};
+class ParameterUnits {
+ public:
+  virtual ~ParameterUnits() = default;
+  // Stage 3: the model's own weights are released and every unit's are
+  // lent by weights(); false: the model reads its own (stage 2).
+  virtual bool lends_weights() const = 0;
+  // Unit `unit`'s weights, about to be read (forward, recompute or backward);
+  // `next`: the unit the model reads after it (-1: none known), to prefetch.
+  virtual UnitWeights weights(int64_t unit, int64_t next) = 0;
+  // Unit `unit`'s backward begins: a zeroed float32 buffer for its gradients.
+  virtual Tensor gradients(int64_t unit) = 0;
+  // Unit `unit`'s gradients (in the buffer gradients() lent) are final.
+  virtual void gradients_ready(int64_t unit) = 0;
+};
+
 // Hugging Face's rule: the config's problem_type if set; else regression when
 // num_labels == 1, single-label when labels are integers, multi-label otherwise.
 ProblemType resolve_problem_type(const BertConfig& config, DType labels_dtype);
@@ -88,8 +112,34 @@ class BertForSequenceClassification {
   // of the backend's queue where it is. Data parallelism starts the all-reduce
   // of those gradients there, while the rest of backward computes.
   void set_gradients_ready_hook(std::function<void(int64_t from)> hook) { ready_hook_ = std::move(hook); }
+  // ZeRO stages 2 and 3: weights and gradients unit by unit through `units`
+  // (null: the model's own buffers, as without it). With units that lend the
+  // weights, call release_weights() after it, and restore_weights() (then
+  // fill the weights) before unsetting it.
+  void set_parameter_units(ParameterUnits* units);
+  // Gives the model's float32 weights (and their 16-bit copy, unless
+  // `keep_half`) back to the ledger, keeping their layout; restore_weights()
+  // allocates them again, zeroed (and reads its own float32 weights again).
+  void release_weights(bool keep_half = false);
+  void restore_weights();
+  // Mixed precision with the float32 masters sharded (ZeRO stage 2): after
+  // release_weights(true), the float32 parameters the model reads (those of
+  // reads_float32_in_mixed_precision) come from `subset`, a set of those specs only.
+  void read_float32_from(const ParameterSet& subset);
+  // Under mixed precision the encoder's dense layers compute from the 16-bit
+  // copy; everything else (the embeddings, every LayerNorm, the pooler and
+  // the classifier) reads the float32 weights.
+  static bool reads_float32_in_mixed_precision(const std::string& name);
 
  private:
+  ParameterUnits* units_ = nullptr;
+  std::vector<ParameterUnit> unit_runs_;  // bert_parameter_units of the layout
+  // With units_: binds unit u's weights (lent) or gradients for use, and unbinds them after.
+  void use_unit_weights(int64_t unit, int64_t next);
+  void drop_unit_weights(int64_t unit);
+  void use_unit_gradients(int64_t unit);
+  void unit_gradients_ready(int64_t unit);
+  void bind_unit(BertTensors& t, int64_t unit, const Tensor& buffer, const ParameterSet& layout);
   std::function<void(int64_t)> ready_hook_;
   void gradients_ready(const char* first_parameter);
   struct Step;  // the state one training forward leaves for its backward

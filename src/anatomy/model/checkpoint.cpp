@@ -1,7 +1,9 @@
 // checkpoint.cpp: loading, initialising and saving BERT parameters.
 #include "anatomy/model/checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 
 #include "anatomy/core/random.h"
@@ -119,21 +121,44 @@ LoadReport load_weights(BertForSequenceClassification& model, const std::string&
   return report;
 }
 
-void save_pretrained(const BertForSequenceClassification& model, Backend& backend, const std::string& directory) {
+namespace {
+
+// config.json and model.safetensors, each tensor's float32 values from `read`.
+void write_pretrained(const BertForSequenceClassification& model, const std::string& directory,
+                      const std::function<void(size_t, float*)>& read) {
   std::error_code ec;
   fs::create_directories(directory, ec);
   if (ec) fail("{}: cannot create the directory ({})", directory, ec.message());
   const auto& set = model.weights();
-  std::vector<std::vector<float>> host(set.tensors().size());
+  std::vector<std::vector<float>> host(set.specs().size());
   std::vector<io::StWriteTensor> tensors;
-  for (size_t i = 0; i < set.tensors().size(); ++i) {
-    host[i].resize(set.tensors()[i].numel());
-    backend.copy_to_host(set.tensors()[i], host[i].data());
+  for (size_t i = 0; i < set.specs().size(); ++i) {
+    host[i].resize(static_cast<size_t>(shape_numel(set.specs()[i].shape)));
+    read(i, host[i].data());
     tensors.push_back({set.specs()[i].name, io::StDType::F32, set.specs()[i].shape, host[i].data()});
   }
   io::write_safetensors((fs::path(directory) / "model.safetensors").string(), tensors, {{"format", "pt"}});
   io::write_text_file_atomic((fs::path(directory) / "config.json").string(),
                              bert_config_to_json(model.config()).dump(2) + "\n");
+}
+
+}  // namespace
+
+void save_pretrained(const BertForSequenceClassification& model, Backend& backend, const std::string& directory) {
+  const auto& set = model.weights();
+  write_pretrained(model, directory, [&](size_t i, float* out) { backend.copy_to_host(set.tensors()[i], out); });
+}
+
+void save_pretrained_from_host(const BertForSequenceClassification& model, const std::vector<float>& flat,
+                               const std::string& directory) {
+  const auto& set = model.weights();
+  ANATOMY_CHECK(static_cast<int64_t>(flat.size()) == set.flat_elements(), "save_pretrained_from_host: {} of {} elements",
+                flat.size(), set.flat_elements());
+  write_pretrained(model, directory, [&](size_t i, float* out) {
+    const ParamSpec& spec = set.specs()[i];
+    const auto offset = static_cast<size_t>(set.offset_of(spec.name));
+    std::copy(flat.begin() + offset, flat.begin() + offset + shape_numel(spec.shape), out);
+  });
 }
 
 }  // namespace anatomy

@@ -39,5 +39,9 @@ LoadReport load_weights(BertForSequenceClassification& model, const std::string&
 // Writes directory/config.json and directory/model.safetensors (float32), each
 // atomically; creates the directory.
 void save_pretrained(const BertForSequenceClassification& model, Backend& backend, const std::string& directory);
+// The same from a host copy of the float32 flat buffer (the model's layout),
+// for a model whose weights are sharded over ranks (ZeRO stage 3).
+void save_pretrained_from_host(const BertForSequenceClassification& model, const std::vector<float>& flat,
+                               const std::string& directory);
 
 }  // namespace anatomy

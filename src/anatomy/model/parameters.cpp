@@ -45,20 +45,37 @@ std::vector<ParamSpec> bert_parameter_specs(const BertConfig& c) {
 
 ParameterSet::ParameterSet(Backend& backend, std::vector<ParamSpec> specs, Category category,
                            const std::string& prefix, DType dtype)
-    : specs_(std::move(specs)) {
-  std::vector<int64_t> offsets;
+    : specs_(std::move(specs)), category_(category), prefix_(prefix), dtype_(dtype) {
   int64_t total = 0;
-  for (const auto& s : specs_) {
-    offsets.push_back(total);
-    total += align_up(shape_numel(s.shape));
-  }
-  offsets_ = offsets;
-  flat_ = Tensor::empty(backend.ledger(), {total}, dtype, category, prefix + "flat");
-  backend.zero(flat_);
   for (size_t i = 0; i < specs_.size(); ++i) {
-    tensors_.push_back(flat_.slice(offsets[i], specs_[i].shape, prefix + specs_[i].name));
+    offsets_.push_back(total);
+    total += align_up(shape_numel(specs_[i].shape));
     index_[specs_[i].name] = i;
   }
+  total_ = total;
+  allocate(backend);
+}
+
+void ParameterSet::allocate(Backend& backend) {
+  flat_ = Tensor::empty(backend.ledger(), {total_}, dtype_, category_, prefix_ + "flat");
+  backend.zero(flat_);
+  bind_views();
+}
+
+void ParameterSet::bind_views() {
+  tensors_.clear();
+  for (size_t i = 0; i < specs_.size(); ++i) tensors_.push_back(flat_.slice(offsets_[i], specs_[i].shape, prefix_ + specs_[i].name));
+}
+
+void ParameterSet::release() {
+  flat_ = Tensor();
+  tensors_.assign(specs_.size(), Tensor());
+}
+
+const ParamSpec& ParameterSet::spec(const std::string& name) const {
+  auto it = index_.find(name);
+  ANATOMY_CHECK(it != index_.end(), "no parameter named {}", name);
+  return specs_[it->second];
 }
 
 const Tensor& ParameterSet::get(const std::string& name) const {
@@ -81,37 +98,58 @@ int64_t ParameterSet::parameter_count() const {
 
 BertTensors BertTensors::bind(const ParameterSet& set, const BertConfig& c) {
   BertTensors t;
-  t.word = set.get("bert.embeddings.word_embeddings.weight");
-  t.position = set.get("bert.embeddings.position_embeddings.weight");
-  t.token_type = set.get("bert.embeddings.token_type_embeddings.weight");
-  t.emb_ln_w = set.get("bert.embeddings.LayerNorm.weight");
-  t.emb_ln_b = set.get("bert.embeddings.LayerNorm.bias");
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = fmt::format("bert.encoder.layer.{}.", l);
-    EncoderLayerTensors e;
-    e.query_w = set.get(p + "attention.self.query.weight");
-    e.query_b = set.get(p + "attention.self.query.bias");
-    e.key_w = set.get(p + "attention.self.key.weight");
-    e.key_b = set.get(p + "attention.self.key.bias");
-    e.value_w = set.get(p + "attention.self.value.weight");
-    e.value_b = set.get(p + "attention.self.value.bias");
-    e.attn_out_w = set.get(p + "attention.output.dense.weight");
-    e.attn_out_b = set.get(p + "attention.output.dense.bias");
-    e.attn_ln_w = set.get(p + "attention.output.LayerNorm.weight");
-    e.attn_ln_b = set.get(p + "attention.output.LayerNorm.bias");
-    e.inter_w = set.get(p + "intermediate.dense.weight");
-    e.inter_b = set.get(p + "intermediate.dense.bias");
-    e.out_w = set.get(p + "output.dense.weight");
-    e.out_b = set.get(p + "output.dense.bias");
-    e.out_ln_w = set.get(p + "output.LayerNorm.weight");
-    e.out_ln_b = set.get(p + "output.LayerNorm.bias");
-    t.layers.push_back(std::move(e));
-  }
-  t.pooler_w = set.get("bert.pooler.dense.weight");
-  t.pooler_b = set.get("bert.pooler.dense.bias");
-  t.classifier_w = set.get("classifier.weight");
-  t.classifier_b = set.get("classifier.bias");
+  const auto get = [&](const std::string& name) { return set.get(name); };
+  for (int64_t u = 0; u < c.num_hidden_layers + 2; ++u) t.bind_unit(u, c, get);
   return t;
+}
+
+void BertTensors::bind_unit(int64_t unit, const BertConfig& c, const std::function<Tensor(const std::string&)>& get) {
+  const int64_t L = c.num_hidden_layers;
+  ANATOMY_CHECK(unit >= 0 && unit <= L + 1, "parameter unit {} of {}", unit, L + 2);
+  if (static_cast<int64_t>(layers.size()) != L) layers.resize(static_cast<size_t>(L));
+  if (unit == 0) {
+    word = get("bert.embeddings.word_embeddings.weight");
+    position = get("bert.embeddings.position_embeddings.weight");
+    token_type = get("bert.embeddings.token_type_embeddings.weight");
+    emb_ln_w = get("bert.embeddings.LayerNorm.weight");
+    emb_ln_b = get("bert.embeddings.LayerNorm.bias");
+  } else if (unit <= L) {
+    const std::string p = fmt::format("bert.encoder.layer.{}.", unit - 1);
+    EncoderLayerTensors& e = layers[static_cast<size_t>(unit - 1)];
+    e.query_w = get(p + "attention.self.query.weight");
+    e.query_b = get(p + "attention.self.query.bias");
+    e.key_w = get(p + "attention.self.key.weight");
+    e.key_b = get(p + "attention.self.key.bias");
+    e.value_w = get(p + "attention.self.value.weight");
+    e.value_b = get(p + "attention.self.value.bias");
+    e.attn_out_w = get(p + "attention.output.dense.weight");
+    e.attn_out_b = get(p + "attention.output.dense.bias");
+    e.attn_ln_w = get(p + "attention.output.LayerNorm.weight");
+    e.attn_ln_b = get(p + "attention.output.LayerNorm.bias");
+    e.inter_w = get(p + "intermediate.dense.weight");
+    e.inter_b = get(p + "intermediate.dense.bias");
+    e.out_w = get(p + "output.dense.weight");
+    e.out_b = get(p + "output.dense.bias");
+    e.out_ln_w = get(p + "output.LayerNorm.weight");
+    e.out_ln_b = get(p + "output.LayerNorm.bias");
+  } else {
+    pooler_w = get("bert.pooler.dense.weight");
+    pooler_b = get("bert.pooler.dense.bias");
+    classifier_w = get("classifier.weight");
+    classifier_b = get("classifier.bias");
+  }
+}
+
+std::vector<ParameterUnit> bert_parameter_units(const ParameterSet& set, const BertConfig& c) {
+  // Each unit starts at its first tensor in the specs' order (bert_parameter_specs).
+  std::vector<int64_t> starts = {0};
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    starts.push_back(set.offset_of(fmt::format("bert.encoder.layer.{}.attention.self.query.weight", l)));
+  starts.push_back(set.offset_of("bert.pooler.dense.weight"));
+  std::vector<ParameterUnit> units;
+  for (size_t u = 0; u < starts.size(); ++u)
+    units.push_back({starts[u], u + 1 < starts.size() ? starts[u + 1] : set.flat_elements()});
+  return units;
 }
 
 }  // namespace anatomy

@@ -3,6 +3,7 @@
 // later ZeRO sharding work on contiguous memory), with named views.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -35,13 +36,28 @@ class ParameterSet {
   const std::vector<Tensor>& tensors() const { return tensors_; }
   const Tensor& flat() const { return flat_; }
   const Tensor& get(const std::string& name) const;
+  const ParamSpec& spec(const std::string& name) const;
   bool has(const std::string& name) const { return index_.count(name) != 0; }
   // Where the parameter `name` starts in flat() (elements).
   int64_t offset_of(const std::string& name) const;
   int64_t parameter_count() const;
+  // Elements of the flat buffer (the tensors and their alignment padding).
+  int64_t flat_elements() const { return total_; }
+
+  // ZeRO stage 3: gives the flat buffer back to the ledger (the views go
+  // too), keeping the layout; allocated() is then false until allocate()
+  // takes a new, zeroed one.
+  void release();
+  void allocate(Backend& backend);
+  bool allocated() const { return flat_.defined(); }
 
  private:
+  void bind_views();
   std::vector<ParamSpec> specs_;
+  Category category_;
+  std::string prefix_;
+  DType dtype_;
+  int64_t total_ = 0;
   Tensor flat_;
   std::vector<Tensor> tensors_;
   std::vector<int64_t> offsets_;
@@ -62,6 +78,19 @@ struct BertTensors {
   Tensor pooler_w, pooler_b, classifier_w, classifier_b;
 
   static BertTensors bind(const ParameterSet& set, const BertConfig& config);
+  // Binds the tensors of one unit (see bert_parameter_units) to what `get`
+  // returns for each Hugging Face name (an undefined tensor unbinds).
+  void bind_unit(int64_t unit, const BertConfig& config, const std::function<Tensor(const std::string&)>& get);
 };
+
+// The model's parameters in units, the granularity of ZeRO stages 2 and 3:
+// the embeddings (unit 0), encoder layer l (unit 1 + l), the pooler and the
+// classifier (unit L + 1). Each unit is a contiguous run [begin, end) of the
+// flat layout (its tensors and their alignment padding); together they cover it.
+struct ParameterUnit {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+std::vector<ParameterUnit> bert_parameter_units(const ParameterSet& set, const BertConfig& config);
 
 }  // namespace anatomy

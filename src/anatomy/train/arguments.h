@@ -36,7 +36,7 @@ struct TrainingArguments {
   double adam_epsilon = 1e-8;
   std::string optim = "adamw";               // adamw, adamw_8bit, sgd, adafactor
   std::string optim_args;                    // Hugging Face's optim_args: "momentum=0.9,nesterov=True"
-  int64_t zero_stage = 0;                    // data parallelism: 0 (plain DDP) or 1 (optimizer states sharded)
+  int64_t zero_stage = 0;                    // data parallelism: 0 (plain DDP), ZeRO 1 (optimizer states sharded), 2 (+ gradients), 3 (+ weights)
   int64_t warmup_steps = 0;
   ScheduleKind lr_scheduler_type = ScheduleKind::Linear;
   double max_grad_norm = 1.0;

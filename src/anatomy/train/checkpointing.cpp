@@ -72,11 +72,13 @@ int world_of(const CheckpointRanks& r) { return r.comm ? r.comm->world_size() : 
 
 // The metadata that places a shard of the optimizer states.
 std::map<std::string, std::string> shard_metadata(const CheckpointRanks& r) {
-  return {{"rank", std::to_string(rank_of(r))},
-          {"world_size", std::to_string(world_of(r))},
-          {"shard_begin", std::to_string(r.shard_begin)},
-          {"shard_end", std::to_string(r.shard_end)},
-          {"shard_total", std::to_string(r.shard_total)}};
+  std::map<std::string, std::string> meta = {{"rank", std::to_string(rank_of(r))},
+                                              {"world_size", std::to_string(world_of(r))},
+                                              {"shard_begin", std::to_string(r.shard_begin)},
+                                              {"shard_end", std::to_string(r.shard_end)},
+                                              {"shard_total", std::to_string(r.shard_total)}};
+  if (r.unit_chunks) meta["unit_chunks"] = "1";  // ZeRO 2/3: a chunk of every unit, not one run
+  return meta;
 }
 
 // "1 process", "2 ranks".
@@ -133,7 +135,8 @@ void save_checkpoint(const std::string& output_dir, const BertForSequenceClassif
          "must share --output-dir (one host, or a shared filesystem)",
          partial.string(), rank);
   if (rank == 0) {
-    save_pretrained(model, backend, partial.string());
+    if (ranks.model_weights != nullptr) save_pretrained_from_host(model, *ranks.model_weights, partial.string());
+    else save_pretrained(model, backend, partial.string());
     if (tokenizer != nullptr) save_tokenizer(*tokenizer, partial.string());
   }
   if (ranks.sharded)
@@ -211,7 +214,7 @@ TrainerState read_trainer_state(const std::string& dir) {
     s.world_size = j.value("world_size", int64_t{1});  // absent from checkpoints made before data parallelism
     s.zero_stage = j.value("zero_stage", int64_t{0});
     if (s.global_step < 0 || s.updates < 0 || s.updates > s.global_step || s.micro_batches < 0 ||
-        !(s.loss_scale > 0) || s.world_size < 1 || s.zero_stage < 0 || s.zero_stage > 1)
+        !(s.loss_scale > 0) || s.world_size < 1 || s.zero_stage < 0 || s.zero_stage > 3)
       fail("{}: inconsistent counters", path);
     return s;
   } catch (const nlohmann::json::exception& e) {

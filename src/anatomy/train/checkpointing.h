@@ -13,7 +13,8 @@
 // the next save removes), never a checkpoint-N that loads wrong.
 //
 // Under data parallelism every rank calls save_checkpoint at the same step.
-// Rank 0 writes what a single process writes; with ZeRO stage 1 every rank
+// Rank 0 writes what a single process writes (at ZeRO stage 3 the model
+// gathered from the ranks first); with ZeRO stages 1-3 every rank
 // also writes its shard of the optimizer states, optimizer-rank-K-of-N.safetensors
 // (its run of the flat parameter buffer recorded in the file's metadata), into
 // the same hidden directory, and rank 0 renames the directory into place only
@@ -24,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "anatomy/data/text_dataset.h"
 #include "anatomy/dist/communicator.h"
@@ -46,7 +48,7 @@ struct TrainerState {
   int64_t per_device_train_batch_size = 0, gradient_accumulation_steps = 0, examples = 0;
   bool shuffle = true, drop_last = false, group_by_length = false;
   std::string precision;      // fp32, bf16 or fp16
-  // Data parallelism: the ranks of the run and its ZeRO stage (1: the
+  // Data parallelism: the ranks of the run and its ZeRO stage (1-3: the
   // optimizer states are sharded, one file per rank). micro_batches then
   // counts the batches of each rank's shard (the same on every rank).
   int64_t world_size = 1;
@@ -60,6 +62,13 @@ struct CheckpointRanks {
   // shard_end) of the flat parameter buffer of shard_total elements.
   bool sharded = false;
   int64_t shard_begin = 0, shard_end = 0, shard_total = 0;
+  // ZeRO stages 2 and 3: the states are this rank's chunk of every unit
+  // (dist/zero_sharding.h), shard_end of them (shard_begin 0), of a flat
+  // layout of shard_total elements; the file's metadata says so ("layout").
+  bool unit_chunks = false;
+  // ZeRO stage 3: the whole float32 flat buffer on rank 0's host (the model
+  // holds only its shard), what rank 0 writes as model.safetensors.
+  const std::vector<float>* model_weights = nullptr;
 };
 
 // "optimizer-rank-1-of-2.safetensors": rank K's shard of the optimizer states.
@@ -84,8 +93,10 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir);
 // Loads the model's weights and the optimizer's states and steps from a
 // checkpoint written by save_checkpoint. `expected` holds this run's settings:
 // a checkpoint of other settings (another world size or ZeRO stage included)
-// is an error naming the setting. With ZeRO stage 1 each rank reads its own
-// shard, whose recorded run must be this rank's.
+// is an error naming the setting. With ZeRO stages 1-3 each rank reads its
+// own shard, whose recorded run (or chunks) must be this rank's. The model
+// is loaded into the model's whole weights, which ZeRO 3 (and 2 under mixed
+// precision) must have allocated (BertForSequenceClassification::restore_weights).
 TrainerState load_checkpoint(const std::string& checkpoint_dir, BertForSequenceClassification& model,
                              Optimizer& optimizer, Backend& backend, const TrainerState& expected,
                              const CheckpointRanks& ranks = {});

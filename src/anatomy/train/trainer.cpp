@@ -16,6 +16,7 @@
 #include "anatomy/data/loader.h"
 #include "anatomy/dist/data_parallel.h"
 #include "anatomy/dist/zero.h"
+#include "anatomy/dist/zero_sharding.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/optim/optimizer.h"
 #include "anatomy/train/checkpointing.h"
@@ -238,11 +239,23 @@ std::map<std::string, double> Trainer::evaluate() {
 TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   namespace fs = std::filesystem;
   Ledger& ledger = backend_.ledger();
-  ParameterSet& grads = model_.gradients();
   const bool sharded = comm_ && args_.zero_stage >= 1;
-  const std::unique_ptr<Optimizer> optimizer =
-      sharded ? dist::make_zero1_optimizer(backend_, *comm_, model_.weights(), optimizer_options(args_))
-              : make_optimizer(backend_, model_.weights(), optimizer_options(args_));
+  const int stage = sharded ? static_cast<int>(args_.zero_stage) : 0;
+  // ZeRO stages 2 and 3: no whole gradient buffer (and at stage 3 no whole
+  // weights): the model reads and writes unit by unit through `zero`. Under
+  // mixed precision stage 1 shards by unit too, for its float32 masters.
+  const bool mixed = model_.compute_dtype() != DType::F32;
+  const bool grads_sharded = stage >= 2;
+  std::unique_ptr<dist::ZeroSharding> zero;
+  if (grads_sharded || (stage == 1 && mixed))
+    zero = std::make_unique<dist::ZeroSharding>(backend_, *comm_, model_, stage);
+  // The float32 weights sharded (stage 3; stages 1 and 2 under mixed precision): the model holds no whole copy.
+  const bool masters_sharded = zero && zero->shards_masters();
+  ParameterSet* grads = grads_sharded ? nullptr : &model_.gradients();
+  std::unique_ptr<Optimizer> optimizer =
+      zero      ? dist::make_zero_sharded_optimizer(backend_, *zero, model_.weights(), optimizer_options(args_))
+      : sharded ? dist::make_zero1_optimizer(backend_, *comm_, model_.weights(), optimizer_options(args_))
+                : make_optimizer(backend_, model_.weights(), optimizer_options(args_));
 
   // What a checkpoint records and a resumed run must share.
   TrainerState state;
@@ -257,11 +270,17 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   state.precision = args_.bf16 ? "bf16" : args_.fp16 ? "fp16" : "fp32";
   state.loss_scale = args_.fp16 ? 65536.0 : 1.0;
   state.world_size = world_;
-  state.zero_stage = sharded ? 1 : 0;
-  // Where this rank's part of a checkpoint goes (ZeRO stage 1: its shard of the optimizer states).
+  state.zero_stage = stage;
+  // Where this rank's part of a checkpoint goes (ZeRO: its shard of the optimizer states).
   CheckpointRanks ranks;
   ranks.comm = world_ > 1 ? comm_ : nullptr;
-  if (sharded) {
+  if (zero) {  // its chunk of every unit, one after the other
+    ranks.sharded = true;
+    ranks.unit_chunks = true;
+    ranks.shard_begin = 0;
+    ranks.shard_end = zero->shards().shard_elements;
+    ranks.shard_total = zero->shards().flat_elements;
+  } else if (sharded) {
     const dist::ShardRange mine = dist::shard_range(model_.weights().flat().numel(), comm_->rank(), world_);
     ranks.sharded = true;
     ranks.shard_begin = mine.begin;
@@ -270,6 +289,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   }
   if (!args_.resume_from_checkpoint.empty()) {
     const std::string dir = resolve_checkpoint(args_.resume_from_checkpoint, args_.output_dir);
+    if (masters_sharded) model_.restore_weights();  // the checkpoint's whole model, then sharded again below
     state = load_checkpoint(dir, model_, *optimizer, backend_, state, ranks);
     if (state.global_step > total_steps_)
       fail("--resume-from-checkpoint {}: the checkpoint is at step {}, past this run's {} steps", dir,
@@ -287,6 +307,12 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
     }
     fmt::print("Resuming from {}: step {} of {}\n", dir, state.global_step, total_steps_);
   }
+  if (masters_sharded && model_.weights().allocated()) zero->shard_model_weights();  // resumed
+  model_.set_parameter_units(grads_sharded ? zero.get() : nullptr);
+  struct UnitsReset {  // however train() ends, the model reads its own buffers again
+    BertForSequenceClassification& model;
+    ~UnitsReset() { model.set_parameter_units(nullptr); }
+  } units_reset{model_};
   const int64_t first_step = state.global_step;
   std::optional<TokenizerSettings> tokenizer = tokenizer_;
   if (!tokenizer && args_.save_strategy != "no" && fs::is_directory(args_.model))
@@ -340,8 +366,8 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   InputSlots slots(backend_, data_, std::min(B, data_.size));
   // Data parallelism: each update's last backward all-reduces the gradients in buckets as they become final.
   std::optional<dist::GradientReducer> reducer;
-  if (comm_) {
-    reducer.emplace(*comm_, grads.flat());
+  if (comm_ && grads != nullptr) {
+    reducer.emplace(*comm_, grads->flat());
     model_.set_gradients_ready_hook([&reducer](int64_t from) { reducer->ready(from); });
   }
   struct HookReset {
@@ -369,7 +395,8 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
     const int64_t count = window;
     double loss = 0.0;  // the mean of the batches' losses, as Hugging Face logs it
     int64_t samples = 0;
-    model_.zero_gradients();
+    if (grads_sharded) zero->zero_gradients();
+    else model_.zero_gradients();
     for (int64_t m = 0; m < count; ++m, ++micro) {
       ledger.set_phase("data");
       backend_.upload_wait();  // this batch, uploaded during the previous one
@@ -389,22 +416,34 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       // and 1/world: the ranks' gradients are summed, so that they average.
       if (reducer && m + 1 == count) reducer->arm();
       model_.backward(step_scale / static_cast<double>(count * world_));
+      // ZeRO 2/3: the embeddings' reduce-scatter, the backward's last, lands in the shard before the next forward.
+      if (grads_sharded) zero->finish_gradients();
       if (m + 1 < count) {  // the window's next batch uploads while this one's work runs
         ledger.set_phase("data");
         next_inputs = slots.upload(static_cast<int>((micro + 1) % 2), loader.next());
       }
     }
-    if (reducer) {
-      ledger.set_phase("gradient all-reduce");
-      reducer->finish();
+    if (comm_) {
+      if (reducer) {
+        ledger.set_phase("gradient all-reduce");
+        reducer->finish();
+      } else {
+        ledger.set_phase("gradient reduce-scatter");
+        zero->finish_gradients();
+      }
       // The world's loss (the mean of the ranks' means: equal batches) and samples.
       const std::vector<double> sums = comm_->sum_host({loss, static_cast<double>(samples)});
       loss = sums[0] / world_;
       samples = static_cast<int64_t>(std::llround(sums[1]));
     }
     ledger.set_phase("optimizer step");
-    if (step_scale != 1.0) backend_.scale(grads.flat(), 1.0 / step_scale);
-    const double grad_norm = clip_grad_norm(backend_, grads, args_.max_grad_norm);
+    if (step_scale != 1.0) {
+      if (grads_sharded) zero->scale_gradients(1.0 / step_scale);
+      else backend_.scale(grads->flat(), 1.0 / step_scale);
+    }
+    // Under ZeRO 2/3 the norm sums every rank's shard: the same on every rank, so is fp16's overflow verdict.
+    const double grad_norm = grads_sharded ? zero->clip_gradients(args_.max_grad_norm)
+                                           : clip_grad_norm(backend_, *grads, args_.max_grad_norm);
     // The schedule advances with the updates made, as Hugging Face's does when GradScaler skips one.
     const double lr =
         scheduled_lr(args_.lr_scheduler_type, args_.learning_rate, updates, args_.warmup_steps, total_steps_);
@@ -421,7 +460,8 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       }
     }
     if (!skip) {
-      optimizer->step(model_.weights(), grads, lr, model_.half_weights());  // refreshes the 16-bit copy too
+      // Refreshes the 16-bit copy too (ZeRO 2/3: the gradients are its shard's, and every rank gets the update).
+      optimizer->step(model_.weights(), grads ? *grads : model_.weights(), lr, model_.half_weights());
       ++updates;
     }
     if (step + 1 < total_steps_) {  // the next update's first batch uploads while this one's work runs
@@ -507,13 +547,25 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       state.loss_scale = loss_scale;
       state.clean_steps = clean_steps;
       state.skipped_steps = result.skipped_steps;
+      // The masters sharded: the whole model gathered, unit by unit, to rank 0's host memory.
+      std::vector<float> gathered;
+      if (masters_sharded) gathered = zero->gather_weights_to_host();
+      ranks.model_weights = masters_sharded ? &gathered : nullptr;
       save_checkpoint(args_.output_dir, model_, backend_, *optimizer, state, tokenizer ? &*tokenizer : nullptr,
                       args_.save_total_limit, best_step_, ranks);
+      ranks.model_weights = nullptr;
     }
   }
   backend_.synchronize();
   result.seconds = seconds_since(start);
   if (comm_) comm_->sum_host({});  // a barrier: rank 0 has written every checkpoint
+  if (masters_sharded) {  // the whole model again on every rank, for what follows training (saving, evaluating)
+    ledger.set_phase("gather weights");
+    optimizer.reset();          // the states and the gradient shard first: training is over
+    zero->release_gradients();
+    zero->restore_model_weights();
+  }
+  model_.set_parameter_units(nullptr);
   if (args_.load_best_model_at_end && best_step_ > 0) {
     const std::string dir = (fs::path(args_.output_dir) / fmt::format("checkpoint-{}", best_step_)).string();
     load_weights(model_, dir, args_.seed);

@@ -66,8 +66,10 @@ class Trainer {
   // every epoch (torch's DistributedSampler), gradients are averaged over the
   // ranks during backward, and the logged loss and samples are the world's.
   // Only rank 0 writes log.jsonl and the checkpoints (every rank takes part
-  // in a save: under ZeRO stage 1 each writes its shard of the optimizer
-  // states; see checkpointing.h).
+  // in a save: under ZeRO stages 1-3 each writes its shard of the optimizer
+  // states; see checkpointing.h). --zero-stage 2 and 3 shard the gradients
+  // and the weights unit by unit (dist/zero_sharding.h); train() then gives
+  // the model back its whole weights at the end.
   void set_communicator(dist::Communicator* communicator);
   // The tokenizer each checkpoint carries (vocab.txt, tokenizer_config.json).
   // Unset: the model directory's, when it has a vocab.txt.
