@@ -26,6 +26,7 @@
 #include "anatomy/core/dtype.h"
 #include "anatomy/kernels/backend.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "device_buffer.h"
 #include "anatomy/kernels/cuda_memory.h"
 #include "anatomy/kernels/cuda/flash_attention.cuh"
 #ifdef ANATOMY_HAVE_CUDNN
@@ -43,33 +44,7 @@ using anatomy::cuda::CudnnAttentionShape;
 #define SKIP_WITHOUT_GPU() \
   if (anatomy::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine"
 
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) { ANATOMY_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 1))); }
-  ~DeviceBuffer() { (void)cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-  template <typename T>
-  void upload(const std::vector<T>& host) {
-    ANATOMY_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  template <typename T>
-  std::vector<T> download() const {
-    std::vector<T> host(bytes_ / sizeof(T));
-    ANATOMY_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes_, cudaMemcpyDeviceToHost));
-    return host;
-  }
-  void poison() { ANATOMY_CUDA_CHECK(cudaMemset(ptr_, 0xFF, bytes_)); }  // NaN in every float type
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_;
-};
+using anatomy::test::DeviceBuffer;
 
 struct Case {
   int64_t B, L, heads, D;
@@ -401,10 +376,11 @@ TEST(CudaCudnnAttentionTiming, DISABLED_AgainstFlashKernels) {
 
 #ifdef ANATOMY_HAVE_CUDNN
 namespace {
-// The scratch the memory plan reserves for cuDNN (cuda_memory.h) is what
-// cuDNN asks for, at every L a multiple of 64 (the plan's formula); other
-// lengths get what cuDNN asks, which the test prints.
-TEST(CudaCudnnAttention, ScratchIsThePlannedOne) {
+// The scratch the memory plan reserves for cuDNN (cuda_memory.h) holds what
+// cuDNN asks for: exactly the forward's, and at least the backward's (exactly
+// plus 4 KiB at L a multiple of 128), so that the backend allocates the
+// planned size. Printed: how much of the reservation cuDNN uses.
+TEST(CudaCudnnAttention, ScratchFitsThePlannedOne) {
   SKIP_WITHOUT_GPU();
   cudaStream_t stream;
   ANATOMY_CUDA_CHECK(cudaStreamCreate(&stream));
@@ -430,13 +406,11 @@ TEST(CudaCudnnAttention, ScratchIsThePlannedOne) {
           const size_t fwd = cudnn->forward_scratch_bytes(s), bwd = cudnn->backward_scratch_bytes(s);
           const size_t plan_fwd = anatomy::cuda::cudnn_attention_forward_scratch_bytes(s.B);
           const size_t plan_bwd = anatomy::cuda::cudnn_attention_backward_scratch_bytes(s.B, s.L, s.heads);
-          if (s.L % 64 == 0) {
-            EXPECT_EQ(fwd, plan_fwd) << case_name({s.B, s.L, s.heads, s.D, masked, p, bf16});
-            EXPECT_EQ(bwd, plan_bwd) << case_name({s.B, s.L, s.heads, s.D, masked, p, bf16});
-          } else {
-            std::printf("%s: forward %zu (planned %zu), backward %zu (planned %zu)\n",
-                        case_name({s.B, s.L, s.heads, s.D, masked, p, bf16}).c_str(), fwd, plan_fwd, bwd, plan_bwd);
-          }
+          const std::string name = case_name({s.B, s.L, s.heads, s.D, masked, p, bf16});
+          EXPECT_EQ(fwd, plan_fwd) << name;
+          EXPECT_LE(bwd, plan_bwd) << name;
+          if (s.L % 128 == 0) EXPECT_EQ(bwd + 4096, plan_bwd) << name;
+          std::printf("%s: backward %zu of the planned %zu\n", name.c_str(), bwd, plan_bwd);
         }
   (void)cudaStreamDestroy(stream);
 }

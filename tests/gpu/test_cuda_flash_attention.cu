@@ -27,6 +27,7 @@
 #include "anatomy/core/tensor.h"
 #include "anatomy/kernels/backend.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "device_buffer.h"
 #include "anatomy/kernels/cuda/flash_attention.cuh"
 
 namespace {
@@ -40,36 +41,7 @@ using anatomy::cuda::AttnType;
 #define SKIP_WITHOUT_GPU() \
   if (anatomy::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine"
 
-// A cudaMalloc'd buffer freed on scope exit.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) { ANATOMY_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 1))); }
-  ~DeviceBuffer() { (void)cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-  template <typename T>
-  void upload(const std::vector<T>& host) {
-    ANATOMY_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  template <typename T>
-  std::vector<T> download() const {
-    std::vector<T> host(bytes_ / sizeof(T));
-    ANATOMY_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes_, cudaMemcpyDeviceToHost));
-    return host;
-  }
-  // All bytes 0xFF: NaN as float32, bf16 and fp16 alike, so an element the
-  // kernels fail to write shows.
-  void poison() { ANATOMY_CUDA_CHECK(cudaMemset(ptr_, 0xFF, bytes_)); }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_;
-};
+using anatomy::test::DeviceBuffer;
 
 enum class MaskKind { None, Padding, PaddingAndEmpty };
 

@@ -126,18 +126,22 @@ constexpr size_t cudnn_attention_param_bytes(int64_t B) {
 }
 // The scratch the backend reserves for cuDNN's attention (the meta backend
 // mirrors it): the inputs above, then room for cuDNN's workspace. cuDNN 9.14
-// on an H100 asks 256 bytes for the forward, and for its deterministic
-// backward, at L a multiple of 64, those 256 bytes, a 16-bit [B, heads, L, L]
-// buffer and [B, heads, L] floats (test_cuda_cudnn_attention.cpp checks both). Where
-// cuDNN asks for more, the backend gives what it asks (and the plan is short
-// by the difference, which its report shows).
+// on an H100 asks 256 bytes for the forward; for its deterministic backward,
+// at L a multiple of 128, those 256 bytes, a 16-bit [B, heads, L, L] buffer
+// and [B, heads, L] floats, and at other lengths somewhat less than that
+// with L rounded up to a multiple of 128. The reservation is that rounded
+// size plus 4 KiB, and the backend gives cuDNN the larger of it and what
+// cuDNN asks, so the plan is exact unless cuDNN asks for more (which
+// test_cuda_cudnn_attention.cpp checks it does not, over shapes from L = 64
+// to 1024; the report would show the difference).
 constexpr size_t kCudnnAttentionForwardWorkspaceBytes = 256;
 constexpr size_t cudnn_attention_forward_scratch_bytes(int64_t B) {
   return cudnn_attention_param_bytes(B) + kCudnnAttentionForwardWorkspaceBytes;
 }
 constexpr size_t cudnn_attention_backward_scratch_bytes(int64_t B, int64_t L, int64_t heads) {
-  return cudnn_attention_param_bytes(B) + kCudnnAttentionForwardWorkspaceBytes +
-         static_cast<size_t>(B * heads * L) * static_cast<size_t>(2 * L + 4);
+  const int64_t rounded = (L + 127) / 128 * 128;
+  return cudnn_attention_param_bytes(B) + kCudnnAttentionForwardWorkspaceBytes + 4096 +
+         static_cast<size_t>(B * heads * rounded) * static_cast<size_t>(2 * rounded + 4);
 }
 // Whether the CUDA backend's 16-bit fused attention runs through cuDNN: the
 // build has cuDNN's attention (ANATOMY_CUDNN_ATTENTION) and the environment
