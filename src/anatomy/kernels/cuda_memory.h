@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "anatomy/core/dtype.h"
+#include "anatomy/core/error.h"
 #include "anatomy/kernels/backend.h"
 
 namespace anatomy::cuda {
@@ -144,12 +145,16 @@ constexpr size_t cudnn_attention_backward_scratch_bytes(int64_t B, int64_t L, in
          static_cast<size_t>(B * heads * rounded) * static_cast<size_t>(2 * rounded + 4);
 }
 // Whether the CUDA backend's 16-bit fused attention runs through cuDNN: the
-// build has cuDNN's attention (ANATOMY_CUDNN_ATTENTION) and the environment
-// variable ANATOMY_ATTENTION is not "anatomy" (our own flash kernels).
+// build has cuDNN's attention (ANATOMY_HAVE_CUDNN) and the environment
+// variable ANATOMY_ATTENTION is not "anatomy" (our own flash kernels); any
+// value but "cudnn" and "anatomy" is refused.
 inline bool cudnn_attention_selected() {
-#ifdef ANATOMY_CUDNN_ATTENTION
   const char* choice = std::getenv("ANATOMY_ATTENTION");
-  return !(choice && std::string_view(choice) == "anatomy");
+  const std::string_view want = choice ? choice : "";
+  if (!want.empty() && want != "cudnn" && want != "anatomy")
+    fail("ANATOMY_ATTENTION={}: expected cudnn or anatomy", want);
+#ifdef ANATOMY_HAVE_CUDNN
+  return want != "anatomy";
 #else
   return false;
 #endif

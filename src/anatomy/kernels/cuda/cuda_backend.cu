@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -662,13 +661,10 @@ class CudaBackend final : public Backend {
   CudnnAttention* cudnn_for(const CudnnAttentionShape& s) {
     if (!cudnn_tried_) {
       cudnn_tried_ = true;
-      const char* choice = std::getenv("ANATOMY_ATTENTION");
-      const std::string want = choice ? choice : "";
-      if (!want.empty() && want != "cudnn" && want != "anatomy")
-        fail("ANATOMY_ATTENTION={}: expected cudnn or anatomy", want);
       if (cudnn_attention_selected()) {
-        cudnn_ = CudnnAttention::create(stream_, &cudnn_why_);
-        if (!cudnn_) std::fprintf(stderr, "warning: cuDNN attention unavailable (%s); using our flash kernels\n", cudnn_why_.c_str());
+        std::string why;
+        cudnn_ = CudnnAttention::create(stream_, &why);
+        if (!cudnn_) std::fprintf(stderr, "warning: cuDNN attention unavailable (%s); using our flash kernels\n", why.c_str());
       }
     }
     if (!cudnn_) return nullptr;
@@ -676,7 +672,6 @@ class CudaBackend final : public Backend {
   }
   std::unique_ptr<CudnnAttention> cudnn_;
   bool cudnn_tried_ = false;
-  std::string cudnn_why_;
 #endif
 
   // Scratch space shared by ops (one op at a time on the stream), grown on

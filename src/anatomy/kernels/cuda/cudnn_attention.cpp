@@ -53,7 +53,8 @@ struct Built {
 
 class CudnnAttentionImpl final : public CudnnAttention {
  public:
-  CudnnAttentionImpl(cudnnHandle_t handle, size_t version) : handle_(handle), version_(version) {}
+  CudnnAttentionImpl(cudnnHandle_t handle, cudaStream_t stream, size_t version)
+      : handle_(handle), stream_(stream), version_(version) {}
   ~CudnnAttentionImpl() override {
     forward_.clear();
     backward_.clear();
@@ -122,23 +123,50 @@ class CudnnAttentionImpl final : public CudnnAttention {
     return g.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dims(s)).set_stride(
         strides(s)));
   }
-  static std::shared_ptr<fe::graph::Tensor_attributes> scalar(fe::graph::Graph& g, const char* name, int64_t uid,
-                                                               fe::DataType_t type) {
+  // A [rows, 1, 1, 1] tensor of `type`: the dropout seed and offset (one
+  // row each) and the per-entry lengths of the padding mask (B rows).
+  static std::shared_ptr<fe::graph::Tensor_attributes> column(fe::graph::Graph& g, const char* name, int64_t uid,
+                                                               int64_t rows, fe::DataType_t type) {
     return g.tensor(fe::graph::Tensor_attributes()
                         .set_name(name)
                         .set_uid(uid)
-                        .set_dim({1, 1, 1, 1})
+                        .set_dim({rows, 1, 1, 1})
                         .set_stride({1, 1, 1, 1})
                         .set_data_type(type));
   }
-  static std::shared_ptr<fe::graph::Tensor_attributes> lengths(fe::graph::Graph& g, const CudnnAttentionShape& s,
-                                                                const char* name, int64_t uid) {
-    return g.tensor(fe::graph::Tensor_attributes()
-                        .set_name(name)
-                        .set_uid(uid)
-                        .set_dim({s.B, 1, 1, 1})
-                        .set_stride({1, 1, 1, 1})
-                        .set_data_type(fe::DataType_t::INT32));
+  // The row log-sum-exp, [B, heads, L, 1] float32.
+  static fe::graph::Tensor_attributes& as_stats(fe::graph::Tensor_attributes& t, const CudnnAttentionShape& s) {
+    return t.set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim({s.B, s.heads, s.L, 1}).set_stride(
+        {s.heads * s.L, s.L, 1, 1});
+  }
+  // The padding mask and the dropout, the same in the forward and the backward
+  // graph (SDPA_attributes or SDPA_backward_attributes), so that backward
+  // replays the forward's mask from the same inputs (run() fills them).
+  template <typename Options>
+  static void set_mask_and_dropout(fe::graph::Graph& g, const CudnnAttentionShape& s, Options& options) {
+    if (s.masked)
+      options.set_padding_mask(true)
+          .set_seq_len_q(column(g, "seq_len_q", kSeqQ, s.B, fe::DataType_t::INT32))
+          .set_seq_len_kv(column(g, "seq_len_kv", kSeqKV, s.B, fe::DataType_t::INT32));
+    if (s.dropout > 0.0f)
+      options.set_dropout(s.dropout, column(g, "seed", kSeed, 1, fe::DataType_t::INT64),
+                          column(g, "offset", kOffset, 1, fe::DataType_t::INT64));
+  }
+
+  // The graph of `key` in `cache`, built by `build` on first use; a build that
+  // fails (cuDNN has no engine for it) is remembered with the reason.
+  template <typename Build>
+  const Built& cached(std::map<Key, Built>& cache, const Key& key, const CudnnAttentionShape& s, Build&& build) {
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+    Built built;
+    try {
+      auto g = new_graph(s);
+      build(*g);
+      built = finish(std::move(g));
+    } catch (const std::exception& e) {
+      built = Built{nullptr, 0, e.what()};
+    }
+    return cache.emplace(key, std::move(built)).first->second;
   }
 
   Built finish(std::shared_ptr<fe::graph::Graph> g) {
@@ -159,76 +187,40 @@ class CudnnAttentionImpl final : public CudnnAttention {
   }
 
   const Built& forward_graph(const CudnnAttentionShape& s, bool dump) {
-    const Key key = key_of(s, dump);
-    if (auto it = forward_.find(key); it != forward_.end()) return it->second;
-    Built built;
-    try {
-      auto g = new_graph(s);
-      auto q = qkv(*g, s, "q", kQ), k = qkv(*g, s, "k", kK), v = qkv(*g, s, "v", kV);
+    return cached(forward_, key_of(s, dump), s, [&](fe::graph::Graph& g) {
+      auto q = qkv(g, s, "q", kQ), k = qkv(g, s, "k", kK), v = qkv(g, s, "v", kV);
       auto options = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(s.training).set_attn_scale(
           s.scale);
-      if (s.masked)
-        options.set_padding_mask(true)
-            .set_seq_len_q(lengths(*g, s, "seq_len_q", kSeqQ))
-            .set_seq_len_kv(lengths(*g, s, "seq_len_kv", kSeqKV));
-      if (s.dropout > 0.0f) {
-        options.set_dropout(s.dropout, scalar(*g, "seed", kSeed, fe::DataType_t::INT64),
-                            scalar(*g, "offset", kOffset, fe::DataType_t::INT64));
-        if (dump)
-          options.set_rng_dump(g->tensor(fe::graph::Tensor_attributes()
-                                             .set_name("dropout_mask")
-                                             .set_uid(kMaskDump)
-                                             .set_dim({s.B, s.heads, s.L, s.L})
-                                             .set_stride({s.heads * s.L * s.L, s.L * s.L, s.L, 1})
-                                             .set_data_type(fe::DataType_t::FLOAT)));
-      }
-      auto [o, stats] = g->sdpa(q, k, v, options);
+      set_mask_and_dropout(g, s, options);
+      if (s.dropout > 0.0f && dump)
+        options.set_rng_dump(g.tensor(fe::graph::Tensor_attributes()
+                                          .set_name("dropout_mask")
+                                          .set_uid(kMaskDump)
+                                          .set_dim({s.B, s.heads, s.L, s.L})
+                                          .set_stride({s.heads * s.L * s.L, s.L * s.L, s.L, 1})
+                                          .set_data_type(fe::DataType_t::FLOAT)));
+      auto [o, stats] = g.sdpa(q, k, v, options);
       o->set_output(true).set_uid(kO).set_dim(dims(s)).set_stride(strides(s));
-      if (s.training) {
-        stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim({s.B, s.heads, s.L, 1})
-            .set_stride({s.heads * s.L, s.L, 1, 1});
-      }
-      built = finish(std::move(g));
-    } catch (const std::exception& e) {
-      built = Built{nullptr, 0, e.what()};
-    }
-    return forward_.emplace(key, std::move(built)).first->second;
+      if (s.training) as_stats(stats->set_output(true), s);
+    });
   }
 
   const Built& backward_graph(const CudnnAttentionShape& s) {
-    const Key key = key_of(s, false);
-    if (auto it = backward_.find(key); it != backward_.end()) return it->second;
-    Built built;
-    try {
-      auto g = new_graph(s);
-      auto q = qkv(*g, s, "q", kQ), k = qkv(*g, s, "k", kK), v = qkv(*g, s, "v", kV);
-      auto o = qkv(*g, s, "o", kO), dO = qkv(*g, s, "dO", kDO);
-      auto stats = g->tensor(fe::graph::Tensor_attributes()
-                                 .set_name("stats")
-                                 .set_uid(kStats)
-                                 .set_dim({s.B, s.heads, s.L, 1})
-                                 .set_stride({s.heads * s.L, s.L, 1, 1})
-                                 .set_data_type(fe::DataType_t::FLOAT));
+    return cached(backward_, key_of(s, false), s, [&](fe::graph::Graph& g) {
+      auto q = qkv(g, s, "q", kQ), k = qkv(g, s, "k", kK), v = qkv(g, s, "v", kV);
+      auto o = qkv(g, s, "o", kO), dO = qkv(g, s, "dO", kDO);
+      fe::graph::Tensor_attributes stats_attributes;
+      auto stats = g.tensor(as_stats(stats_attributes.set_name("stats"), s));
       auto options = fe::graph::SDPA_backward_attributes()
                          .set_name("sdpa_backward")
                          .set_attn_scale(s.scale)
                          .set_deterministic_algorithm(true);
-      if (s.masked)
-        options.set_padding_mask(true)
-            .set_seq_len_q(lengths(*g, s, "seq_len_q", kSeqQ))
-            .set_seq_len_kv(lengths(*g, s, "seq_len_kv", kSeqKV));
-      if (s.dropout > 0.0f)
-        options.set_dropout(s.dropout, scalar(*g, "seed", kSeed, fe::DataType_t::INT64),
-                            scalar(*g, "offset", kOffset, fe::DataType_t::INT64));
-      auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dO, stats, options);
+      set_mask_and_dropout(g, s, options);
+      auto [dq, dk, dv] = g.sdpa_backward(q, k, v, o, dO, stats, options);
       dq->set_output(true).set_uid(kDQ).set_dim(dims(s)).set_stride(strides(s));
       dk->set_output(true).set_uid(kDK).set_dim(dims(s)).set_stride(strides(s));
       dv->set_output(true).set_uid(kDV).set_dim(dims(s)).set_stride(strides(s));
-      built = finish(std::move(g));
-    } catch (const std::exception& e) {
-      built = Built{nullptr, 0, e.what()};
-    }
-    return backward_.emplace(key, std::move(built)).first->second;
+    });
   }
 
   // Lengths and seeds into the front of the scratch, then the graph.
@@ -239,7 +231,7 @@ class CudnnAttentionImpl final : public CudnnAttention {
       // Each (seed, stream) its own Philox seed, offset 0: the streams' masks
       // are independent draws, not overlapping runs of one sequence.
       const int64_t seed = static_cast<int64_t>(splitmix64(dropout.seed ^ splitmix64(dropout.stream)));
-      cudnn_attention_params(stream_of(), s.masked ? key_mask : nullptr, s.B, s.L, seed, 0, params);
+      cudnn_attention_params(stream_, s.masked ? key_mask : nullptr, s.B, s.L, seed, 0, params);
     }
     if (s.dropout > 0.0f) {
       pack[kSeed] = params;
@@ -254,13 +246,8 @@ class CudnnAttentionImpl final : public CudnnAttention {
     ANATOMY_CHECK(e.is_good(), "cuDNN attention failed: {}", e.get_message());
   }
 
-  cudaStream_t stream_of() const {
-    cudaStream_t s = nullptr;
-    cudnnGetStream(handle_, &s);
-    return s;
-  }
-
   cudnnHandle_t handle_;
+  cudaStream_t stream_;  // the handle's
   size_t version_;
   std::map<Key, Built> forward_, backward_;
 };
@@ -283,7 +270,7 @@ std::unique_ptr<CudnnAttention> CudnnAttention::create(cudaStream_t stream, std:
     cudnnDestroy(handle);
     return nullptr;
   }
-  return std::make_unique<CudnnAttentionImpl>(handle, version);
+  return std::make_unique<CudnnAttentionImpl>(handle, stream, version);
 }
 
 }  // namespace anatomy::cuda

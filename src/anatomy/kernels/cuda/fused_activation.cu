@@ -52,23 +52,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// y = f(x) alone, with the same access pattern.
-template <int kVec, typename T, typename Fwd>
+// y = f(x) alone, element by element: data not 16-byte aligned, and the
+// last n % 8 elements after forward_packs_kernel.
+template <typename T, typename Fwd>
 __global__ void __launch_bounds__(kThreads) forward_kernel(const T* x, T* y, int64_t n, Fwd fwd) {
-  const int64_t groups = (n + kVec - 1) / kVec;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
-    const int64_t i = g * kVec;
-    if (kVec == 8 && i + 8 <= n) {
-      alignas(16) T ex[8], oy[8];
-      *reinterpret_cast<uint4*>(ex) = *reinterpret_cast<const uint4*>(x + i);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) oy[k] = from_float<T>(fwd(to_float(ex[k]), i + k));
-      *reinterpret_cast<uint4*>(y + i) = *reinterpret_cast<const uint4*>(oy);
-    } else {
-      for (int64_t j = i; j < n && j < i + kVec; ++j) y[j] = from_float<T>(fwd(to_float(x[j]), j));
-    }
-  }
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    y[i] = from_float<T>(fwd(to_float(x[i]), i));
 }
 
 // y = f(x) over `packs` whole packs of 8 elements, kForwardUnroll packs a
@@ -121,12 +111,12 @@ void launch_forward(cudaStream_t s, const T* x, T* y, int64_t n, Fwd fwd) {
     }
     const int64_t done = packs * 8;
     if (done == n) return;
-    forward_kernel<1><<<1, kThreads, 0, s>>>(x + done, y + done, n - done, Shifted<Fwd>{fwd, done});
+    forward_kernel<<<1, kThreads, 0, s>>>(x + done, y + done, n - done, Shifted<Fwd>{fwd, done});
     ANATOMY_CUDA_CHECK(cudaGetLastError());
     return;
   }
   const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65536));
-  forward_kernel<1><<<blocks, kThreads, 0, s>>>(x, y, n, fwd);
+  forward_kernel<<<blocks, kThreads, 0, s>>>(x, y, n, fwd);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 
