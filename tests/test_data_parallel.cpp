@@ -118,8 +118,6 @@ TEST(GradientReducer, BucketsCoverTheBufferOnceFromTheEnd) {
 
 
 
-double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
-
 int64_t optimizer_bytes(const std::string& dir) {
   std::ifstream in(dir + "/anatomy.json");
   const auto a = nlohmann::json::parse(in);
@@ -163,29 +161,13 @@ TEST_P(DataParallelCpu, TwoRanksTrainAsOneProcessWithTheWholeBatch) {
 
   const auto a = test::log_records(one), b = test::log_records(two);
   ASSERT_EQ(a.size(), 6u);  // 3 updates an epoch (16 + 16 + 4), 2 epochs
-  ASSERT_EQ(b.size(), a.size());
-  for (const auto& [step, x] : a) {
-    ASSERT_TRUE(b.count(step)) << "step " << step;
-    const nlohmann::json& y = b.at(step);
-    EXPECT_LT(relative(y["loss"].get<double>(), x["loss"].get<double>()), 1e-5) << "step " << step;
-    EXPECT_LT(relative(y["grad_norm"].get<double>(), x["grad_norm"].get<double>()), 1e-5) << "step " << step;
-  }
+  test::expect_records_within(a, b, 1e-5);
   // Rank 0 wrote the model; rank 1 only its own memory anatomy.
   ASSERT_TRUE(fs::exists(two + "/model.safetensors"));
   EXPECT_TRUE(fs::exists(two + "/rank-1/anatomy.json"));
   EXPECT_FALSE(fs::exists(two + "/rank-1/model.safetensors"));
-  const io::SafetensorsFile wa = io::SafetensorsFile::open(one + "/model.safetensors");
-  const io::SafetensorsFile wb = io::SafetensorsFile::open(two + "/model.safetensors");
-  double worst = 0.0, scale = 0.0;
-  for (const std::string& name : wa.names()) {
-    const std::vector<float> x = wa.read_f32(name), y = wb.read_f32(name);
-    ASSERT_EQ(x.size(), y.size()) << name;
-    for (size_t i = 0; i < x.size(); ++i) {
-      worst = std::max(worst, static_cast<double>(std::abs(x[i] - y[i])));
-      scale = std::max(scale, static_cast<double>(std::abs(x[i])));
-    }
-  }
-  EXPECT_LT(worst / scale, 1e-5) << "the final weights differ by " << worst;
+  const test::WeightDifference w = test::weight_difference(one, two);
+  EXPECT_LT(w.worst / w.scale, 1e-5) << "the final weights differ by " << w.worst;
 
   // The optimizer states of each rank: all of AdamW's (stage 0) or half of them, to the shard's rounding (stage 1).
   const int64_t single_states = optimizer_bytes(one), rank0 = optimizer_bytes(two), rank1 = optimizer_bytes(two + "/rank-1");

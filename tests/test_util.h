@@ -20,6 +20,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "anatomy/io/safetensors.h"
+
 namespace anatomy::test {
 
 // The build tree's paths, overridable (ANATOMY_FIXTURES_DIR, ANATOMY_BINARY) when
@@ -43,6 +45,44 @@ inline std::map<int64_t, nlohmann::json> log_records(const std::string& dir) {
     if (j.contains("loss")) out[j["step"].get<int64_t>()] = j;
   }
   return out;
+}
+
+// |a − b| relative to |b|.
+inline double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
+
+// Run b's training records (log_records), step for step, within `rtol` of
+// run a's: the same steps, and each loss and gradient norm.
+inline void expect_records_within(const std::map<int64_t, nlohmann::json>& a,
+                                  const std::map<int64_t, nlohmann::json>& b, double rtol) {
+  ASSERT_EQ(b.size(), a.size());
+  for (const auto& [step, x] : a) {
+    ASSERT_TRUE(b.count(step)) << "step " << step;
+    const nlohmann::json& y = b.at(step);
+    EXPECT_LT(relative(y["loss"].get<double>(), x["loss"].get<double>()), rtol) << "step " << step;
+    EXPECT_LT(relative(y["grad_norm"].get<double>(), x["grad_norm"].get<double>()), rtol) << "step " << step;
+  }
+}
+
+// The largest |a − b| over the weights of two runs' model.safetensors (run
+// directories), and the largest |a|: infinite when the files do not hold the
+// same tensors of the same sizes.
+struct WeightDifference {
+  double worst = 0.0, scale = 0.0;
+};
+inline WeightDifference weight_difference(const std::string& dir_a, const std::string& dir_b) {
+  const io::SafetensorsFile a = io::SafetensorsFile::open(dir_a + "/model.safetensors");
+  const io::SafetensorsFile b = io::SafetensorsFile::open(dir_b + "/model.safetensors");
+  WeightDifference d;
+  if (a.names().size() != b.names().size()) return {INFINITY, 1.0};
+  for (const std::string& name : a.names()) {
+    const std::vector<float> x = a.read_f32(name), y = b.read_f32(name);
+    if (x.size() != y.size()) return {INFINITY, 1.0};
+    for (size_t i = 0; i < x.size(); ++i) {
+      d.worst = std::max(d.worst, static_cast<double>(std::abs(x[i] - y[i])));
+      d.scale = std::max(d.scale, static_cast<double>(std::abs(x[i])));
+    }
+  }
+  return d;
 }
 
 // The Hugging Face reference models in tests/fixtures (see its README).

@@ -129,8 +129,6 @@ TEST(ZeroSharding, UnitsCoverTheLayoutAndChunksCoverEachUnit) {
   }
 }
 
-double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
-
 nlohmann::json anatomy_of(const std::string& dir) { return nlohmann::json::parse(std::ifstream(dir + "/anatomy.json")); }
 
 struct Case {
@@ -162,26 +160,9 @@ TEST_P(ZeroShardedTraining, TwoRanksTrainAsOneProcessHoldingTheirShards) {
 
   const auto a = test::log_records(one), b = test::log_records(two);
   ASSERT_EQ(a.size(), c.accumulation == 1 ? 6u : 4u);
-  ASSERT_EQ(b.size(), a.size());
-  for (const auto& [step, x] : a) {
-    ASSERT_TRUE(b.count(step)) << "step " << step;
-    const nlohmann::json& y = b.at(step);
-    EXPECT_LT(relative(y["loss"].get<double>(), x["loss"].get<double>()), 1e-5) << "step " << step;
-    EXPECT_LT(relative(y["grad_norm"].get<double>(), x["grad_norm"].get<double>()), 1e-5) << "step " << step;
-  }
-  const io::SafetensorsFile wa = io::SafetensorsFile::open(one + "/model.safetensors");
-  const io::SafetensorsFile wb = io::SafetensorsFile::open(two + "/model.safetensors");
-  ASSERT_EQ(wa.names().size(), wb.names().size());
-  double worst = 0.0, scale = 0.0;
-  for (const std::string& name : wa.names()) {
-    const std::vector<float> x = wa.read_f32(name), y = wb.read_f32(name);
-    ASSERT_EQ(x.size(), y.size()) << name;
-    for (size_t i = 0; i < x.size(); ++i) {
-      worst = std::max(worst, static_cast<double>(std::abs(x[i] - y[i])));
-      scale = std::max(scale, static_cast<double>(std::abs(x[i])));
-    }
-  }
-  EXPECT_LT(worst / scale, 1e-5) << "the final weights differ by " << worst;
+  test::expect_records_within(a, b, 1e-5);
+  const test::WeightDifference w = test::weight_difference(one, two);
+  EXPECT_LT(w.worst / w.scale, 1e-5) << "the final weights differ by " << w.worst;
 
   // Memory: every byte the sharding implies, per rank.
   const Sharding s = sharding_of(config);

@@ -25,6 +25,7 @@
 #include "anatomy/core/tensor.h"
 #include "anatomy/kernels/backend.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "device_buffer.h"
 #include "anatomy/kernels/cuda/kernels.cuh"
 
 namespace {
@@ -41,34 +42,7 @@ void check_cublas(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS) anatomy::fail("{} failed: {}", what, cublasGetStatusString(status));
 }
 
-// A cudaMalloc'd buffer freed on scope exit.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) { ANATOMY_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(bytes, 1))); }
-  ~DeviceBuffer() { (void)cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-  template <typename T>
-  void upload(const std::vector<T>& host) {
-    ANATOMY_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<float> download() const {
-    std::vector<float> host(bytes_ / sizeof(float));
-    ANATOMY_CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes_, cudaMemcpyDeviceToHost));
-    return host;
-  }
-  // All bytes 0xFF: every float a NaN, so an element the kernels fail to write shows.
-  void poison() { ANATOMY_CUDA_CHECK(cudaMemset(ptr_, 0xFF, bytes_)); }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_;
-};
+using anatomy::test::DeviceBuffer;
 
 // A stream and a cuBLAS handle bound to it in pure float32 mode, as the CUDA
 // backend sets its own up.
@@ -226,7 +200,8 @@ class GpuAttention {
     for (DeviceBuffer* b : {&probs_, &ctx_, &dq_, &dk_, &dv_, &scratch_}) b->poison();
     launch();
     ANATOMY_CUDA_CHECK(cudaStreamSynchronize(cublas_.stream));
-    return Outputs{probs_.download(), ctx_.download(), dq_.download(), dk_.download(), dv_.download()};
+    return Outputs{probs_.download<float>(), ctx_.download<float>(), dq_.download<float>(), dk_.download<float>(),
+                   dv_.download<float>()};
   }
 
   cudaStream_t stream() const { return cublas_.stream; }

@@ -134,23 +134,8 @@ TEST_P(CudaDataParallel, TwoGpusTrainAsOneWithTheWholeBatch) {
     EXPECT_NEAR(y[i], x[i], 1e-5 * std::abs(x[i])) << "step " << i + 1;
   if (GetParam() < 2) return;
   // ZeRO 2/3: the weights the ranks end with (gathered from the shards) are the single GPU's.
-  auto weights = [](const std::string& path) {
-    std::vector<float> all;
-    const io::SafetensorsFile f = io::SafetensorsFile::open(path);
-    for (const std::string& name : f.names()) {
-      const std::vector<float> v = f.read_f32(name);
-      all.insert(all.end(), v.begin(), v.end());
-    }
-    return all;
-  };
-  const std::vector<float> wa = weights(one + "/model.safetensors"), wb = weights(two + "/model.safetensors");
-  ASSERT_EQ(wa.size(), wb.size());
-  double worst = 0.0, scale = 0.0;
-  for (size_t i = 0; i < wa.size(); ++i) {
-    worst = std::max(worst, static_cast<double>(std::abs(wa[i] - wb[i])));
-    scale = std::max(scale, static_cast<double>(std::abs(wa[i])));
-  }
-  EXPECT_LT(worst / scale, 1e-5) << "the final weights differ by " << worst;
+  const test::WeightDifference w = test::weight_difference(one, two);
+  EXPECT_LT(w.worst / w.scale, 1e-5) << "the final weights differ by " << w.worst;
   // Each rank's plan (printed before training) is its ledger's peak.
   for (const std::string& dir : {two, two + "/rank-1"}) {
     const auto j = nlohmann::json::parse(read_file(dir + "/anatomy.json"));
