@@ -120,7 +120,7 @@ TEST_P(FusedLayerNorm, ForwardAndBackwardMatchTheCpu) {
   const auto x = rounded(t, random_vector(rows * H, 1)), res = rounded(t, random_vector(rows * H, 2, 3.0f));
   const auto dy = rounded(t, random_vector(rows * H, 3));
   const auto gamma = random_vector(H, 4), beta = random_vector(H, 5);
-  const auto dgamma0 = random_vector(H, 6), dbeta0 = random_vector(H, 7);
+  const auto dgamma0 = random_vector(H, 6), dbeta0 = random_vector(H, 7), dbias0 = random_vector(H, 8);
 
   // CPU: the float sum, then the reference LayerNorm of the rounded sum.
   Tensor cx = upload(*cpu, {rows, H}, x, DType::F32, "x"), cres = upload(*cpu, {rows, H}, res, DType::F32, "res");
@@ -144,7 +144,7 @@ TEST_P(FusedLayerNorm, ForwardAndBackwardMatchTheCpu) {
   const auto dres_ref = download(*cpu, cdres), dx_ref = download(*cpu, cdx);
   const auto dg_ref = download(*cpu, cdg), db_ref = download(*cpu, cdb);
 
-  std::vector<float> first[7];
+  std::vector<float> first[8];
   for (int run = 0; run < 2; ++run) {
     Tensor gx = upload(*gpu, {rows, H}, x, t, "x"), gres = upload(*gpu, {rows, H}, res, t, "res");
     Tensor gg = upload(*gpu, {H}, gamma, DType::F32, "g"), gb = upload(*gpu, {H}, beta, DType::F32, "b");
@@ -183,15 +183,32 @@ TEST_P(FusedLayerNorm, ForwardAndBackwardMatchTheCpu) {
     Tensor gdy = upload(*gpu, {rows, H}, dy, t, "dy");
     Tensor gdx = upload(*gpu, {rows, H}, std::vector<float>(rows * H), t, "dx");
     Tensor gdg = upload(*gpu, {H}, dgamma0, DType::F32, "dg"), gdb = upload(*gpu, {H}, dbeta0, DType::F32, "db");
-    gpu->residual_layernorm_backward(gdy, gsr, gm2, gr2, gg, drop, gdy, gdx, gdg, gdb);
+    Tensor gbias = upload(*gpu, {H}, dbias0, DType::F32, "d_bias");
+    gpu->residual_layernorm_backward(gdy, gsr, gm2, gr2, gg, drop, gdy, gdx, gdg, gdb, &gbias);
     const auto dres = download(*gpu, gdy), dx = download(*gpu, gdx), dg = download(*gpu, gdg),
-               db = download(*gpu, gdb);
+               db = download(*gpu, gdb), dbias = download(*gpu, gbias);
     expect_near(dres, dres_ref, u, 1e-4, "d_residual");
     expect_near(dx, dx_ref, 2 * u, 1.2e-4, "d_x (dropout branch)");
     expect_near(dg, dg_ref, 0.0, 1e-5, "dgamma");
     expect_near(db, db_ref, 0.0, 1e-5, "dbeta");
-    const std::vector<float> now[7] = {sum, y, m, r, dres, dx, dg};
-    for (int k = 0; k < 7; ++k) {
+    // The bias gradient is the column sums of d_x as the GPU stored it (float
+    // partials: a float32 rounding per addition at most).
+    {
+      int bad = 0;
+      for (int64_t h = 0; h < H; ++h) {
+        double ref = dbias0[h], magnitude = std::abs(dbias0[h]);
+        for (int64_t r2 = 0; r2 < rows; ++r2) {
+          ref += dx[r2 * H + h];
+          magnitude += std::abs(dx[r2 * H + h]);
+        }
+        const double bound = (rows + 2) * 0x1p-24 * magnitude;
+        if (std::abs(dbias[h] - ref) > bound && bad++ < 5)
+          ADD_FAILURE() << "d_bias[" << h << "]: gpu " << dbias[h] << " ref " << ref << " bound " << bound;
+      }
+      EXPECT_EQ(bad, 0) << "d_bias: " << bad << " columns out of tolerance";
+    }
+    const std::vector<float> now[8] = {sum, y, m, r, dres, dx, dg, dbias};
+    for (int k = 0; k < 8; ++k) {
       if (run == 0) first[k] = now[k];
       else EXPECT_EQ(std::memcmp(first[k].data(), now[k].data(), now[k].size() * 4), 0) << "run-to-run output " << k;
     }
@@ -332,6 +349,38 @@ TEST(CudaBackendActivation, RecomputeEqualsForwardAndBackwardBitForBit) {
         EXPECT_EQ(download(*gpu, y1), download(*gpu, y2)) << what << " y";
         EXPECT_EQ(download(*gpu, dx1), download(*gpu, tdy)) << what << " dx";
       }
+    }
+  }
+}
+
+// With the bias gradient: rows × N; N % 8 == 0 takes the fused pass, whose
+// column sums add in the order of the backend's own bias gradient (bit for
+// bit what linear_backward sums from the same dx); other N the separate one.
+TEST(CudaBackendActivation, RecomputeWithBiasGradientIsTheLinearBackwardsBias) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = cuda::make_cuda_backend(0);
+  for (DType t : {DType::BF16, DType::F16}) {
+    for (auto [rows, N] : {std::pair<int64_t, int64_t>{37, 4096}, {2053, 1024}, {1, 8}, {300, 100}}) {
+      const int64_t n = rows * N, K = 8;
+      const auto x = random_vector(n, 31, 4.0f), dy = random_vector(n, 32), bias0 = random_vector(N, 33);
+      Tensor tx = upload(*gpu, {rows, N}, x, t, "x"), tdy = upload(*gpu, {rows, N}, dy, t, "dy");
+      Tensor y1 = upload(*gpu, {rows, N}, std::vector<float>(n), t, "y1");
+      Tensor dx1 = upload(*gpu, {rows, N}, std::vector<float>(n), t, "dx1");
+      gpu->activation_forward(ActivationKind::GeluErf, tx, y1);
+      gpu->activation_backward(ActivationKind::GeluErf, tx, tdy, dx1);
+      // The reference bias gradient: linear_backward's, from the separate ops' dx.
+      Tensor lin_x = upload(*gpu, {rows, K}, std::vector<float>(rows * K), t, "lin_x");
+      Tensor lin_w = upload(*gpu, {N, K}, std::vector<float>(N * K), t, "lin_w");
+      Tensor bias_ref = upload(*gpu, {N}, bias0, DType::F32, "bias_ref");
+      gpu->linear_backward(dx1, lin_x, lin_w, nullptr, Tensor(), &bias_ref);
+      Tensor y2 = upload(*gpu, {rows, N}, std::vector<float>(n), t, "y2");
+      Tensor bias = upload(*gpu, {N}, bias0, DType::F32, "bias");
+      gpu->activation_backward_recompute(ActivationKind::GeluErf, tx, tdy, tdy, y2, &bias);  // dx over dy
+      const std::string what = std::string(dtype_name(t)) + " rows " + std::to_string(rows) + " N " + std::to_string(N);
+      EXPECT_EQ(download(*gpu, y1), download(*gpu, y2)) << what << " y";
+      EXPECT_EQ(download(*gpu, dx1), download(*gpu, tdy)) << what << " dx";
+      EXPECT_EQ(download(*gpu, bias_ref), download(*gpu, bias)) << what << " d_bias";
+      EXPECT_NE(download(*gpu, bias), bias0) << what << " d_bias unchanged";
     }
   }
 }

@@ -159,11 +159,13 @@ class Backend {
                                           const Tensor& gamma, const Tensor& beta, double eps, const Tensor& sum,
                                           const Tensor& y, const Tensor& mean, const Tensor& rstd) = 0;
   // Its backward: d_residual = ∂/∂sum (written; may be dy itself), d_x =
-  // dropout(d_residual) (written), dgamma and dbeta accumulate.
+  // dropout(d_residual) (written), dgamma and dbeta accumulate. With d_bias
+  // (float32 [H]), d_bias += Σ_rows d_x as well: the bias gradient of the
+  // product whose output x is, which a backend can sum in the same pass.
   virtual void residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean,
                                            const Tensor& rstd, const Tensor& gamma, const DropoutSpec& dropout,
                                            const Tensor& d_residual, const Tensor& d_x, const Tensor& dgamma,
-                                           const Tensor& dbeta) = 0;
+                                           const Tensor& dbeta, const Tensor* d_bias = nullptr) = 0;
 
   // --- element-wise ---
   virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;  // out = a + b
@@ -174,8 +176,10 @@ class Backend {
   // Backward that recomputes the forward in the same pass: y = f(x) and
   // dx = dy * f'(x), x the saved input (not for Tanh, which saves its output).
   // dx may be dy. Lets a layer keep only x and rebuild f(x) when backward needs it.
+  // With d_bias (float32, x's last dimension), d_bias += Σ_rows dx as well: the
+  // bias gradient of the product whose output x is.
   virtual void activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy,
-                                             const Tensor& dx, const Tensor& y) = 0;
+                                             const Tensor& dx, const Tensor& y, const Tensor* d_bias = nullptr) = 0;
   // y = x * keep / (1 - p); in place allowed. Backward is the same call on dy.
   virtual void dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) = 0;
   // out[b, :] = x[b, row, :] for every batch entry b (x is [B, L, H], out [B, H]).

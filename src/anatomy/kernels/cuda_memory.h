@@ -212,14 +212,24 @@ constexpr int64_t fused_partial_chunks(int64_t rows) {
   const int64_t rows_per_chunk = std::clamp<int64_t>(rows / (2 * kFusedLayerNormMaxChunks), 8, 32);
   return std::clamp<int64_t>((rows + rows_per_chunk - 1) / rows_per_chunk, 1, kFusedLayerNormMaxChunks);
 }
-constexpr size_t residual_layernorm_backward_scratch_bytes(int64_t rows, int64_t H) {
+// Partials of dgamma and dbeta, and of the bias gradient when the caller asks for it.
+constexpr size_t residual_layernorm_backward_scratch_bytes(int64_t rows, int64_t H, bool bias = false) {
   if (rows <= 0 || H <= 0) return 0;
-  return static_cast<size_t>(2 * fused_partial_chunks(rows) * H) * sizeof(float);
+  return static_cast<size_t>((bias ? 3 : 2) * fused_partial_chunks(rows) * H) * sizeof(float);
 }
 // db += Σ_rows dy for a 16-bit dy [rows, N]: the fast kernel takes N % 8 == 0
 // and a 16-byte aligned dy; otherwise a kernel without scratch runs.
 inline bool column_sums_half_supported(int64_t N, const void* dy) {
   return N > 0 && N % 8 == 0 && N <= 0x7fffffff && is_16_byte_aligned(dy);
+}
+// The 16-bit activation backward that recomputes the forward also sums the
+// bias gradient in its pass when the rows are N % 8 == 0 elements and every
+// pointer is 16-byte aligned (scratch: column_sums_half_scratch_bytes).
+inline bool recompute_bias_supported(int64_t N, std::initializer_list<const void*> pointers) {
+  if (N <= 0 || N % 8 != 0 || N > 0x7fffffff) return false;
+  for (const void* p : pointers)
+    if (!is_16_byte_aligned(p)) return false;
+  return true;
 }
 constexpr size_t column_sums_half_scratch_bytes(int64_t rows, int64_t N) {
   if (rows <= 0 || N <= 0) return 0;

@@ -176,12 +176,14 @@ void ProfilingBackend::residual_layernorm_forward(const Tensor& x, const Tensor&
 void ProfilingBackend::residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean,
                                                    const Tensor& rstd, const Tensor& gamma, const DropoutSpec& dropout,
                                                    const Tensor& d_residual, const Tensor& d_x, const Tensor& dgamma,
-                                                   const Tensor& dbeta) {
-  timed("residual_layernorm_backward", operand_name(gamma.name()), OpClass::Normalization, 14.0 * numel_of(sum),
+                                                   const Tensor& dbeta, const Tensor* d_bias) {
+  timed("residual_layernorm_backward", operand_name(gamma.name()), OpClass::Normalization,
+        (d_bias ? 15.0 : 14.0) * numel_of(sum),
         bytes_of(dy) + bytes_of(sum) + bytes_of(mean) + bytes_of(rstd) + bytes_of(gamma) + bytes_of(d_residual) +
-            bytes_of(d_x) + 2.0 * (bytes_of(dgamma) + bytes_of(dbeta)),
+            bytes_of(d_x) + 2.0 * (bytes_of(dgamma) + bytes_of(dbeta) + bytes_of(d_bias)),
         [&] {
-          inner_.residual_layernorm_backward(dy, sum, mean, rstd, gamma, dropout, d_residual, d_x, dgamma, dbeta);
+          inner_.residual_layernorm_backward(dy, sum, mean, rstd, gamma, dropout, d_residual, d_x, dgamma, dbeta,
+                                             d_bias);
         });
 }
 // The batched products are one op each; the operand names the first's layer
@@ -254,10 +256,10 @@ void ProfilingBackend::activation_backward(ActivationKind kind, const Tensor& sa
         bytes_of(saved) + bytes_of(dy) + bytes_of(dx), [&] { inner_.activation_backward(kind, saved, dy, dx); });
 }
 void ProfilingBackend::activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy,
-                                                     const Tensor& dx, const Tensor& y) {
-  timed("activation_backward", activation_name(kind), OpClass::Elementwise, 2.0 * numel_of(dx),
-        bytes_of(x) + bytes_of(dy) + bytes_of(dx) + bytes_of(y),
-        [&] { inner_.activation_backward_recompute(kind, x, dy, dx, y); });
+                                                     const Tensor& dx, const Tensor& y, const Tensor* d_bias) {
+  timed("activation_backward", activation_name(kind), OpClass::Elementwise, (d_bias ? 3.0 : 2.0) * numel_of(dx),
+        bytes_of(x) + bytes_of(dy) + bytes_of(dx) + bytes_of(y) + 2.0 * bytes_of(d_bias),
+        [&] { inner_.activation_backward_recompute(kind, x, dy, dx, y, d_bias); });
 }
 void ProfilingBackend::dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) {
   timed("dropout", operand_name(y.name()), OpClass::Elementwise, numel_of(y), bytes_of(x) + bytes_of(y),

@@ -71,7 +71,8 @@ class ProfilingBackend final : public Backend {
                                   const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
   void residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
                                    const Tensor& gamma, const DropoutSpec& dropout, const Tensor& d_residual,
-                                   const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta) override;
+                                   const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta,
+                                   const Tensor* d_bias) override;
   void linear_forward_n(const Tensor& x, const std::vector<Tensor>& w, const std::vector<Tensor>& b,
                         const std::vector<Tensor>& y) override;
   void linear_backward_weights_n(const std::vector<Tensor>& dy, const Tensor& x, const std::vector<Tensor>& w,
@@ -87,7 +88,7 @@ class ProfilingBackend final : public Backend {
   void activation_forward(ActivationKind kind, const Tensor& x, const Tensor& y) override;
   void activation_backward(ActivationKind kind, const Tensor& saved, const Tensor& dy, const Tensor& dx) override;
   void activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy, const Tensor& dx,
-                                     const Tensor& y) override;
+                                     const Tensor& y, const Tensor* d_bias) override;
   void dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) override;
   void select_row(const Tensor& x, int64_t row, const Tensor& out) override;
   void select_row_backward(const Tensor& dout, int64_t row, const Tensor& dx) override;

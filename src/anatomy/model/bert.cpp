@@ -455,9 +455,11 @@ Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& 
   // residual's share, d_branch the dense layer's (through the dropout mask).
   Tensor d_h1 = temporary({B_, L_, H}, "d_h1", t);
   Tensor d_branch = temporary({B_, L_, H}, "d_branch", t);
+  // The bias gradients of the dense layers are summed inside the passes that
+  // write their output gradients (this one, the activation's, the next LayerNorm's).
   backend_.residual_layernorm_backward(dout, s["out_ln_in"], s["out_ln_mean"], s["out_ln_rstd"], masters.out_ln_w,
                                        dropout_at(config_.hidden_dropout_prob, site_layer_output(l)), d_h1, d_branch,
-                                       g.out_ln_w, g.out_ln_b);
+                                       g.out_ln_w, g.out_ln_b, &g.out_b);
   // The output dense layer's input act(inter_pre) was not saved: its input
   // gradient comes first, then one pass recomputes act and applies act' to
   // that gradient, then the weight gradient reads the recomputed act.
@@ -465,19 +467,19 @@ Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& 
   {
     Tensor act = temporary({B_, L_, I}, "intermediate_act", t);
     backend_.linear_backward(d_branch, act, w.out_w, &d_inter, Tensor(), nullptr);
-    backend_.activation_backward_recompute(activation_, s["inter_pre"], d_inter, d_inter, act);
-    backend_.linear_backward(d_branch, act, w.out_w, nullptr, g.out_w, &g.out_b);
+    backend_.activation_backward_recompute(activation_, s["inter_pre"], d_inter, d_inter, act, &g.inter_b);
+    backend_.linear_backward(d_branch, act, w.out_w, nullptr, g.out_w, nullptr);
   }
-  backend_.linear_backward(d_inter, s["h1"], w.inter_w, &d_h1, g.inter_w, &g.inter_b, /*accumulate_dx=*/true);
+  backend_.linear_backward(d_inter, s["h1"], w.inter_w, &d_h1, g.inter_w, nullptr, /*accumulate_dx=*/true);
   d_inter = Tensor();
 
   // h1 = LayerNorm(dropout(attention.output.dense(ctx)) + x)
   Tensor d_x = dout;  // dout is consumed: its buffer now collects the input gradient
   backend_.residual_layernorm_backward(d_h1, s["attn_ln_in"], s["attn_ln_mean"], s["attn_ln_rstd"], masters.attn_ln_w,
                                        dropout_at(config_.hidden_dropout_prob, site_attention_output(l)), d_x,
-                                       d_branch, g.attn_ln_w, g.attn_ln_b);
+                                       d_branch, g.attn_ln_w, g.attn_ln_b, &g.attn_out_b);
   Tensor d_ctx = d_h1;  // d_h1 is consumed too
-  backend_.linear_backward(d_branch, s["ctx"], w.attn_out_w, &d_ctx, g.attn_out_w, &g.attn_out_b);
+  backend_.linear_backward(d_branch, s["ctx"], w.attn_out_w, &d_ctx, g.attn_out_w, nullptr);
 
   d_branch = Tensor();
   const auto [q, k, v] = split_qkv(s["qkv"]);

@@ -99,14 +99,19 @@ class CpuBackend final : public Backend {
     if (dw.defined())
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dy.data<float>(), N, x.data<float>(), K,
                   1.0f, dw.data<float>(), K);
-    if (db) {
-      const float* g = dy.data<float>();
-      float* out = db->data<float>();
-      std::vector<double> sums(N, 0.0);
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = 0; n < N; ++n) sums[n] += g[m * N + n];
-      for (int64_t n = 0; n < N; ++n) out[n] += static_cast<float>(sums[n]);
-    }
+    if (db) column_sums_accumulate(dy, *db);
+  }
+
+  // db[n] += Σ_rows dy[row, n] (dy [rows, N], N = db's length), summed in double.
+  static void column_sums_accumulate(const Tensor& dy, const Tensor& db) {
+    const int64_t N = db.numel(), M = N > 0 ? dy.numel() / N : 0;
+    ANATOMY_CHECK(M * N == dy.numel(), "bias gradient: {} is not rows of {} ({})", dy.name(), N, db.name());
+    const float* g = dy.data<float>();
+    float* out = db.data<float>();
+    std::vector<double> sums(N, 0.0);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) sums[n] += g[m * N + n];
+    for (int64_t n = 0; n < N; ++n) out[n] += static_cast<float>(sums[n]);
   }
 
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) override {
@@ -215,11 +220,13 @@ class CpuBackend final : public Backend {
   }
   void residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
                                    const Tensor& gamma, const DropoutSpec& dropout, const Tensor& d_residual,
-                                   const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta) override {
+                                   const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta,
+                                   const Tensor* d_bias) override {
     // Into d_x first: d_residual may be dy.
     layernorm_backward(dy, sum, mean, rstd, gamma, d_x, dgamma, dbeta);
     copy(d_residual, d_x);
     this->dropout(d_x, d_x, dropout);
+    if (d_bias) column_sums_accumulate(d_x, *d_bias);
   }
 
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override {
@@ -279,10 +286,11 @@ class CpuBackend final : public Backend {
   }
 
   void activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy, const Tensor& dx,
-                                     const Tensor& y) override {
+                                     const Tensor& y, const Tensor* d_bias) override {
     ANATOMY_CHECK(kind != ActivationKind::Tanh, "activation_backward_recompute: tanh saves its output, not its input");
     activation_forward(kind, x, y);  // y first: dx may be dy, never x or y
     activation_backward(kind, x, dy, dx);
+    if (d_bias) column_sums_accumulate(dx, *d_bias);
   }
 
   void dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) override {

@@ -204,13 +204,20 @@ class CudaBackend final : public Backend {
     if (dw.defined() &&
         !lt_gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x.raw(), t, K, dy.raw(), N, 1.0f, dw.raw(), DType::F32, K, nullptr))
       gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x.raw(), t, K, dy.raw(), t, N, 1.0f, dw.raw(), DType::F32, K);
-    if (db) {  // MIRRORED: the scratch of the fast 16-bit column sums
-      if (t == DType::F32) column_sums_accumulate(stream_, dy.data<float>(), M, N, db->data<float>());
-      else if (column_sums_half_supported(N, dy.raw()))
-        column_sums_accumulate_half_fast(stream_, half_type(t), dy.raw(), M, N, db->data<float>(),
-                                         scratch_bytes(column_sums_half_scratch_bytes(M, N)));
-      else column_sums_accumulate_half(stream_, half_type(t), dy.raw(), M, N, db->data<float>());
-    }
+    if (db) bias_gradient(dy, *db);
+  }
+
+  // db[n] += Σ_rows dy[row, n] (dy [rows, N], N = db's length, db float32).
+  void bias_gradient(const Tensor& dy, const Tensor& db) {
+    const int64_t N = db.numel(), M = N > 0 ? dy.numel() / N : 0;
+    ANATOMY_CHECK(M * N == dy.numel() && db.dtype() == DType::F32, "bias gradient: {} is not rows of {} ({})",
+                  dy.name(), N, db.name());
+    // MIRRORED (MetaBackend::bias_gradient): the scratch of the fast 16-bit column sums.
+    if (dy.dtype() == DType::F32) column_sums_accumulate(stream_, dy.data<float>(), M, N, db.data<float>());
+    else if (column_sums_half_supported(N, dy.raw()))
+      column_sums_accumulate_half_fast(stream_, half_type(dy.dtype()), dy.raw(), M, N, db.data<float>(),
+                                       scratch_bytes(column_sums_half_scratch_bytes(M, N)));
+    else column_sums_accumulate_half(stream_, half_type(dy.dtype()), dy.raw(), M, N, db.data<float>());
   }
 
   void residual_layernorm_forward(const Tensor& x, const Tensor& residual, const DropoutSpec& dropout,
@@ -232,23 +239,28 @@ class CudaBackend final : public Backend {
 
   void residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
                                    const Tensor& gamma, const DropoutSpec& dropout, const Tensor& d_residual,
-                                   const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta) override {
+                                   const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta,
+                                   const Tensor* d_bias) override {
     ANATOMY_CHECK(dy.numel() == sum.numel() && d_residual.numel() == sum.numel() && d_x.numel() == sum.numel() &&
                       dy.dtype() == sum.dtype() && d_residual.dtype() == sum.dtype() && d_x.dtype() == sum.dtype(),
                   "residual_layernorm_backward: {} {} {} {} differ in size or dtype", dy.name(), sum.name(),
                   d_residual.name(), d_x.name());
     const int64_t H = sum.dim(-1);
+    ANATOMY_CHECK(!d_bias || (d_bias->numel() == H && d_bias->dtype() == DType::F32),
+                  "residual_layernorm_backward: {} is not float32 [{}]", d_bias ? d_bias->name() : "", H);
     if (fused_layernorm_supported(H, {dy.raw(), sum.raw(), d_residual.raw(), d_x.raw()})) {
       // MIRRORED: the fused backward's scratch, else the plain LayerNorm backward's.
-      void* scratch = scratch_bytes(residual_layernorm_backward_scratch_bytes(rows_of(sum), H));
+      void* scratch = scratch_bytes(residual_layernorm_backward_scratch_bytes(rows_of(sum), H, d_bias != nullptr));
       return residual_layernorm_backward_fused(stream_, sum.dtype(), dy.raw(), sum.raw(),
                                               mean.data<float>(), rstd.data<float>(), gamma.data<float>(), dropout,
                                               d_residual.raw(), d_x.raw(), dgamma.data<float>(),
-                                              dbeta.data<float>(), rows_of(sum), H, scratch);
+                                              dbeta.data<float>(), d_bias ? d_bias->data<float>() : nullptr,
+                                              rows_of(sum), H, scratch);
     }
     layernorm_backward(dy, sum, mean, rstd, gamma, d_x, dgamma, dbeta);  // d_residual may be dy
     copy(d_residual, d_x);
     this->dropout(d_x, d_x, dropout);
+    if (d_bias) bias_gradient(d_x, *d_bias);
   }
 
   // The constant stride, in elements, between consecutive tensors of `ts` (all
@@ -373,17 +385,28 @@ class CudaBackend final : public Backend {
     cuda::activation_backward(stream_, kind, saved.data<float>(), dy.data<float>(), dx.data<float>(), saved.numel());
   }
   void activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy, const Tensor& dx,
-                                     const Tensor& y) override {
+                                     const Tensor& y, const Tensor* d_bias) override {
     ANATOMY_CHECK(kind != ActivationKind::Tanh, "activation_backward_recompute: tanh saves its output, not its input");
     ANATOMY_CHECK(x.numel() == dy.numel() && x.numel() == dx.numel() && x.numel() == y.numel() &&
                       dy.dtype() == x.dtype() && dx.dtype() == x.dtype() && y.dtype() == x.dtype(),
                   "activation_backward_recompute: {} {} {} {} differ in size or dtype", x.name(), dy.name(), dx.name(),
                   y.name());
-    if (x.dtype() != DType::F32)
-      return activation_backward_recompute_half(stream_, half_type(x.dtype()), kind, x.raw(), dy.raw(), dx.raw(),
-                                                y.raw(), x.numel());
-    activation_forward(kind, x, y);
-    activation_backward(kind, x, dy, dx);
+    const int64_t N = x.dim(-1);
+    ANATOMY_CHECK(!d_bias || (d_bias->numel() == N && d_bias->dtype() == DType::F32),
+                  "activation_backward_recompute: {} is not float32 [{}]", d_bias ? d_bias->name() : "", N);
+    // MIRRORED: the fused pass's partials, else the separate bias gradient's scratch.
+    if (d_bias && x.dtype() != DType::F32 && recompute_bias_supported(N, {x.raw(), dy.raw(), dx.raw(), y.raw()}))
+      return activation_backward_recompute_bias_half(stream_, half_type(x.dtype()), kind, x.raw(), dy.raw(),
+                                                     dx.raw(), y.raw(), rows_of(x), N, d_bias->data<float>(),
+                                                     scratch_bytes(column_sums_half_scratch_bytes(rows_of(x), N)));
+    if (x.dtype() != DType::F32) {
+      activation_backward_recompute_half(stream_, half_type(x.dtype()), kind, x.raw(), dy.raw(), dx.raw(), y.raw(),
+                                         x.numel());
+    } else {
+      activation_forward(kind, x, y);
+      activation_backward(kind, x, dy, dx);
+    }
+    if (d_bias) bias_gradient(dx, *d_bias);
   }
 
   void dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) override {

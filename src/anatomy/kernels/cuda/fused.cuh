@@ -28,14 +28,19 @@ void residual_layernorm_forward_fused(cudaStream_t s, DType dtype, const void* x
                                      const DropoutSpec& dropout, const float* gamma, const float* beta, double eps,
                                      void* sum, void* y, float* mean, float* rstd, int64_t rows, int64_t H);
 
-// `scratch`: residual_layernorm_backward_scratch_bytes(rows, H).
+// `scratch`: residual_layernorm_backward_scratch_bytes(rows, H, d_bias != nullptr).
 // d_residual = round(∂L/∂sum); d_x = round(dropout(d_residual)); dgamma,
-// dbeta (float32) accumulate. d_residual may be dy (each row is read whole
-// before it is written).
+// dbeta (float32) accumulate, and d_bias (float32, may be null) accumulates
+// the column sums of d_x as stored. d_residual may be dy (each row is read
+// whole before it is written).
 void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* dy, const void* sum, const float* mean,
                                       const float* rstd, const float* gamma, const DropoutSpec& dropout,
-                                      void* d_residual, void* d_x, float* dgamma, float* dbeta, int64_t rows,
-                                      int64_t H, void* scratch);
+                                      void* d_residual, void* d_x, float* dgamma, float* dbeta, float* d_bias,
+                                      int64_t rows, int64_t H, void* scratch);
+
+// out[n] += Σ_c partial[c, n] over `chunks` float partials of N columns, in
+// chunk order (in double): the last step of the column sums above.
+void column_partials_finish(cudaStream_t s, const float* partial, float* out, int64_t chunks, int64_t N);
 
 // db[n] += Σ_rows dy[row, n] for a 16-bit dy [rows, N] with N % 8 == 0 and
 // 16-byte alignment: float partials over chunks of rows (16-byte loads), the
@@ -48,6 +53,13 @@ void column_sums_accumulate_half_fast(cudaStream_t s, Half h, const void* dy, in
 // dx may be dy): the activation's output recomputed where backward needs it.
 void activation_backward_recompute_half(cudaStream_t s, Half h, ActivationKind kind, const void* x, const void* dy,
                                         void* dx, void* y, int64_t n);
+// The same over rows × N (column_sums_half_supported(N, every pointer)), with
+// d_bias[n] += Σ_rows dx[row, n] as stored (float partials per chunk of rows,
+// added in order): the bias gradient of the product whose output x is.
+// `scratch`: column_sums_half_scratch_bytes(rows, N).
+void activation_backward_recompute_bias_half(cudaStream_t s, Half h, ActivationKind kind, const void* x,
+                                             const void* dy, void* dx, void* y, int64_t rows, int64_t N,
+                                             float* d_bias, void* scratch);
 
 // y = round(gelu(x)) (erf or tanh form), as activation_forward_half computes it.
 void gelu_forward_half(cudaStream_t s, Half h, ActivationKind kind, const void* x, void* y, int64_t n);

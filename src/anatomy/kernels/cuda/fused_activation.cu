@@ -132,7 +132,95 @@ void launch(cudaStream_t s, const T* x, const T* dy, T* dx, T* y, int64_t n, Fwd
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 
+// With the bias gradient, over rows × N (N % 8 == 0, 16-byte aligned): block
+// (chunk of rows, kBiasThreads × 8 columns); a thread walks its 8 columns down
+// the chunk's rows in order, adding dx as stored, and leaves one float partial
+// per chunk and column for column_partials_finish.
+constexpr int kBiasThreads = 128;
+constexpr int kBiasUnroll = 4;  // rows a thread loads before it computes: several 16-byte loads in flight
+template <typename T, typename Fwd, typename Bwd>
+__global__ void __launch_bounds__(kBiasThreads)
+    recompute_backward_bias_kernel(const T* x, const T* dy, T* dx, T* y, int64_t rows, int N, int64_t rows_per_chunk,
+                                   float* partial, Fwd fwd, Bwd bwd) {
+  const int n = 8 * (blockIdx.y * kBiasThreads + threadIdx.x);
+  if (n >= N) return;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
+  const int64_t r1 = min(rows, r0 + rows_per_chunk);
+  float acc[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
+  for (int64_t r = r0; r < r1; r += kBiasUnroll) {
+    uint4 in_x[kBiasUnroll], in_g[kBiasUnroll];
+#pragma unroll
+    for (int u = 0; u < kBiasUnroll; ++u) {
+      if (r + u >= r1) break;
+      const int64_t i = (r + u) * N + n;
+      in_x[u] = *reinterpret_cast<const uint4*>(x + i);
+      in_g[u] = *reinterpret_cast<const uint4*>(dy + i);
+    }
+#pragma unroll
+    for (int u = 0; u < kBiasUnroll; ++u) {
+      if (r + u >= r1) break;
+      const int64_t i = (r + u) * N + n;
+      const T* ex = reinterpret_cast<const T*>(&in_x[u]);
+      const T* eg = reinterpret_cast<const T*>(&in_g[u]);
+      alignas(16) T ox[8], oy[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const float v = to_float(ex[k]);
+        oy[k] = from_float<T>(fwd(v, i + k));
+        ox[k] = from_float<T>(bwd(v, to_float(eg[k])));
+        acc[k] += to_float(ox[k]);
+      }
+      *reinterpret_cast<uint4*>(y + i) = *reinterpret_cast<const uint4*>(oy);
+      *reinterpret_cast<uint4*>(dx + i) = *reinterpret_cast<const uint4*>(ox);
+    }
+  }
+  float* out = partial + static_cast<int64_t>(blockIdx.x) * N + n;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) out[k] = acc[k];
+}
+
+template <typename T, typename Fwd, typename Bwd>
+void launch_bias(cudaStream_t s, const T* x, const T* dy, T* dx, T* y, int64_t rows, int64_t N, float* partial,
+                 Fwd fwd, Bwd bwd) {
+  const int64_t chunks = fused_partial_chunks(rows);
+  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
+  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>((N / 8 + kBiasThreads - 1) / kBiasThreads));
+  recompute_backward_bias_kernel<<<grid, kBiasThreads, 0, s>>>(x, dy, dx, y, rows, static_cast<int>(N),
+                                                               rows_per_chunk, partial, fwd, bwd);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
+
+void activation_backward_recompute_bias_half(cudaStream_t s, Half h, ActivationKind kind, const void* x,
+                                             const void* dy, void* dx, void* y, int64_t rows, int64_t N,
+                                             float* d_bias, void* scratch) {
+  if (rows <= 0 || N <= 0) return;
+  ANATOMY_CHECK(N % 8 == 0 && N <= 0x7fffffff && aligned16(x) && aligned16(dy) && aligned16(dx) && aligned16(y),
+                "activation_backward_recompute: the bias gradient's fused pass wants rows of a multiple of 8 "
+                "elements at 16-byte aligned addresses (N = {})", N);
+  float* partial = static_cast<float*>(scratch);
+  with_half_type(h, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = static_cast<const T*>(x);
+    const T* g = static_cast<const T*>(dy);
+    T* out_dx = static_cast<T*>(dx);
+    T* out_y = static_cast<T*>(y);
+    switch (kind) {
+      case ActivationKind::GeluErf:
+        launch_bias(s, in, g, out_dx, out_y, rows, N, partial, GeluErfForward{}, GeluErfBackward{});
+        break;
+      case ActivationKind::GeluTanh:
+        launch_bias(s, in, g, out_dx, out_y, rows, N, partial, GeluTanhForward{}, GeluTanhBackward{});
+        break;
+      case ActivationKind::Relu: launch_bias(s, in, g, out_dx, out_y, rows, N, partial, ReluForward{}, ReluBackward{}); break;
+      case ActivationKind::Tanh: ANATOMY_CHECK(false, "activation_backward_recompute: not for tanh");
+    }
+  });
+  column_partials_finish(s, partial, d_bias, fused_partial_chunks(rows), N);
+}
 
 void activation_backward_recompute_half(cudaStream_t s, Half h, ActivationKind kind, const void* x, const void* dy,
                                         void* dx, void* y, int64_t n) {

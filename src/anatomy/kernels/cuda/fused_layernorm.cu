@@ -8,12 +8,13 @@
 // lane partials in float, the warp's sum in double in a fixed butterfly
 // order) are those of the rounded sum, which is what backward sees.
 //
-// Backward: dgamma and dbeta first, as column sums over chunks of rows (a
-// thread per 8 columns, rows in order, one float partial per chunk), then the
-// input gradient, one warp per row from registers, written twice: as is (the
-// residual branch's gradient) and through the dropout mask (the other
-// branch's); last, the chunks' partials are added in order (in double) into
-// dgamma and dbeta. No atomics: bit-reproducible.
+// Backward: one pass over dy and the sum. A block per chunk of rows, a warp per
+// row from registers: the input gradient, written twice (as is: the residual
+// branch's gradient; through the dropout mask: the other branch's), and the
+// row's share of dgamma and dbeta in per-lane column sums, which the block adds
+// in warp order into one float partial per chunk; last, the chunks' partials
+// are added in order (in double) into dgamma and dbeta. No atomics:
+// bit-reproducible.
 //
 // Dropout masks are core/random.h's: element r·H + h of the stream, four
 // elements per Philox call (8 aligned elements are two calls).
@@ -133,96 +134,114 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   }
 }
 
-// The input gradient: one warp per row, the row's 16-bit dy and sum held
-// packed in registers (few registers, so many warps hide the latency).
-template <typename T, int kGroups>
-__global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
-    residual_ln_backward_dx_kernel(const T* dy, const T* x, const float* mean, const float* rstd, const float* gamma,
-                                   const DropoutSpec d, float keep_scale, T* d_residual, T* d_x, int64_t rows, int H) {
-  const int lane = threadIdx.x % kWarp;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
-  if (r >= rows) return;
-  const int64_t base = r * H;
-  const float m = mean[r], s = rstd[r];
-  Pack8<T> raw_x[kGroups], raw_dy[kGroups];
-  float lane_dyg = 0.0f, lane_dyg_xh = 0.0f;
-#pragma unroll
-  for (int g = 0; g < kGroups; ++g) {
-    const int h = 8 * lane + 256 * g;
-    if (h >= H) continue;
-    raw_x[g] = load_pack(x + base + h);
-    raw_dy[g] = load_pack(dy + base + h);
+// The whole backward in one pass over dy and the sum: block b owns chunk b of
+// rows (rows_per_chunk consecutive rows), warp w its rows w, w + kWarpsPerBlock,
+// ... in order. A warp holds a row's dy and sum packed in registers, writes the
+// input gradient twice (as is: the residual branch's; through the dropout mask:
+// the other branch's) and adds the row's dy·x̂ and dy into per-lane column
+// sums. At the end the block adds its warps' column sums in warp order, through
+// shared memory, into the chunk's partials of dgamma and dbeta. Rows are read
+// once, so dy may be d_residual (each row is read whole before it is written).
+template <typename T, int kGroups, bool kBias>
+__global__ void __launch_bounds__(kWarp* kWarpsPerBlock, 2)
+    residual_ln_backward_kernel(const T* dy, const T* x, const float* mean, const float* rstd, const float* gamma,
+                                const DropoutSpec d, float keep_scale, T* d_residual, T* d_x, float* partial_gamma,
+                                float* partial_beta, float* partial_bias, int64_t rows, int H,
+                                int64_t rows_per_chunk) {
+  // Each warp's column sums of dy·x̂, of dy and (kBias) of d_x,
+  // [2 or 3][kWarpsPerBlock][H]: in shared memory rather than registers, so
+  // that two blocks fit on an SM.
+  extern __shared__ float column_sums[];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  float* const sums_g = column_sums + static_cast<int64_t>(warp) * H;
+  float* const sums_b = column_sums + static_cast<int64_t>(kWarpsPerBlock + warp) * H;
+  float* const sums_x = column_sums + static_cast<int64_t>(2 * kWarpsPerBlock + warp) * H;
+  for (int h = 8 * lane; h < H; h += 8 * kWarp) {
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    reinterpret_cast<float4*>(sums_g + h)[0] = reinterpret_cast<float4*>(sums_g + h)[1] = zero;
+    reinterpret_cast<float4*>(sums_b + h)[0] = reinterpret_cast<float4*>(sums_b + h)[1] = zero;
+    if (kBias) reinterpret_cast<float4*>(sums_x + h)[0] = reinterpret_cast<float4*>(sums_x + h)[1] = zero;
   }
-#pragma unroll
-  for (int g = 0; g < kGroups; ++g) {
-    const int h = 8 * lane + 256 * g;
-    if (h >= H) continue;
-    const T* xe = raw_x[g].e;
-    const T* ge = raw_dy[g].e;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float xh = (to_float(xe[j]) - m) * s;
-      const float dyg = to_float(ge[j]) * gamma[h + j];
-      lane_dyg += dyg;
-      lane_dyg_xh += dyg * xh;
-    }
-  }
-  const float mean_dyg = static_cast<float>(warp_sum(static_cast<double>(lane_dyg)) / H);
-  const float mean_dyg_xh = static_cast<float>(warp_sum(static_cast<double>(lane_dyg_xh)) / H);
-#pragma unroll
-  for (int g = 0; g < kGroups; ++g) {
-    const int h = 8 * lane + 256 * g;
-    if (h >= H) continue;
-    const T* xe = raw_x[g].e;
-    const T* ge = raw_dy[g].e;
-    float o[8], od[8];
-    const uint32_t keep = d.p > 0.0f ? keep_bits8(d, static_cast<uint64_t>(base + h)) : 0xffu;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float xh = (to_float(xe[j]) - m) * s;
-      const float dyg = to_float(ge[j]) * gamma[h + j];
-      o[j] = to_float(from_float<T>(s * (dyg - mean_dyg - xh * mean_dyg_xh)));
-      od[j] = d.p > 0.0f ? (((keep >> j) & 1u) ? o[j] * keep_scale : 0.0f) : o[j];
-    }
-    store8(d_residual + base + h, o);
-    store8(d_x + base + h, od);
-  }
-}
-
-// dgamma, dbeta partials: block (chunk of rows, group of 8·kColThreads
-// columns); a thread sums its 8 columns over the chunk's rows in row order.
-// Reads dy and the sum again (after the dx kernel, which may have written
-// d_residual over dy: so this kernel runs first).
-constexpr int kColThreads = 128;
-template <typename T>
-__global__ void __launch_bounds__(kColThreads)
-    ln_param_partials_kernel(const T* dy, const T* x, const float* mean, const float* rstd, float* partial_gamma,
-                             float* partial_beta, int64_t rows, int H, int64_t rows_per_chunk) {
-  const int h = 8 * (blockIdx.y * kColThreads + threadIdx.x);
-  if (h >= H) return;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
   const int64_t r1 = min(rows, r0 + rows_per_chunk);
-  float acc_g[8], acc_b[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) acc_g[j] = acc_b[j] = 0.0f;
-#pragma unroll 4
-  for (int64_t r = r0; r < r1; ++r) {
-    float a[8], gy[8];
-    load8(x + r * H + h, a);
-    load8(dy + r * H + h, gy);
+  for (int64_t r = r0 + warp; r < r1; r += kWarpsPerBlock) {
+    const int64_t base = r * H;
     const float m = mean[r], s = rstd[r];
+    Pack8<T> raw_x[kGroups], raw_dy[kGroups];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      acc_g[j] += gy[j] * ((a[j] - m) * s);
-      acc_b[j] += gy[j];
+    for (int g = 0; g < kGroups; ++g) {
+      const int h = 8 * lane + 256 * g;
+      if (h >= H) continue;
+      raw_x[g] = load_pack(x + base + h);
+      raw_dy[g] = load_pack(dy + base + h);
+    }
+    float lane_dyg = 0.0f, lane_dyg_xh = 0.0f;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      const int h = 8 * lane + 256 * g;
+      if (h >= H) continue;
+      float sg[8], sb[8];
+      reinterpret_cast<float4*>(sg)[0] = reinterpret_cast<const float4*>(sums_g + h)[0];
+      reinterpret_cast<float4*>(sg)[1] = reinterpret_cast<const float4*>(sums_g + h)[1];
+      reinterpret_cast<float4*>(sb)[0] = reinterpret_cast<const float4*>(sums_b + h)[0];
+      reinterpret_cast<float4*>(sb)[1] = reinterpret_cast<const float4*>(sums_b + h)[1];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float xh = (to_float(raw_x[g].e[j]) - m) * s;
+        const float gy = to_float(raw_dy[g].e[j]);
+        const float dyg = gy * gamma[h + j];
+        lane_dyg += dyg;
+        lane_dyg_xh += dyg * xh;
+        sg[j] += gy * xh;
+        sb[j] += gy;
+      }
+      reinterpret_cast<float4*>(sums_g + h)[0] = reinterpret_cast<float4*>(sg)[0];
+      reinterpret_cast<float4*>(sums_g + h)[1] = reinterpret_cast<float4*>(sg)[1];
+      reinterpret_cast<float4*>(sums_b + h)[0] = reinterpret_cast<float4*>(sb)[0];
+      reinterpret_cast<float4*>(sums_b + h)[1] = reinterpret_cast<float4*>(sb)[1];
+    }
+    const float mean_dyg = static_cast<float>(warp_sum(static_cast<double>(lane_dyg)) / H);
+    const float mean_dyg_xh = static_cast<float>(warp_sum(static_cast<double>(lane_dyg_xh)) / H);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      const int h = 8 * lane + 256 * g;
+      if (h >= H) continue;
+      float o[8], od[8];
+      const uint32_t keep = d.p > 0.0f ? keep_bits8(d, static_cast<uint64_t>(base + h)) : 0xffu;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float xh = (to_float(raw_x[g].e[j]) - m) * s;
+        const float dyg = to_float(raw_dy[g].e[j]) * gamma[h + j];
+        o[j] = to_float(from_float<T>(s * (dyg - mean_dyg - xh * mean_dyg_xh)));
+        od[j] = d.p > 0.0f ? (((keep >> j) & 1u) ? o[j] * keep_scale : 0.0f) : o[j];
+      }
+      store8(d_residual + base + h, o);
+      store8(d_x + base + h, od);
+      if (kBias) {
+        float sx[8];
+        reinterpret_cast<float4*>(sx)[0] = reinterpret_cast<const float4*>(sums_x + h)[0];
+        reinterpret_cast<float4*>(sx)[1] = reinterpret_cast<const float4*>(sums_x + h)[1];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) sx[j] += to_float(from_float<T>(od[j]));  // as stored
+        reinterpret_cast<float4*>(sums_x + h)[0] = reinterpret_cast<float4*>(sx)[0];
+        reinterpret_cast<float4*>(sums_x + h)[1] = reinterpret_cast<float4*>(sx)[1];
+      }
     }
   }
-  float* pg = partial_gamma + static_cast<int64_t>(blockIdx.x) * H + h;
-  float* pb = partial_beta + static_cast<int64_t>(blockIdx.x) * H + h;
+  // The chunk's partials: the warps' column sums added in warp order.
+  __syncthreads();
+  const int64_t at = static_cast<int64_t>(blockIdx.x) * H;
+  for (int h = threadIdx.x; h < H; h += kWarp * kWarpsPerBlock) {
+    float total_g = 0.0f, total_b = 0.0f, total_x = 0.0f;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    pg[j] = acc_g[j];
-    pb[j] = acc_b[j];
+    for (int w = 0; w < kWarpsPerBlock; ++w) {
+      total_g += column_sums[static_cast<int64_t>(w) * H + h];
+      total_b += column_sums[static_cast<int64_t>(kWarpsPerBlock + w) * H + h];
+      if (kBias) total_x += column_sums[static_cast<int64_t>(2 * kWarpsPerBlock + w) * H + h];
+    }
+    partial_gamma[at + h] = total_g;
+    partial_beta[at + h] = total_b;
+    if (kBias) partial_bias[at + h] = total_x;
   }
 }
 
@@ -261,6 +280,7 @@ __global__ void __launch_bounds__(kFinishCols* kFinishLanes)
 
 // Column sums of a 16-bit [rows, N] matrix into float partials per chunk of
 // rows: a thread per 8 columns (16-byte loads), rows in order.
+constexpr int kColThreads = 128;
 template <typename T>
 __global__ void __launch_bounds__(kColThreads)
     column_partials_kernel(const T* dy, float* partial, int64_t rows, int N, int64_t rows_per_chunk) {
@@ -337,33 +357,46 @@ void residual_layernorm_forward_fused(cudaStream_t s, DType dtype, const void* x
 
 void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* dy, const void* sum, const float* mean,
                                       const float* rstd, const float* gamma, const DropoutSpec& dropout,
-                                      void* d_residual, void* d_x, float* dgamma, float* dbeta, int64_t rows,
-                                      int64_t H, void* scratch) {
+                                      void* d_residual, void* d_x, float* dgamma, float* dbeta, float* d_bias,
+                                      int64_t rows, int64_t H, void* scratch) {
   if (rows <= 0) return;
   const int64_t chunks = chunk_count(rows);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   float* partial_gamma = static_cast<float*>(scratch);
   float* partial_beta = partial_gamma + chunks * H;
-  const int64_t row_blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  ANATOMY_CHECK(row_blocks <= 0x7fffffff, "residual_layernorm_backward: {} rows are too many", rows);
-  with_element_type(dtype, [&](auto tag) {
+  float* partial_bias = d_bias ? partial_beta + chunks * H : nullptr;
+  const int sums = d_bias ? 3 : 2;
+  const size_t shared = sums * sizeof(float) * kWarpsPerBlock * static_cast<size_t>(H);
+  const auto run = [&](auto tag, auto groups, auto bias) {
     using T = typename decltype(tag)::type;
-    // Parameter partials first: the input-gradient kernel may overwrite dy.
-    const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>((H / 8 + kColThreads - 1) / kColThreads));
-    ln_param_partials_kernel<T><<<grid, kColThreads, 0, s>>>(static_cast<const T*>(dy), static_cast<const T*>(sum),
-                                                             mean, rstd, partial_gamma, partial_beta, rows,
-                                                             static_cast<int>(H), rows_per_chunk);
-    ANATOMY_CUDA_CHECK(cudaGetLastError());
+    const auto kernel = residual_ln_backward_kernel<T, decltype(groups)::value, decltype(bias)::value>;
+    // Over the default 48 KiB: raised once, to the largest size (192 KiB at H = 2048 with the bias).
+    static const bool raised = shared <= 48 * 1024 ||
+                               cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    3 * sizeof(float) * kWarpsPerBlock * 256 * kMaxGroups) ==
+                                   cudaSuccess;
+    ANATOMY_CHECK(raised, "residual_layernorm_backward: no {} bytes of shared memory for H = {}", shared, H);
+    kernel<<<static_cast<unsigned>(chunks), kWarp * kWarpsPerBlock, shared, s>>>(
+        static_cast<const T*>(dy), static_cast<const T*>(sum), mean, rstd, gamma, dropout, keep_scale_of(dropout),
+        static_cast<T*>(d_residual), static_cast<T*>(d_x), partial_gamma, partial_beta, partial_bias, rows,
+        static_cast<int>(H), rows_per_chunk);
+  };
+  with_element_type(dtype, [&](auto tag) {
     with_groups(H, [&](auto groups) {
-      residual_ln_backward_dx_kernel<T, decltype(groups)::value>
-          <<<static_cast<unsigned>(row_blocks), kWarp * kWarpsPerBlock, 0, s>>>(
-              static_cast<const T*>(dy), static_cast<const T*>(sum), mean, rstd, gamma, dropout,
-              keep_scale_of(dropout), static_cast<T*>(d_residual), static_cast<T*>(d_x), rows, static_cast<int>(H));
+      if (d_bias) run(tag, groups, std::true_type{});
+      else run(tag, groups, std::false_type{});
     });
   });
   ANATOMY_CUDA_CHECK(cudaGetLastError());
   partials_finish_kernel<<<static_cast<unsigned>((H + kFinishCols - 1) / kFinishCols), kFinishCols * kFinishLanes, 0,
                            s>>>(partial_gamma, partial_beta, dgamma, dbeta, chunks, static_cast<int>(H));
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+  if (d_bias) column_partials_finish(s, partial_bias, d_bias, chunks, H);
+}
+
+void column_partials_finish(cudaStream_t s, const float* partial, float* out, int64_t chunks, int64_t N) {
+  partials_finish_kernel<<<static_cast<unsigned>((N + kFinishCols - 1) / kFinishCols), kFinishCols * kFinishLanes, 0,
+                           s>>>(partial, nullptr, out, nullptr, chunks, static_cast<int>(N));
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -380,9 +413,7 @@ void column_sums_accumulate_half_fast(cudaStream_t s, Half half, const void* dy,
                                                            static_cast<int>(N), rows_per_chunk);
   });
   ANATOMY_CUDA_CHECK(cudaGetLastError());
-  partials_finish_kernel<<<static_cast<unsigned>((N + kFinishCols - 1) / kFinishCols), kFinishCols * kFinishLanes, 0,
-                           s>>>(partial, nullptr, db, nullptr, chunks, static_cast<int>(N));
-  ANATOMY_CUDA_CHECK(cudaGetLastError());
+  column_partials_finish(s, partial, db, chunks, N);
 }
 
 }  // namespace anatomy::cuda

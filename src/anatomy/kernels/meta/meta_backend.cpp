@@ -101,8 +101,12 @@ class MetaBackend final : public Backend {
     const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
     ANATOMY_CHECK(dy.numel() == M * N && (!dw.defined() || dw.numel() == N * K), "linear_backward: shapes of {} {}",
                   dy.name(), dw.name());
-    // MIRRORS CudaBackend::linear_backward: the fast 16-bit column sums' scratch.
-    if (cuda() && db && x.dtype() != DType::F32 && cuda::column_sums_half_supported(N, dy.raw()))
+    if (db) bias_gradient(dy, *db);
+  }
+  // MIRRORS CudaBackend::bias_gradient: the fast 16-bit column sums' scratch.
+  void bias_gradient(const Tensor& dy, const Tensor& db) {
+    const int64_t N = db.numel(), M = N > 0 ? dy.numel() / N : 0;
+    if (cuda() && dy.dtype() != DType::F32 && cuda::column_sums_half_supported(N, dy.raw()))
       scratch_bytes(cuda::column_sums_half_scratch_bytes(M, N));
   }
   // linear_forward_n and linear_backward_weights_n: Backend's, one product at a
@@ -138,7 +142,8 @@ class MetaBackend final : public Backend {
   }
   void residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
                                    const Tensor& gamma, const DropoutSpec&, const Tensor& d_residual,
-                                   const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta) override {
+                                   const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta,
+                                   const Tensor* d_bias) override {
     ANATOMY_CHECK(dy.numel() == sum.numel() && d_residual.numel() == sum.numel() && d_x.numel() == sum.numel() &&
                       dy.dtype() == sum.dtype() && d_residual.dtype() == sum.dtype() && d_x.dtype() == sum.dtype(),
                   "residual_layernorm_backward: {} {} {} {} differ in size or dtype", dy.name(), sum.name(),
@@ -148,8 +153,9 @@ class MetaBackend final : public Backend {
     // scratch, else the plain LayerNorm backward's.
     const int64_t H = sum.dim(-1);
     if (cuda::fused_layernorm_supported(H, {dy.raw(), sum.raw(), d_residual.raw(), d_x.raw()}))
-      return scratch_bytes(cuda::residual_layernorm_backward_scratch_bytes(rows_of(sum), H));
+      return scratch_bytes(cuda::residual_layernorm_backward_scratch_bytes(rows_of(sum), H, d_bias != nullptr));
     layernorm_backward(dy, sum, mean, rstd, gamma, d_x, dgamma, dbeta);
+    if (d_bias) bias_gradient(d_x, *d_bias);
   }
 
   // --- element-wise: nothing allocated on either target ---
@@ -157,9 +163,16 @@ class MetaBackend final : public Backend {
   void add_inplace(const Tensor&, const Tensor&) override {}
   void activation_forward(ActivationKind, const Tensor&, const Tensor&) override {}
   void activation_backward(ActivationKind, const Tensor&, const Tensor&, const Tensor&) override {}
-  void activation_backward_recompute(ActivationKind kind, const Tensor&, const Tensor&, const Tensor&,
-                                     const Tensor&) override {
+  void activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                                     const Tensor& y, const Tensor* d_bias) override {
     ANATOMY_CHECK(kind != ActivationKind::Tanh, "activation_backward_recompute: tanh saves its output, not its input");
+    if (!cuda() || !d_bias) return;
+    // MIRRORS CudaBackend::activation_backward_recompute: the fused pass's
+    // partials, else the separate bias gradient's.
+    const int64_t N = x.dim(-1);
+    if (x.dtype() != DType::F32 && cuda::recompute_bias_supported(N, {x.raw(), dy.raw(), dx.raw(), y.raw()}))
+      return scratch_bytes(cuda::column_sums_half_scratch_bytes(rows_of(x), N));
+    bias_gradient(dx, *d_bias);
   }
   void dropout(const Tensor&, const Tensor&, const DropoutSpec&) override {}
   void select_row(const Tensor&, int64_t, const Tensor&) override {}
