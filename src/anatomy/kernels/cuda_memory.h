@@ -222,9 +222,9 @@ constexpr size_t residual_layernorm_backward_scratch_bytes(int64_t rows, int64_t
 inline bool column_sums_half_supported(int64_t N, const void* dy) {
   return N > 0 && N % 8 == 0 && N <= 0x7fffffff && is_16_byte_aligned(dy);
 }
-// The 16-bit activation backward that recomputes the forward also sums the
-// bias gradient in its pass when the rows are N % 8 == 0 elements and every
-// pointer is 16-byte aligned (scratch: column_sums_half_scratch_bytes).
+// The activation backward that recomputes the forward (float32 or 16-bit) also
+// sums the bias gradient in its pass when the rows are N % 8 == 0 elements and
+// every pointer is 16-byte aligned (scratch: column_sums_half_scratch_bytes).
 inline bool recompute_bias_supported(int64_t N, std::initializer_list<const void*> pointers) {
   if (N <= 0 || N % 8 != 0 || N > 0x7fffffff) return false;
   for (const void* p : pointers)

@@ -395,10 +395,10 @@ class CudaBackend final : public Backend {
     ANATOMY_CHECK(!d_bias || (d_bias->numel() == N && d_bias->dtype() == DType::F32),
                   "activation_backward_recompute: {} is not float32 [{}]", d_bias ? d_bias->name() : "", N);
     // MIRRORED: the fused pass's partials, else the separate bias gradient's scratch.
-    if (d_bias && x.dtype() != DType::F32 && recompute_bias_supported(N, {x.raw(), dy.raw(), dx.raw(), y.raw()}))
-      return activation_backward_recompute_bias_half(stream_, half_type(x.dtype()), kind, x.raw(), dy.raw(),
-                                                     dx.raw(), y.raw(), rows_of(x), N, d_bias->data<float>(),
-                                                     scratch_bytes(column_sums_half_scratch_bytes(rows_of(x), N)));
+    if (d_bias && recompute_bias_supported(N, {x.raw(), dy.raw(), dx.raw(), y.raw()}))
+      return activation_backward_recompute_bias(stream_, x.dtype(), kind, x.raw(), dy.raw(), dx.raw(), y.raw(),
+                                                rows_of(x), N, d_bias->data<float>(),
+                                                scratch_bytes(column_sums_half_scratch_bytes(rows_of(x), N)));
     if (x.dtype() != DType::F32) {
       activation_backward_recompute_half(stream_, half_type(x.dtype()), kind, x.raw(), dy.raw(), dx.raw(), y.raw(),
                                          x.numel());

@@ -53,13 +53,13 @@ void column_sums_accumulate_half_fast(cudaStream_t s, Half h, const void* dy, in
 // dx may be dy): the activation's output recomputed where backward needs it.
 void activation_backward_recompute_half(cudaStream_t s, Half h, ActivationKind kind, const void* x, const void* dy,
                                         void* dx, void* y, int64_t n);
-// The same over rows × N (column_sums_half_supported(N, every pointer)), with
-// d_bias[n] += Σ_rows dx[row, n] as stored (float partials per chunk of rows,
-// added in order): the bias gradient of the product whose output x is.
-// `scratch`: column_sums_half_scratch_bytes(rows, N).
-void activation_backward_recompute_bias_half(cudaStream_t s, Half h, ActivationKind kind, const void* x,
-                                             const void* dy, void* dx, void* y, int64_t rows, int64_t N,
-                                             float* d_bias, void* scratch);
+// The same over rows × N (recompute_bias_supported(N, every pointer)), for
+// float32, bf16 or fp16, with d_bias[n] += Σ_rows dx[row, n] as stored (float
+// partials per chunk of rows, added in order): the bias gradient of the product
+// whose output x is. `scratch`: column_sums_half_scratch_bytes(rows, N).
+void activation_backward_recompute_bias(cudaStream_t s, DType dtype, ActivationKind kind, const void* x,
+                                        const void* dy, void* dx, void* y, int64_t rows, int64_t N, float* d_bias,
+                                        void* scratch);
 
 // y = round(gelu(x)) (erf or tanh form), as activation_forward_half computes it.
 void gelu_forward_half(cudaStream_t s, Half h, ActivationKind kind, const void* x, void* y, int64_t n);

@@ -150,30 +150,27 @@ __global__ void __launch_bounds__(kBiasThreads)
 #pragma unroll
   for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
   for (int64_t r = r0; r < r1; r += kBiasUnroll) {
-    uint4 in_x[kBiasUnroll], in_g[kBiasUnroll];
+    float in_x[kBiasUnroll][8], in_g[kBiasUnroll][8];
 #pragma unroll
     for (int u = 0; u < kBiasUnroll; ++u) {
       if (r + u >= r1) break;
       const int64_t i = (r + u) * N + n;
-      in_x[u] = *reinterpret_cast<const uint4*>(x + i);
-      in_g[u] = *reinterpret_cast<const uint4*>(dy + i);
+      load8(x + i, in_x[u]);
+      load8(dy + i, in_g[u]);
     }
 #pragma unroll
     for (int u = 0; u < kBiasUnroll; ++u) {
       if (r + u >= r1) break;
       const int64_t i = (r + u) * N + n;
-      const T* ex = reinterpret_cast<const T*>(&in_x[u]);
-      const T* eg = reinterpret_cast<const T*>(&in_g[u]);
-      alignas(16) T ox[8], oy[8];
+      float ox[8], oy[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        const float v = to_float(ex[k]);
-        oy[k] = from_float<T>(fwd(v, i + k));
-        ox[k] = from_float<T>(bwd(v, to_float(eg[k])));
-        acc[k] += to_float(ox[k]);
+        oy[k] = fwd(in_x[u][k], i + k);
+        ox[k] = to_float(from_float<T>(bwd(in_x[u][k], in_g[u][k])));  // as stored
+        acc[k] += ox[k];
       }
-      *reinterpret_cast<uint4*>(y + i) = *reinterpret_cast<const uint4*>(oy);
-      *reinterpret_cast<uint4*>(dx + i) = *reinterpret_cast<const uint4*>(ox);
+      store8(y + i, oy);
+      store8(dx + i, ox);
     }
   }
   float* out = partial + static_cast<int64_t>(blockIdx.x) * N + n;
@@ -194,15 +191,21 @@ void launch_bias(cudaStream_t s, const T* x, const T* dy, T* dx, T* y, int64_t r
 
 }  // namespace
 
-void activation_backward_recompute_bias_half(cudaStream_t s, Half h, ActivationKind kind, const void* x,
-                                             const void* dy, void* dx, void* y, int64_t rows, int64_t N,
-                                             float* d_bias, void* scratch) {
+void activation_backward_recompute_bias(cudaStream_t s, DType dtype, ActivationKind kind, const void* x,
+                                        const void* dy, void* dx, void* y, int64_t rows, int64_t N, float* d_bias,
+                                        void* scratch) {
   if (rows <= 0 || N <= 0) return;
   ANATOMY_CHECK(N % 8 == 0 && N <= 0x7fffffff && aligned16(x) && aligned16(dy) && aligned16(dx) && aligned16(y),
                 "activation_backward_recompute: the bias gradient's fused pass wants rows of a multiple of 8 "
                 "elements at 16-byte aligned addresses (N = {})", N);
   float* partial = static_cast<float*>(scratch);
-  with_half_type(h, [&](auto tag) {
+  const auto with_type = [&](auto&& f) {
+    if (dtype == DType::F32) f(std::type_identity<float>{});
+    else if (dtype == DType::BF16) f(std::type_identity<__nv_bfloat16>{});
+    else if (dtype == DType::F16) f(std::type_identity<__half>{});
+    else ANATOMY_CHECK(false, "activation_backward_recompute: no {} kernels", dtype_name(dtype));
+  };
+  with_type([&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x);
     const T* g = static_cast<const T*>(dy);

@@ -170,7 +170,7 @@ class MetaBackend final : public Backend {
     // MIRRORS CudaBackend::activation_backward_recompute: the fused pass's
     // partials, else the separate bias gradient's.
     const int64_t N = x.dim(-1);
-    if (x.dtype() != DType::F32 && cuda::recompute_bias_supported(N, {x.raw(), dy.raw(), dx.raw(), y.raw()}))
+    if (cuda::recompute_bias_supported(N, {x.raw(), dy.raw(), dx.raw(), y.raw()}))
       return scratch_bytes(cuda::column_sums_half_scratch_bytes(rows_of(x), N));
     bias_gradient(dx, *d_bias);
   }
