@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -40,6 +41,7 @@
 #include "anatomy/kernels/cuda/mixed.cuh"
 #include "anatomy/kernels/cuda/optimizer_kernels.cuh"
 #include "anatomy/kernels/cuda_memory.h"
+#include "anatomy/kernels/gemm_tuning_cache.h"
 
 namespace anatomy::cuda {
 
@@ -71,8 +73,11 @@ struct Batch {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool tf32)
-      : device_(device), ledger_(Device::cuda(device), make_cuda_allocator(device)), tf32_(tf32) {
+  CudaBackend(int device, bool tf32, bool gemm_tuning)
+      : device_(device),
+        ledger_(Device::cuda(device), make_cuda_allocator(device)),
+        tf32_(tf32),
+        gemm_tuning_(gemm_tuning) {
     ANATOMY_CUDA_CHECK(cudaSetDevice(device));
     ANATOMY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ANATOMY_CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -102,6 +107,8 @@ class CudaBackend final : public Backend {
       if (st.host) cudaFreeHost(st.host);
     }
     for (cudaEvent_t event : markers_) cudaEventDestroy(event);
+    if (tune_start_) cudaEventDestroy(tune_start_);
+    if (tune_stop_) cudaEventDestroy(tune_stop_);
     for (auto& [key, plan] : lt_plans_) plan.destroy();
     cublasLtDestroy(lt_);
     cublasDestroy(cublas_);
@@ -110,6 +117,7 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device::cuda(device_); }
   Ledger& ledger() override { return ledger_; }
+  int64_t plans_tuned() const { return plans_tuned_; }
 
   void zero(const Tensor& t) override { ANATOMY_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), stream_)); }
 
@@ -743,16 +751,37 @@ class CudaBackend final : public Backend {
                                       CUBLAS_GEMM_DEFAULT));
   }
 
-  // cuBLASLt products: a plan (descriptors + the heuristic's algorithm) per
-  // shape, pointer alignment and epilogue, made once. Same arguments as
-  // gemm(); A and B share a_type; `bias` (of C's type, length m) selects the
-  // bias epilogue. Returns false when cuBLASLt has no algorithm for the case,
-  // which the caller then hands to cublasGemmEx.
+  // cuBLASLt products: a plan per shape, pointer alignment and epilogue, made
+  // once: the descriptors and up to kLtCandidates algorithms in the order of
+  // cuBLASLt's heuristic. Same arguments as gemm(); A and B share a_type;
+  // `bias` (of C's type, length m) selects the bias epilogue. Returns false
+  // when cuBLASLt has no algorithm for the case, which the caller then hands
+  // to cublasGemmEx.
+  //
+  // The heuristic's first algorithm is not always the fastest: on an H100 the
+  // fastest of its first 8 took up to 13% less time on bert-large's bf16
+  // products (4096 x 16384 x 1024: 0.2008 against 0.1743 ms), about 4% of a
+  // step. So the first call of a plan times the candidates (tune_lt_plan) and
+  // keeps the fastest, and the choice goes to a cache file
+  // (kernels/gemm_tuning_cache.h) that later runs read instead of timing
+  // again: timings are noisy, and two runs that chose differently would give
+  // different bits for the same inputs. ANATOMY_GEMM_TUNING=0 keeps the
+  // heuristic's first.
+  static constexpr int kLtCandidates = 8;
+  static constexpr int kTuneWarmups = 3, kTuneRuns = 10;
+  using LtKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, bool, int,
+                           int, int, int64_t, int64_t, int64_t, int64_t>;
   struct LtPlan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    cublasLtMatmulAlgo_t algo{};
-    bool ok = false;
+    // The heuristic's candidates, its first choice first. (An array, not a
+    // std::vector: nvcc 13.0's front end crashes destroying a vector of this
+    // unnamed struct type.)
+    cublasLtMatmulAlgo_t algos[kLtCandidates] = {};
+    int candidates = 0;
+    int chosen = 0;         // the index in algos that the products use
+    bool decided = false;   // chosen is final: cached, timed, or nothing to choose from
+    std::string cache_key;  // the plan's key in the tuning cache
     void destroy() {
       if (a) cublasLtMatrixLayoutDestroy(a);
       if (b) cublasLtMatrixLayoutDestroy(b);
@@ -768,28 +797,159 @@ class CudaBackend final : public Backend {
     return a;
   }
 
+  // Bytes from the first element of a column-major rows x cols matrix with
+  // leading dimension ld (or of a strided batch of them) to past its last.
+  static size_t extent_bytes(int64_t rows, int64_t cols, int64_t ld, int count, int64_t stride, DType t) {
+    if (rows <= 0 || cols <= 0) return 0;
+    return static_cast<size_t>((cols - 1) * ld + rows + int64_t{count - 1} * stride) * dtype_size(t);
+  }
+  static bool overlap(const void* p, size_t p_bytes, const void* q, size_t q_bytes) {
+    const auto x = reinterpret_cast<uintptr_t>(p), y = reinterpret_cast<uintptr_t>(q);
+    return x < y + q_bytes && y < x + p_bytes;
+  }
+
   bool lt_gemm(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, const void* A,
                DType a_type, int64_t lda, const void* B, int64_t ldb, float beta, void* C, DType c_type, int64_t ldc,
                const void* bias, const Batch& batch = {}) {
     const int align = std::min({alignment_of(A), alignment_of(B), alignment_of(C)});
-    const auto key = std::make_tuple(static_cast<int>(op_a), static_cast<int>(op_b), m, n, k, lda, ldb, ldc,
-                                     static_cast<int>(a_type), static_cast<int>(c_type), bias != nullptr,
-                                     beta != 0.0f, align, bias ? alignment_of(bias) : 0, batch.count, batch.stride_a,
-                                     batch.stride_b, batch.stride_c, batch.stride_bias);
+    const LtKey key = std::make_tuple(static_cast<int>(op_a), static_cast<int>(op_b), m, n, k, lda, ldb, ldc,
+                                      static_cast<int>(a_type), static_cast<int>(c_type), bias != nullptr,
+                                      beta != 0.0f, align, bias ? alignment_of(bias) : 0, batch.count,
+                                      batch.stride_a, batch.stride_b, batch.stride_c, batch.stride_bias);
     auto found = lt_plans_.find(key);
-    if (found == lt_plans_.end()) found = lt_plans_.emplace(key, make_lt_plan(op_a, op_b, m, n, k, a_type, lda, ldb,
-                                                                            c_type, ldc, bias != nullptr, beta,
-                                                                            align, batch)).first;
+    if (found == lt_plans_.end()) {
+      found = lt_plans_.emplace(key, make_lt_plan(op_a, op_b, m, n, k, a_type, lda, ldb, c_type, ldc,
+                                                  bias != nullptr, beta, align, batch)).first;
+      choose_from_cache(found->second, key);
+    }
     LtPlan& plan = found->second;
-    if (!plan.ok) return false;
+    if (plan.candidates == 0) return false;
     if (bias) {
       ANATOMY_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                           sizeof(bias)));
     }
+    if (!plan.decided) {
+      const size_t a_bytes = extent_bytes(op_a == CUBLAS_OP_N ? m : k, op_a == CUBLAS_OP_N ? k : m, lda,
+                                          batch.count, batch.stride_a, a_type);
+      const size_t b_bytes = extent_bytes(op_b == CUBLAS_OP_N ? k : n, op_b == CUBLAS_OP_N ? n : k, ldb,
+                                          batch.count, batch.stride_b, a_type);
+      const size_t c_bytes = extent_bytes(m, n, ldc, batch.count, batch.stride_c, c_type);
+      tune_lt_plan(plan, A, a_bytes, B, b_bytes, beta, C, c_bytes);
+    }
     const float alpha = 1.0f;
     ANATOMY_CUBLAS_CHECK(cublasLtMatmul(lt_, plan.op, &alpha, A, plan.a, B, plan.b, &beta, C, plan.c, C, plan.c,
-                                        &plan.algo, workspace_.raw(), kCublasWorkspaceBytes, stream_));
+                                        &plan.algos[plan.chosen], workspace_.raw(), kCublasWorkspaceBytes, stream_));
     return true;
+  }
+
+  // A new plan with candidates to choose from takes the tuning cache's choice
+  // when the cache has one for this GPU, cuBLASLt version and plan; else its
+  // first call times them.
+  void choose_from_cache(LtPlan& plan, const LtKey& key) {
+    if (plan.candidates <= 1 || !gemm_tuning_) {
+      plan.decided = true;
+      return;
+    }
+    if (!gemm_choices_) {
+      gemm_choices_path_ = gemm_tuning_cache_path();
+      gemm_choices_ = load_gemm_choices(gemm_choices_path_, /*warn=*/true);
+      // The heuristic's list depends on the GPU (its SM count too: MIG slices
+      // share a name) and on cuBLASLt's version.
+      int sms = 0;
+      ANATOMY_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
+      gemm_key_prefix_ = fmt::format("{} ({} SMs) | cuBLASLt {}", device_name(device_), sms, cublasLtGetVersion());
+    }
+    plan.cache_key = gemm_key_prefix_ + " | " + describe_lt_key(key);
+    const auto cached = gemm_choices_->find(plan.cache_key);
+    if (cached != gemm_choices_->end() && cached->second < plan.candidates) {
+      plan.chosen = cached->second;
+      plan.decided = true;
+    }
+  }
+
+  // Every field of the plan's key, and the compute type (TF32 or not), which
+  // the key leaves to the backend but a cache shared by runs cannot.
+  std::string describe_lt_key(const LtKey& key) const {
+    const auto& [op_a, op_b, m, n, k, lda, ldb, ldc, a_type, c_type, has_bias, accumulate, align, bias_align, count,
+                 stride_a, stride_b, stride_c, stride_bias] = key;
+    const auto op = [](int o) { return o == CUBLAS_OP_N ? 'N' : 'T'; };
+    const auto a = static_cast<DType>(a_type);
+    return fmt::format("{}{} m={} n={} k={} ld={},{},{} {}->{} compute={} bias={} beta={} align={},{} batch={} "
+                       "strides={},{},{},{}",
+                       op(op_a), op(op_b), m, n, k, lda, ldb, ldc, dtype_name(a), dtype_name(static_cast<DType>(c_type)),
+                       a == DType::F32 && tf32_ ? "tf32" : "32F", has_bias ? 1 : 0, accumulate ? 1 : 0, align,
+                       bias_align, count, stride_a, stride_b, stride_c, stride_bias);
+  }
+
+  // Times each candidate of `plan` on this call's own operands (kTuneWarmups
+  // runs, then the mean of kTuneRuns between two events) and keeps the
+  // fastest; a candidate that cuBLASLt refuses is skipped. The candidates
+  // write C, which must come out as it went in: with β = 0 the real product
+  // that follows overwrites it; with β ≠ 0 (accumulated gradients) it is
+  // saved to host memory and restored, host because every device byte goes
+  // through the ledger and the memory plan, which a timing copy would escape.
+  // Not while stream_ is being captured into a CUDA graph (the timing waits
+  // on the host, which a capture forbids), nor when C overlaps A or B (the
+  // runs would change the inputs): that call takes the first candidate, and a
+  // later call tunes.
+  void tune_lt_plan(LtPlan& plan, const void* A, size_t a_bytes, const void* B, size_t b_bytes, float beta, void* C,
+                    size_t c_bytes) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    ANATOMY_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return;
+    if (overlap(C, c_bytes, A, a_bytes) || overlap(C, c_bytes, B, b_bytes)) return;
+    std::vector<std::byte> saved;
+    if (beta != 0.0f) {
+      saved.resize(c_bytes);
+      ANATOMY_CUDA_CHECK(cudaMemcpyAsync(saved.data(), C, c_bytes, cudaMemcpyDeviceToHost, stream_));
+      ANATOMY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    if (!tune_start_) {
+      ANATOMY_CUDA_CHECK(cudaEventCreate(&tune_start_));
+      ANATOMY_CUDA_CHECK(cudaEventCreate(&tune_stop_));
+    }
+    const float alpha = 1.0f;
+    int best = -1;
+    float best_ms = 0.0f;
+    for (int i = 0; i < plan.candidates; ++i) {
+      const auto run = [&] {
+        return cublasLtMatmul(lt_, plan.op, &alpha, A, plan.a, B, plan.b, &beta, C, plan.c, C, plan.c,
+                              &plan.algos[i], workspace_.raw(), kCublasWorkspaceBytes, stream_) == CUBLAS_STATUS_SUCCESS;
+      };
+      bool ok = true;
+      for (int r = 0; r < kTuneWarmups && ok; ++r) ok = run();
+      ANATOMY_CUDA_CHECK(cudaEventRecord(tune_start_, stream_));
+      for (int r = 0; r < kTuneRuns && ok; ++r) ok = run();
+      ANATOMY_CUDA_CHECK(cudaEventRecord(tune_stop_, stream_));
+      ANATOMY_CUDA_CHECK(cudaEventSynchronize(tune_stop_));
+      if (!ok) {
+        (void)cudaGetLastError();  // a refused launch must not surface at the next kernel's check
+        continue;
+      }
+      float ms = 0.0f;
+      ANATOMY_CUDA_CHECK(cudaEventElapsedTime(&ms, tune_start_, tune_stop_));
+      if (best < 0 || ms < best_ms) {  // a tie keeps the heuristic's order
+        best = i;
+        best_ms = ms;
+      }
+    }
+    if (beta != 0.0f) {
+      ANATOMY_CUDA_CHECK(cudaMemcpyAsync(C, saved.data(), c_bytes, cudaMemcpyHostToDevice, stream_));
+      ANATOMY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    if (best < 0) return;  // none ran: the real call reports cuBLASLt's error
+    ++plans_tuned_;
+    // Another process sharing the cache (another rank) may have chosen first:
+    // its choice is the one to compute with.
+    bool stored = false;
+    plan.chosen = record_gemm_choice(gemm_choices_path_, plan.cache_key, best, plan.candidates, &stored);
+    plan.decided = true;
+    (*gemm_choices_)[plan.cache_key] = plan.chosen;
+    if (!stored && !gemm_store_warned_) {
+      gemm_store_warned_ = true;
+      std::fprintf(stderr, "warning: cannot write %s; the matrix products' algorithms will be timed again next run\n",
+                   gemm_choices_path_.c_str());
+    }
   }
 
   LtPlan make_lt_plan(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k,
@@ -839,15 +999,13 @@ class CudaBackend final : public Backend {
     for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
       ANATOMY_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align_bytes, sizeof(align_bytes)));
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kLtCandidates] = {};
     int found = 0;
-    const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(lt_, plan.op, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &found);
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt_, plan.op, plan.a, plan.b, plan.c, plan.c, pref,
+                                                                 kLtCandidates, results, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
-      plan.algo = result.algo;
-      plan.ok = true;
-    }
+    if (status == CUBLAS_STATUS_SUCCESS)
+      for (int i = 0; i < found && i < kLtCandidates; ++i) plan.algos[plan.candidates++] = results[i].algo;
     (void)beta;
     return plan;
   }
@@ -886,16 +1044,31 @@ class CudaBackend final : public Backend {
   Tensor adamw_table_;
   std::vector<ParamSegment> adamw_segments_;  // what adamw_table_ was built from
   int64_t adamw_chunks_ = 0;
-  using LtKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, bool, int,
-                           int, int, int64_t, int64_t, int64_t, int64_t>;
   std::map<LtKey, LtPlan> lt_plans_;
+  // cuBLASLt algorithm tuning (see lt_gemm): on or not (ANATOMY_GEMM_TUNING),
+  // the cache's choices (read at the first plan with a choice to make), its
+  // path, the GPU and library part of its keys, the events that time the
+  // candidates, and how many plans were timed (gemm_plans_tuned, for tests).
+  bool gemm_tuning_ = true;
+  std::optional<GemmChoices> gemm_choices_;
+  std::string gemm_choices_path_;
+  std::string gemm_key_prefix_;
+  bool gemm_store_warned_ = false;
+  cudaEvent_t tune_start_ = nullptr, tune_stop_ = nullptr;
+  int64_t plans_tuned_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(int device, bool tf32) {
   if (device < 0 || device >= device_count()) fail("--device cuda:{}: no such GPU ({} visible)", device, device_count());
-  return std::make_unique<CudaBackend>(device, tf32);
+  return std::make_unique<CudaBackend>(device, tf32, gemm_tuning_enabled());
+}
+
+int64_t gemm_plans_tuned(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  ANATOMY_CHECK(cuda, "gemm_plans_tuned: {} is not a CUDA backend", backend.device().str());
+  return cuda->plans_tuned();
 }
 
 }  // namespace anatomy::cuda

@@ -1,0 +1,245 @@
+// test_cuda_gemm_tuning.cpp: timing cuBLASLt's candidate algorithms (the
+// first call of each product plan) must not change what the product computes.
+// - With an empty cache, bf16 linear forward (bias epilogue, β = 0) and
+//   backward (input gradient accumulated in bf16 and weight gradient in
+//   float32, both β = 1, onto preset values) match the CPU backend within the
+//   tolerances of test_cuda_fused.cpp's cuBLASLt test: the candidates' runs
+//   (13 each) added onto C would be far outside them had C not been restored.
+// - A second backend reads the choices the first cached: the same bits, and
+//   nothing timed again; the cache file is unchanged.
+// - ANATOMY_GEMM_TUNING=0 times nothing and writes no cache; any value but 0
+//   and 1 is one error line naming the variable.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <random>
+#include <tuple>
+
+#include "anatomy/core/dtype.h"
+#include "anatomy/kernels/cuda/cuda_backend.h"
+#include "anatomy/kernels/cuda/cuda_device.h"
+#include "../test_util.h"
+
+namespace anatomy {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU"
+
+// Sets (or, with nullptr, unsets) an environment variable for a scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+std::vector<float> random_vector(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+// bf16 values, exactly representable, so both backends multiply the same numbers.
+std::vector<float> rounded_bf16(std::vector<float> v) {
+  for (auto& x : v) x = bf16_to_float(float_to_bf16(x));
+  return v;
+}
+
+Tensor upload(Backend& b, Shape shape, const std::vector<float>& host, DType dtype, const char* name) {
+  Tensor t = Tensor::empty(b.ledger(), std::move(shape), dtype, Category::Temporary, name);
+  if (dtype == DType::F32) {
+    b.copy_from_host(t, host.data());
+  } else {
+    std::vector<uint16_t> bits(host.size());
+    for (size_t i = 0; i < host.size(); ++i) bits[i] = float_to_bf16(host[i]);
+    b.copy_from_host(t, bits.data());
+  }
+  return t;
+}
+
+std::vector<float> download(Backend& b, const Tensor& t) {
+  std::vector<float> v(t.numel());
+  if (t.dtype() == DType::F32) {
+    b.copy_to_host(t, v.data());
+  } else {
+    std::vector<uint16_t> bits(t.numel());
+    b.copy_to_host(t, bits.data());
+    for (size_t i = 0; i < bits.size(); ++i) v[i] = bf16_to_float(bits[i]);
+  }
+  return v;
+}
+
+double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, std::abs(static_cast<double>(x)));
+  return m;
+}
+
+// |gpu − ref| ≤ rel·|ref| + abs_of_max·max|ref| everywhere (test_cuda_fused.cpp's).
+void expect_near(const std::vector<float>& gpu, const std::vector<float>& ref, double rel, double abs_of_max,
+                 const std::string& what) {
+  ASSERT_EQ(gpu.size(), ref.size()) << what;
+  const double floor = abs_of_max * std::max(1e-30, max_abs(ref));
+  int bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::abs(static_cast<double>(gpu[i]) - ref[i]);
+    if (err > rel * std::abs(ref[i]) + floor && bad++ < 5)
+      ADD_FAILURE() << what << "[" << i << "]: gpu " << gpu[i] << " ref " << ref[i];
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " elements out of tolerance";
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The products of one linear layer, forward and backward, of M rows of K
+// inputs and N outputs, in bf16 on the GPU (float32 on the CPU), from fixed
+// random inputs: y, dx, dw, db.
+struct Products {
+  std::vector<float> out[4];
+};
+
+struct Inputs {
+  int64_t M, K, N;
+  std::vector<float> x, w, bias, dy, dx0, dw0, db0;
+  Inputs(int64_t m, int64_t k, int64_t n) : M(m), K(k), N(n) {
+    x = rounded_bf16(random_vector(M * K, 1));
+    w = rounded_bf16(random_vector(N * K, 2, 0.05f));
+    bias = rounded_bf16(random_vector(N, 3));
+    dy = rounded_bf16(random_vector(M * N, 4));
+    dx0 = rounded_bf16(random_vector(M * K, 5));
+    dw0 = random_vector(N * K, 6);  // float32 gradients already accumulated
+    db0 = random_vector(N, 7);
+  }
+};
+
+Products run_linear(Backend& b, const Inputs& in) {
+  const bool cpu = b.device().is_cpu();
+  const DType t = cpu ? DType::F32 : DType::BF16;
+  const int64_t M = in.M, K = in.K, N = in.N;
+  Tensor tx = upload(b, {M, K}, in.x, t, "x"), tw = upload(b, {N, K}, in.w, t, "w");
+  Tensor tb = upload(b, {N}, in.bias, t, "b"), ty = upload(b, {M, N}, std::vector<float>(M * N), t, "y");
+  Tensor tdy = upload(b, {M, N}, in.dy, t, "dy"), tdx = upload(b, {M, K}, in.dx0, t, "dx");
+  Tensor tdw = upload(b, {N, K}, in.dw0, DType::F32, "dw"), tdb = upload(b, {N}, in.db0, DType::F32, "db");
+  b.linear_forward(tx, tw, &tb, ty);
+  b.linear_backward(tdy, tx, tw, &tdx, tdw, &tdb, /*accumulate_dx=*/true);
+  return {{download(b, ty), download(b, tdx), download(b, tdw), download(b, tdb)}};
+}
+
+// Shapes with several candidates on an H100: an odd one and bert-large's
+// feed-forward up-projection at 2048 tokens.
+const std::tuple<int64_t, int64_t, int64_t> kShapes[] = {{513, 1024, 1000}, {2048, 1024, 4096}};
+
+TEST(CudaGemmTuning, TimingLeavesAccumulatedGradientsAsTheCpuComputesThem) {
+  SKIP_WITHOUT_GPU();
+  test::TempDir cache;
+  ScopedEnv xdg("XDG_CACHE_HOME", cache.path().c_str());
+  ScopedEnv tuning("ANATOMY_GEMM_TUNING", nullptr);
+  auto gpu = cuda::make_cuda_backend(0);
+  auto cpu = make_cpu_backend(1);
+  for (auto [M, K, N] : kShapes) {
+    const Inputs in(M, K, N);
+    const Products g = run_linear(*gpu, in), c = run_linear(*cpu, in);
+    // test_cuda_fused.cpp's CudaBackendLt tolerances: float32 accumulation in
+    // another order (√K·2^-24 of the largest term), one rounding to bf16 (u).
+    const double u = 1.0 / 256.0;
+    const double acc = 2e-6 * std::sqrt(static_cast<double>(std::max({K, M, N})));
+    const std::string what = "bf16 " + std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N);
+    expect_near(g.out[0], c.out[0], u, acc, what + " y");
+    // dx = dx0 + dy·w, rounded once: u of |dx0| + |dy·w| (which may cancel).
+    {
+      const double floor = acc * std::max(1e-30, max_abs(c.out[1]));
+      int bad = 0;
+      for (size_t j = 0; j < c.out[1].size(); ++j) {
+        const double product = static_cast<double>(c.out[1][j]) - in.dx0[j];
+        const double bound = u * (std::abs(in.dx0[j]) + std::abs(product) + std::abs(c.out[1][j])) + floor;
+        if (std::abs(static_cast<double>(g.out[1][j]) - c.out[1][j]) > bound && bad++ < 5)
+          ADD_FAILURE() << what << " dx[" << j << "]: gpu " << g.out[1][j] << " ref " << c.out[1][j];
+      }
+      EXPECT_EQ(bad, 0) << what << " dx: " << bad << " elements out of tolerance";
+    }
+    expect_near(g.out[2], c.out[2], 0.0, acc, what + " dw");
+    expect_near(g.out[3], c.out[3], 0.0, 1e-5, what + " db");
+  }
+  // The test means something only if the accumulating products were timed:
+  // a cached choice exists only for a timed plan.
+  EXPECT_GT(cuda::gemm_plans_tuned(*gpu), 0);
+  const std::string text = read_text(cache.file("anatomy/gemm_algos.json"));
+  EXPECT_NE(text.find("bf16->float32"), std::string::npos) << "no weight-gradient product timed:\n" << text;
+  EXPECT_NE(text.find("NN "), std::string::npos) << "no input-gradient product timed:\n" << text;
+}
+
+TEST(CudaGemmTuning, ASecondBackendReadsTheChoicesAndRepeatsTheBits) {
+  SKIP_WITHOUT_GPU();
+  test::TempDir cache;
+  ScopedEnv xdg("XDG_CACHE_HOME", cache.path().c_str());
+  ScopedEnv tuning("ANATOMY_GEMM_TUNING", nullptr);
+  const std::string path = cache.file("anatomy/gemm_algos.json");
+  std::vector<Products> first;
+  {
+    auto gpu = cuda::make_cuda_backend(0);
+    for (auto [M, K, N] : kShapes) first.push_back(run_linear(*gpu, Inputs(M, K, N)));
+    EXPECT_GT(cuda::gemm_plans_tuned(*gpu), 0);
+  }
+  const std::string written = read_text(path);
+  ASSERT_FALSE(written.empty());
+  auto again = cuda::make_cuda_backend(0);
+  for (size_t s = 0; s < std::size(kShapes); ++s) {
+    const auto [M, K, N] = kShapes[s];
+    const Products p = run_linear(*again, Inputs(M, K, N));
+    for (int k = 0; k < 4; ++k) {
+      ASSERT_EQ(p.out[k].size(), first[s].out[k].size());
+      EXPECT_EQ(std::memcmp(p.out[k].data(), first[s].out[k].data(), p.out[k].size() * sizeof(float)), 0)
+          << "shape " << s << " output " << k << " differs from the first backend's";
+    }
+  }
+  EXPECT_EQ(cuda::gemm_plans_tuned(*again), 0) << "the cached choices were timed again";
+  EXPECT_EQ(read_text(path), written);
+}
+
+TEST(CudaGemmTuning, OffTimesNothingAndWritesNoCache) {
+  SKIP_WITHOUT_GPU();
+  test::TempDir cache;
+  ScopedEnv xdg("XDG_CACHE_HOME", cache.path().c_str());
+  ScopedEnv tuning("ANATOMY_GEMM_TUNING", "0");
+  auto gpu = cuda::make_cuda_backend(0);
+  for (auto [M, K, N] : kShapes) run_linear(*gpu, Inputs(M, K, N));
+  EXPECT_EQ(cuda::gemm_plans_tuned(*gpu), 0);
+  EXPECT_FALSE(std::filesystem::exists(cache.file("anatomy/gemm_algos.json")));
+}
+
+TEST(CudaGemmTuning, AnyOtherSwitchValueIsOneClearError) {
+  SKIP_WITHOUT_GPU();
+  ScopedEnv tuning("ANATOMY_GEMM_TUNING", "2");
+  try {
+    cuda::make_cuda_backend(0);
+    ADD_FAILURE() << "ANATOMY_GEMM_TUNING=2 accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("ANATOMY_GEMM_TUNING=2: expected", 0), 0u) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
+}  // namespace
+}  // namespace anatomy
