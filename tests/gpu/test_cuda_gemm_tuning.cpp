@@ -181,12 +181,14 @@ TEST(CudaGemmTuning, TimingLeavesAccumulatedGradientsAsTheCpuComputesThem) {
     expect_near(g.out[2], c.out[2], 0.0, acc, what + " dw");
     expect_near(g.out[3], c.out[3], 0.0, 1e-5, what + " db");
   }
-  // The test means something only if the accumulating products were timed:
-  // a cached choice exists only for a timed plan.
+  // The test means something only if an accumulating product (β = 1, whose C
+  // the timing must save and restore) was timed: a cached choice exists only
+  // for a timed plan. On an H100 with CUDA 13.0's cuBLASLt the accumulated
+  // input gradients (NN) have several candidates; the float32 weight
+  // gradients of these shapes had only one, so they are not required here.
   EXPECT_GT(cuda::gemm_plans_tuned(*gpu), 0);
   const std::string text = read_text(cache.file("anatomy/gemm_algos.json"));
-  EXPECT_NE(text.find("bf16->float32"), std::string::npos) << "no weight-gradient product timed:\n" << text;
-  EXPECT_NE(text.find("NN "), std::string::npos) << "no input-gradient product timed:\n" << text;
+  EXPECT_NE(text.find("beta=1"), std::string::npos) << "no accumulating product timed:\n" << text;
 }
 
 TEST(CudaGemmTuning, ASecondBackendReadsTheChoicesAndRepeatsTheBits) {
