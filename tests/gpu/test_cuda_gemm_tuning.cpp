@@ -24,88 +24,20 @@
 #include "anatomy/kernels/cuda/cuda_backend.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "../test_util.h"
+#include "backend_test_util.h"
 
 namespace anatomy {
 namespace {
 
-#define SKIP_WITHOUT_GPU() \
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU"
-
-// Sets (or, with nullptr, unsets) an environment variable for a scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
-std::vector<float> random_vector(int64_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
+using test::download;
+using test::expect_near;
+using test::max_abs;
+using test::random_vector;
+using test::ScopedEnv;
+using test::upload;
 
 // bf16 values, exactly representable, so both backends multiply the same numbers.
-std::vector<float> rounded_bf16(std::vector<float> v) {
-  for (auto& x : v) x = bf16_to_float(float_to_bf16(x));
-  return v;
-}
-
-Tensor upload(Backend& b, Shape shape, const std::vector<float>& host, DType dtype, const char* name) {
-  Tensor t = Tensor::empty(b.ledger(), std::move(shape), dtype, Category::Temporary, name);
-  if (dtype == DType::F32) {
-    b.copy_from_host(t, host.data());
-  } else {
-    std::vector<uint16_t> bits(host.size());
-    for (size_t i = 0; i < host.size(); ++i) bits[i] = float_to_bf16(host[i]);
-    b.copy_from_host(t, bits.data());
-  }
-  return t;
-}
-
-std::vector<float> download(Backend& b, const Tensor& t) {
-  std::vector<float> v(t.numel());
-  if (t.dtype() == DType::F32) {
-    b.copy_to_host(t, v.data());
-  } else {
-    std::vector<uint16_t> bits(t.numel());
-    b.copy_to_host(t, bits.data());
-    for (size_t i = 0; i < bits.size(); ++i) v[i] = bf16_to_float(bits[i]);
-  }
-  return v;
-}
-
-double max_abs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, std::abs(static_cast<double>(x)));
-  return m;
-}
-
-// |gpu − ref| ≤ rel·|ref| + abs_of_max·max|ref| everywhere (test_cuda_fused.cpp's).
-void expect_near(const std::vector<float>& gpu, const std::vector<float>& ref, double rel, double abs_of_max,
-                 const std::string& what) {
-  ASSERT_EQ(gpu.size(), ref.size()) << what;
-  const double floor = abs_of_max * std::max(1e-30, max_abs(ref));
-  int bad = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double err = std::abs(static_cast<double>(gpu[i]) - ref[i]);
-    if (err > rel * std::abs(ref[i]) + floor && bad++ < 5)
-      ADD_FAILURE() << what << "[" << i << "]: gpu " << gpu[i] << " ref " << ref[i];
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " elements out of tolerance";
-}
+std::vector<float> rounded_bf16(std::vector<float> v) { return test::rounded(DType::BF16, std::move(v)); }
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);

@@ -189,6 +189,18 @@ void launch_bias(cudaStream_t s, const T* x, const T* dy, T* dx, T* y, int64_t r
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 
+// Runs f(forward, backward) with the element functions of `kind` (not tanh,
+// which saves its output rather than its input).
+template <typename F>
+void with_activation(ActivationKind kind, F&& f) {
+  switch (kind) {
+    case ActivationKind::GeluErf: return f(GeluErfForward{}, GeluErfBackward{});
+    case ActivationKind::GeluTanh: return f(GeluTanhForward{}, GeluTanhBackward{});
+    case ActivationKind::Relu: return f(ReluForward{}, ReluBackward{});
+    case ActivationKind::Tanh: ANATOMY_CHECK(false, "activation_backward_recompute: not for tanh");
+  }
+}
+
 }  // namespace
 
 void activation_backward_recompute_bias(cudaStream_t s, DType dtype, ActivationKind kind, const void* x,
@@ -199,28 +211,12 @@ void activation_backward_recompute_bias(cudaStream_t s, DType dtype, ActivationK
                 "activation_backward_recompute: the bias gradient's fused pass wants rows of a multiple of 8 "
                 "elements at 16-byte aligned addresses (N = {})", N);
   float* partial = static_cast<float*>(scratch);
-  const auto with_type = [&](auto&& f) {
-    if (dtype == DType::F32) f(std::type_identity<float>{});
-    else if (dtype == DType::BF16) f(std::type_identity<__nv_bfloat16>{});
-    else if (dtype == DType::F16) f(std::type_identity<__half>{});
-    else ANATOMY_CHECK(false, "activation_backward_recompute: no {} kernels", dtype_name(dtype));
-  };
-  with_type([&](auto tag) {
+  with_element_type(dtype, "activation_backward_recompute", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* in = static_cast<const T*>(x);
-    const T* g = static_cast<const T*>(dy);
-    T* out_dx = static_cast<T*>(dx);
-    T* out_y = static_cast<T*>(y);
-    switch (kind) {
-      case ActivationKind::GeluErf:
-        launch_bias(s, in, g, out_dx, out_y, rows, N, partial, GeluErfForward{}, GeluErfBackward{});
-        break;
-      case ActivationKind::GeluTanh:
-        launch_bias(s, in, g, out_dx, out_y, rows, N, partial, GeluTanhForward{}, GeluTanhBackward{});
-        break;
-      case ActivationKind::Relu: launch_bias(s, in, g, out_dx, out_y, rows, N, partial, ReluForward{}, ReluBackward{}); break;
-      case ActivationKind::Tanh: ANATOMY_CHECK(false, "activation_backward_recompute: not for tanh");
-    }
+    with_activation(kind, [&](auto fwd, auto bwd) {
+      launch_bias(s, static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), static_cast<T*>(y),
+                  rows, N, partial, fwd, bwd);
+    });
   });
   column_partials_finish(s, partial, d_bias, fused_partial_chunks(rows), N);
 }
@@ -230,16 +226,10 @@ void activation_backward_recompute_half(cudaStream_t s, Half h, ActivationKind k
   if (n <= 0) return;
   with_half_type(h, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* in = static_cast<const T*>(x);
-    const T* g = static_cast<const T*>(dy);
-    T* out_dx = static_cast<T*>(dx);
-    T* out_y = static_cast<T*>(y);
-    switch (kind) {
-      case ActivationKind::GeluErf: launch(s, in, g, out_dx, out_y, n, GeluErfForward{}, GeluErfBackward{}); break;
-      case ActivationKind::GeluTanh: launch(s, in, g, out_dx, out_y, n, GeluTanhForward{}, GeluTanhBackward{}); break;
-      case ActivationKind::Relu: launch(s, in, g, out_dx, out_y, n, ReluForward{}, ReluBackward{}); break;
-      case ActivationKind::Tanh: ANATOMY_CHECK(false, "activation_backward_recompute: not for tanh");
-    }
+    with_activation(kind, [&](auto fwd, auto bwd) {
+      launch(s, static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), static_cast<T*>(y), n, fwd,
+             bwd);
+    });
   });
 }
 

@@ -327,22 +327,13 @@ float keep_scale_of(const DropoutSpec& d) { return d.p > 0.0f ? 1.0f / (1.0f - d
 
 }  // namespace
 
-// Runs f(std::type_identity<T>{}) for the element type of a float32, bf16 or fp16 tensor.
-template <typename F>
-void with_element_type(DType t, F&& f) {
-  if (t == DType::F32) f(std::type_identity<float>{});
-  else if (t == DType::BF16) f(std::type_identity<__nv_bfloat16>{});
-  else if (t == DType::F16) f(std::type_identity<__half>{});
-  else ANATOMY_CHECK(false, "fused LayerNorm: no {} kernels", dtype_name(t));
-}
-
 void residual_layernorm_forward_fused(cudaStream_t s, DType dtype, const void* x, const void* residual,
                                      const DropoutSpec& dropout, const float* gamma, const float* beta, double eps,
                                      void* sum, void* y, float* mean, float* rstd, int64_t rows, int64_t H) {
   if (rows <= 0) return;
   const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
   ANATOMY_CHECK(blocks <= 0x7fffffff, "residual_layernorm_forward: {} rows are too many", rows);
-  with_element_type(dtype, [&](auto tag) {
+  with_element_type(dtype, "fused LayerNorm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     with_groups(H, [&](auto groups) {
       residual_ln_forward_kernel<T, decltype(groups)::value>
@@ -381,7 +372,7 @@ void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* 
         static_cast<T*>(d_residual), static_cast<T*>(d_x), partial_gamma, partial_beta, partial_bias, rows,
         static_cast<int>(H), rows_per_chunk);
   };
-  with_element_type(dtype, [&](auto tag) {
+  with_element_type(dtype, "fused LayerNorm", [&](auto tag) {
     with_groups(H, [&](auto groups) {
       if (d_bias) run(tag, groups, std::true_type{});
       else run(tag, groups, std::false_type{});

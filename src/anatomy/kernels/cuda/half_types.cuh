@@ -2,7 +2,7 @@
 // __half) seen through float: widening is exact, narrowing rounds to nearest
 // even, and for float both are the identity, so a kernel templated over the
 // element type does, for float, exactly what a float-only kernel does. Plus
-// the host-side dispatch from the Half tag to the CUDA type. Included from .cu only.
+// the host-side dispatch from the Half tag, or a DType, to the CUDA type. Included from .cu only.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -62,6 +62,16 @@ void with_half_type(Half h, F&& f) {
     f(std::type_identity<__nv_bfloat16>{});
   else
     f(std::type_identity<__half>{});
+}
+
+// Runs f(std::type_identity<T>{}) for the element type of a float32, bf16 or
+// fp16 tensor; `what` names the op in the error for any other type.
+template <typename F>
+void with_element_type(DType t, const char* what, F&& f) {
+  if (t == DType::F32) f(std::type_identity<float>{});
+  else if (t == DType::BF16) f(std::type_identity<__nv_bfloat16>{});
+  else if (t == DType::F16) f(std::type_identity<__half>{});
+  else ANATOMY_CHECK(false, "{}: no {} kernels", what, dtype_name(t));
 }
 
 }  // namespace anatomy::cuda
