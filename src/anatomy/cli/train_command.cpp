@@ -21,6 +21,7 @@
 #include "anatomy/gpu/facts.h"
 #include "anatomy/gpu/host_memory.h"
 #include "anatomy/io/files.h"
+#include "anatomy/kernels/cuda_memory.h"
 #include "anatomy/kernels/profiling.h"
 #include "anatomy/gpu/nvml.h"
 #include "anatomy/model/checkpoint.h"
@@ -34,6 +35,17 @@
 namespace anatomy::cli {
 
 namespace {
+
+// The attention kernels the CUDA backend runs for the encoder layers, as it
+// (and the memory plan, through cuda_memory.h) chooses them.
+std::string attention_kernels(DType compute, int64_t head_dim) {
+  if (!cuda::fused_attention(compute, head_dim))
+    return fmt::format("unfused, in float32 (head size {} has no fused kernel): the probabilities are saved", head_dim);
+  if (compute == DType::F32) return "our fused flash kernels, float32";
+  if (cuda::cudnn_attention_selected())
+    return "cuDNN's fused attention (ANATOMY_ATTENTION=anatomy selects our flash kernels)";
+  return "our fused flash kernels, 16-bit";
+}
 
 // What the seed experiment becomes on a CPU: small enough to end in a minute or two.
 constexpr const char* kCpuModel = "bert-mini";
@@ -144,6 +156,7 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
                                     run.comm->describe())
                       : std::string(),
              trainer.total_steps());
+  if (on_gpu) fmt::print("Attention: {}\n", attention_kernels(compute, run.source.config.head_dim()));
   std::fflush(stdout);
   ledger.record_timeline(0, 2);
 
