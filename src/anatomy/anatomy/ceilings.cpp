@@ -25,13 +25,7 @@ std::string cache_key(const std::string& device, const std::string& dtype) { ret
 
 }  // namespace
 
-std::string ceilings_cache_path() {
-  namespace fs = std::filesystem;
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const fs::path base = xdg && *xdg ? fs::path(xdg) : fs::path(home && *home ? home : "/tmp") / ".cache";
-  return (base / "anatomy" / "ceilings.json").string();
-}
+std::string ceilings_cache_path() { return io::user_cache_file("ceilings.json"); }
 
 Ceilings measure_ceilings(Backend& backend, const std::string& device_name, DType dtype, bool tf32, int64_t size,
                           int64_t copy_bytes, int reps) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -48,6 +49,14 @@ Buffer read_all(const std::string& path) {
 std::vector<uint8_t> read_file_bytes(const std::string& path) { return read_all<std::vector<uint8_t>>(path); }
 
 std::string read_text_file(const std::string& path) { return read_all<std::string>(path); }
+
+std::string user_cache_file(const std::string& name) {
+  namespace fs = std::filesystem;
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const fs::path base = xdg && *xdg ? fs::path(xdg) : fs::path(home && *home ? home : "/tmp") / ".cache";
+  return (base / "anatomy" / name).string();
+}
 
 AtomicFile::AtomicFile(std::string path)
     : path_(std::move(path)), temp_path_(path_ + ".tmp." + std::to_string(::getpid())) {

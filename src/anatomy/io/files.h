@@ -47,4 +47,9 @@ class AtomicFile {
 // Writes `text` to `path` through an AtomicFile.
 void write_text_file_atomic(const std::string& path, std::string_view text);
 
+// The path of this program's cache file `name`: $XDG_CACHE_HOME/anatomy/name,
+// ~/.cache/anatomy/name when XDG_CACHE_HOME is unset or empty (/tmp/.cache/...
+// without HOME either). Nothing is created.
+std::string user_cache_file(const std::string& name);
+
 }  // namespace anatomy::io

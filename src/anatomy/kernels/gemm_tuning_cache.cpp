@@ -37,14 +37,7 @@ bool gemm_tuning_enabled() {
        v);
 }
 
-// As ceilings_cache_path() (anatomy/ceilings.cpp): the same directory.
-std::string gemm_tuning_cache_path() {
-  namespace fs = std::filesystem;
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const fs::path base = xdg && *xdg ? fs::path(xdg) : fs::path(home && *home ? home : "/tmp") / ".cache";
-  return (base / "anatomy" / "gemm_algos.json").string();
-}
+std::string gemm_tuning_cache_path() { return io::user_cache_file("gemm_algos.json"); }
 
 std::optional<GemmChoices> parse_gemm_choices(std::string_view text, std::string* why) {
   const auto refuse = [&](std::string reason) -> std::optional<GemmChoices> {

@@ -207,7 +207,7 @@ void activation_backward_recompute_bias(cudaStream_t s, DType dtype, ActivationK
                                         const void* dy, void* dx, void* y, int64_t rows, int64_t N, float* d_bias,
                                         void* scratch) {
   if (rows <= 0 || N <= 0) return;
-  ANATOMY_CHECK(N % 8 == 0 && N <= 0x7fffffff && aligned16(x) && aligned16(dy) && aligned16(dx) && aligned16(y),
+  ANATOMY_CHECK(recompute_bias_supported(N, {x, dy, dx, y}),
                 "activation_backward_recompute: the bias gradient's fused pass wants rows of a multiple of 8 "
                 "elements at 16-byte aligned addresses (N = {})", N);
   float* partial = static_cast<float*>(scratch);
