@@ -944,7 +944,6 @@ class CudaBackend final : public Backend {
     bool stored = false;
     plan.chosen = record_gemm_choice(gemm_choices_path_, plan.cache_key, best, plan.candidates, &stored);
     plan.decided = true;
-    (*gemm_choices_)[plan.cache_key] = plan.chosen;
     if (!stored && !gemm_store_warned_) {
       gemm_store_warned_ = true;
       std::fprintf(stderr, "warning: cannot write %s; the matrix products' algorithms will be timed again next run\n",
