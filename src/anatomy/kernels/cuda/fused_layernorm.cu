@@ -164,8 +164,20 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, 2)
   }
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
   const int64_t r1 = min(rows, r0 + rows_per_chunk);
+  // The warp's next rows go into L2 while it computes this one (Hopper's bulk
+  // prefetch: no registers), so that their loads wait on L2, not on memory.
+  const auto prefetch_row = [&](int64_t row) {
+    if (lane != 0 || row >= r1) return;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const uint32_t bytes = static_cast<uint32_t>(H * sizeof(T));
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(x + row * H), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(dy + row * H), "r"(bytes) : "memory");
+#endif
+  };
+  prefetch_row(r0 + warp + kWarpsPerBlock);
   for (int64_t r = r0 + warp; r < r1; r += kWarpsPerBlock) {
     const int64_t base = r * H;
+    prefetch_row(r + 2 * kWarpsPerBlock);
     const float m = mean[r], s = rstd[r];
     Pack8<T> raw_x[kGroups], raw_dy[kGroups];
 #pragma unroll
@@ -323,6 +335,14 @@ void with_groups(int64_t H, F&& f) {
 // fused_partial_chunks of cuda_memory.h, which sizes the scratch.
 int64_t chunk_count(int64_t rows) { return fused_partial_chunks(rows); }
 
+// The current GPU's SM count.
+int64_t multiprocessor_count() {
+  int device = 0, sms = 0;
+  ANATOMY_CUDA_CHECK(cudaGetDevice(&device));
+  ANATOMY_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return std::max(sms, 1);
+}
+
 float keep_scale_of(const DropoutSpec& d) { return d.p > 0.0f ? 1.0f / (1.0f - d.p) : 1.0f; }
 
 }  // namespace
@@ -351,7 +371,11 @@ void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* 
                                       void* d_residual, void* d_x, float* dgamma, float* dbeta, float* d_bias,
                                       int64_t rows, int64_t H, void* scratch) {
   if (rows <= 0) return;
-  const int64_t chunks = chunk_count(rows);
+  // No more chunks than the blocks the GPU holds at once (two an SM): one wave,
+  // each warp going through several rows, where its loads run ahead. The
+  // scratch holds chunk_count(rows) chunks, at least as many. The order of the
+  // sums depends on the SM count: the same on the same GPU.
+  const int64_t chunks = std::min(chunk_count(rows), 2 * multiprocessor_count());
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   float* partial_gamma = static_cast<float*>(scratch);
   float* partial_beta = partial_gamma + chunks * H;
