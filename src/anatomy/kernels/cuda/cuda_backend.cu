@@ -753,7 +753,7 @@ class CudaBackend final : public Backend {
 
   // cuBLASLt products: a plan per shape, pointer alignment and epilogue, made
   // once: the descriptors and up to kLtCandidates algorithms in the order of
-  // cuBLASLt's heuristic (and split-K variants for some shapes). Same arguments as gemm(); A and B share a_type;
+  // cuBLASLt's heuristic. Same arguments as gemm(); A and B share a_type;
   // `bias` (of C's type, length m) selects the bias epilogue. Returns false
   // when cuBLASLt has no algorithm for the case, which the caller then hands
   // to cublasGemmEx.
@@ -767,20 +767,17 @@ class CudaBackend final : public Backend {
   // again: timings are noisy, and two runs that chose differently would give
   // different bits for the same inputs. ANATOMY_GEMM_TUNING=0 keeps the
   // heuristic's first.
-  // The heuristic's first kLtCandidates, then split-K variants of its first
-  // kLtSplitBase (see add_split_k_candidates): kLtMaxCandidates in all.
-  static constexpr int kLtCandidates = 8, kLtSplitBase = 3, kLtMaxCandidates = kLtCandidates + 2 * kLtSplitBase;
+  static constexpr int kLtCandidates = 8;
   static constexpr int kTuneWarmups = 3, kTuneRuns = 10;
   using LtKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, bool, int,
                            int, int, int64_t, int64_t, int64_t, int64_t>;
   struct LtPlan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    // The heuristic's candidates, its first choice first, then any split-K
-    // variants (add_split_k_candidates). (An array, not a
+    // The heuristic's candidates, its first choice first. (An array, not a
     // std::vector: nvcc 13.0's front end crashes destroying a vector of this
     // unnamed struct type.)
-    cublasLtMatmulAlgo_t algos[kLtMaxCandidates] = {};
+    cublasLtMatmulAlgo_t algos[kLtCandidates] = {};
     int candidates = 0;
     int chosen = 0;         // the index in algos that the products use
     bool decided = false;   // chosen is final: cached, timed, or nothing to choose from
@@ -860,10 +857,7 @@ class CudaBackend final : public Backend {
       // share a name) and on cuBLASLt's version.
       int sms = 0;
       ANATOMY_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
-      // "split-K": the candidate list of add_split_k_candidates, whose indices
-      // a cache written before it would not match.
-      gemm_key_prefix_ =
-          fmt::format("{} ({} SMs) | cuBLASLt {} | split-K", device_name(device_), sms, cublasLtGetVersion());
+      gemm_key_prefix_ = fmt::format("{} ({} SMs) | cuBLASLt {}", device_name(device_), sms, cublasLtGetVersion());
     }
     plan.cache_key = gemm_key_prefix_ + " | " + describe_lt_key(key);
     const auto cached = gemm_choices_->find(plan.cache_key);
@@ -1012,58 +1006,7 @@ class CudaBackend final : public Backend {
     if (status == CUBLAS_STATUS_SUCCESS)
       for (int i = 0; i < found && i < kLtCandidates; ++i) plan.algos[plan.candidates++] = results[i].algo;
     (void)beta;
-    if (gemm_tuning_) add_split_k_candidates(plan, m, n, k, batch.count);
     return plan;
-  }
-
-  // A product with few output tiles and a long K (the weight gradients:
-  // 1024 x 1024 or 3 x 1024 x 1024 outputs summed over every token) leaves
-  // SMs idle: 64 to 192 tiles of 128 x 128 on 132 SMs. Splitting K in 2 or 4
-  // fills them, and the heuristic seldom offers it. So such a plan also times
-  // split-K variants of the heuristic's first kLtSplitBase candidates, with a
-  // deterministic reduction: the parts summed in the workspace in float
-  // (COMPUTE_TYPE), or else in the output with counters that keep their
-  // order (INPLACE). Variants that cuBLASLt rejects, or that need more than
-  // the workspace, are left out.
-  void add_split_k_candidates(LtPlan& plan, int64_t m, int64_t n, int64_t k, int count) {
-    int sms = 0;
-    ANATOMY_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
-    const int64_t tiles = ((m + 127) / 128) * ((n + 127) / 128) * std::max(count, 1);
-    if (tiles >= 2 * int64_t{sms} || k < 2048) return;
-    const int base = std::min(plan.candidates, kLtSplitBase);
-    for (int i = 0; i < base; ++i) {
-      size_t written = 0;
-      int32_t support = 0, split_now = 1;
-      uint32_t schemes = 0;
-      if (cublasLtMatmulAlgoCapGetAttribute(&plan.algos[i], CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &support,
-                                            sizeof(support), &written) != CUBLAS_STATUS_SUCCESS ||
-          !support)
-        continue;
-      if (cublasLtMatmulAlgoCapGetAttribute(&plan.algos[i], CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes,
-                                            sizeof(schemes), &written) != CUBLAS_STATUS_SUCCESS)
-        continue;
-      if (cublasLtMatmulAlgoConfigGetAttribute(&plan.algos[i], CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_now,
-                                               sizeof(split_now), &written) != CUBLAS_STATUS_SUCCESS ||
-          split_now > 1)
-        continue;  // already split
-      for (const int32_t split : {2, 4}) {
-        for (const uint32_t scheme : {CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, CUBLASLT_REDUCTION_SCHEME_INPLACE}) {
-          if ((schemes & scheme) == 0) continue;
-          cublasLtMatmulAlgo_t algo = plan.algos[i];
-          cublasLtMatmulHeuristicResult_t check = {};
-          if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split)) !=
-                  CUBLAS_STATUS_SUCCESS ||
-              cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
-                                                   sizeof(scheme)) != CUBLAS_STATUS_SUCCESS ||
-              cublasLtMatmulAlgoCheck(lt_, plan.op, plan.a, plan.b, plan.c, plan.c, &algo, &check) !=
-                  CUBLAS_STATUS_SUCCESS ||
-              check.workspaceSize > kCublasWorkspaceBytes)
-            continue;
-          plan.algos[plan.candidates++] = algo;
-          break;  // one reduction scheme per split
-        }
-      }
-    }
   }
 
   double* result_slot() { return static_cast<double*>(results_.raw()); }
