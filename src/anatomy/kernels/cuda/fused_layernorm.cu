@@ -134,6 +134,27 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   }
 }
 
+// Shared memory of the backward: float slots in the order lane-major within
+// each half pack, so that a warp's 16-byte accesses (lane l: elements 4k..4k+3
+// of its pack in group g) fall on consecutive banks. Column h = 256·g + 8·l +
+// 4·k + j sits at slot ((2g + k)·32 + l)·4 + j; a row of slots is 256·kGroups
+// long (H rounded up). With the natural layout (a lane's 8 floats at 32-byte
+// steps) each access took twice the wavefronts, and with γ read from global
+// memory a float at a time the L1 was the kernel's limit (83% busy on an H100,
+// DRAM at 44%).
+__device__ __forceinline__ int slot_of_column(int h) {
+  const int g = h / 256, l = (h % 256) / 8, k = (h % 8) / 4, j = h % 4;
+  return ((2 * g + k) * kWarp + l) * 4 + j;
+}
+__device__ __forceinline__ void load_slots8(const float* base, int g, int lane, float (&v)[8]) {
+  reinterpret_cast<float4*>(v)[0] = reinterpret_cast<const float4*>(base)[(2 * g) * kWarp + lane];
+  reinterpret_cast<float4*>(v)[1] = reinterpret_cast<const float4*>(base)[(2 * g + 1) * kWarp + lane];
+}
+__device__ __forceinline__ void store_slots8(float* base, int g, int lane, const float (&v)[8]) {
+  reinterpret_cast<float4*>(base)[(2 * g) * kWarp + lane] = reinterpret_cast<const float4*>(v)[0];
+  reinterpret_cast<float4*>(base)[(2 * g + 1) * kWarp + lane] = reinterpret_cast<const float4*>(v)[1];
+}
+
 // The whole backward in one pass over dy and the sum: block b owns chunk b of
 // rows (rows_per_chunk consecutive rows), warp w its rows w, w + kWarpsPerBlock,
 // ... in order. A warp holds a row's dy and sum packed in registers, writes the
@@ -148,20 +169,25 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, 2)
                                 const DropoutSpec d, float keep_scale, T* d_residual, T* d_x, float* partial_gamma,
                                 float* partial_beta, float* partial_bias, int64_t rows, int H,
                                 int64_t rows_per_chunk) {
-  // Each warp's column sums of dy·x̂, of dy and (kBias) of d_x,
-  // [2 or 3][kWarpsPerBlock][H]: in shared memory rather than registers, so
-  // that two blocks fit on an SM.
-  extern __shared__ float column_sums[];
+  // γ, then each warp's column sums of dy·x̂, of dy and (kBias) of d_x:
+  // [1 + (2 or 3)·kWarpsPerBlock][S] in the slot order above, in shared
+  // memory rather than registers, so that two blocks fit on an SM.
+  extern __shared__ float4 shared_f4[];
+  float* const shared = reinterpret_cast<float*>(shared_f4);
+  constexpr int S = 256 * kGroups;  // a row of slots
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  float* const sums_g = column_sums + static_cast<int64_t>(warp) * H;
-  float* const sums_b = column_sums + static_cast<int64_t>(kWarpsPerBlock + warp) * H;
-  float* const sums_x = column_sums + static_cast<int64_t>(2 * kWarpsPerBlock + warp) * H;
-  for (int h = 8 * lane; h < H; h += 8 * kWarp) {
+  float* const gamma_s = shared;
+  float* const sums_g = shared + S * (1 + warp);
+  float* const sums_b = shared + S * (1 + kWarpsPerBlock + warp);
+  float* const sums_x = shared + S * (1 + 2 * kWarpsPerBlock + warp);
+  for (int i = 4 * lane; i < S; i += 4 * kWarp) {
     const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    reinterpret_cast<float4*>(sums_g + h)[0] = reinterpret_cast<float4*>(sums_g + h)[1] = zero;
-    reinterpret_cast<float4*>(sums_b + h)[0] = reinterpret_cast<float4*>(sums_b + h)[1] = zero;
-    if (kBias) reinterpret_cast<float4*>(sums_x + h)[0] = reinterpret_cast<float4*>(sums_x + h)[1] = zero;
+    *reinterpret_cast<float4*>(sums_g + i) = zero;
+    *reinterpret_cast<float4*>(sums_b + i) = zero;
+    if (kBias) *reinterpret_cast<float4*>(sums_x + i) = zero;
   }
+  for (int h = threadIdx.x; h < S; h += kWarp * kWarpsPerBlock) gamma_s[slot_of_column(h)] = h < H ? gamma[h] : 0.0f;
+  __syncthreads();
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
   const int64_t r1 = min(rows, r0 + rows_per_chunk);
   // The warp's next rows go into L2 while it computes this one (Hopper's bulk
@@ -192,25 +218,22 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, 2)
     for (int g = 0; g < kGroups; ++g) {
       const int h = 8 * lane + 256 * g;
       if (h >= H) continue;
-      float sg[8], sb[8];
-      reinterpret_cast<float4*>(sg)[0] = reinterpret_cast<const float4*>(sums_g + h)[0];
-      reinterpret_cast<float4*>(sg)[1] = reinterpret_cast<const float4*>(sums_g + h)[1];
-      reinterpret_cast<float4*>(sb)[0] = reinterpret_cast<const float4*>(sums_b + h)[0];
-      reinterpret_cast<float4*>(sb)[1] = reinterpret_cast<const float4*>(sums_b + h)[1];
+      float sg[8], sb[8], ga[8];
+      load_slots8(sums_g, g, lane, sg);
+      load_slots8(sums_b, g, lane, sb);
+      load_slots8(gamma_s, g, lane, ga);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const float xh = (to_float(raw_x[g].e[j]) - m) * s;
         const float gy = to_float(raw_dy[g].e[j]);
-        const float dyg = gy * gamma[h + j];
+        const float dyg = gy * ga[j];
         lane_dyg += dyg;
         lane_dyg_xh += dyg * xh;
         sg[j] += gy * xh;
         sb[j] += gy;
       }
-      reinterpret_cast<float4*>(sums_g + h)[0] = reinterpret_cast<float4*>(sg)[0];
-      reinterpret_cast<float4*>(sums_g + h)[1] = reinterpret_cast<float4*>(sg)[1];
-      reinterpret_cast<float4*>(sums_b + h)[0] = reinterpret_cast<float4*>(sb)[0];
-      reinterpret_cast<float4*>(sums_b + h)[1] = reinterpret_cast<float4*>(sb)[1];
+      store_slots8(sums_g, g, lane, sg);
+      store_slots8(sums_b, g, lane, sb);
     }
     const float mean_dyg = static_cast<float>(warp_sum(static_cast<double>(lane_dyg)) / H);
     const float mean_dyg_xh = static_cast<float>(warp_sum(static_cast<double>(lane_dyg_xh)) / H);
@@ -218,12 +241,13 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, 2)
     for (int g = 0; g < kGroups; ++g) {
       const int h = 8 * lane + 256 * g;
       if (h >= H) continue;
-      float o[8], od[8];
+      float o[8], od[8], ga[8];
+      load_slots8(gamma_s, g, lane, ga);
       const uint32_t keep = d.p > 0.0f ? keep_bits8(d, static_cast<uint64_t>(base + h)) : 0xffu;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const float xh = (to_float(raw_x[g].e[j]) - m) * s;
-        const float dyg = to_float(raw_dy[g].e[j]) * gamma[h + j];
+        const float dyg = to_float(raw_dy[g].e[j]) * ga[j];
         o[j] = to_float(from_float<T>(s * (dyg - mean_dyg - xh * mean_dyg_xh)));
         od[j] = d.p > 0.0f ? (((keep >> j) & 1u) ? o[j] * keep_scale : 0.0f) : o[j];
       }
@@ -231,12 +255,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, 2)
       store8(d_x + base + h, od);
       if (kBias) {
         float sx[8];
-        reinterpret_cast<float4*>(sx)[0] = reinterpret_cast<const float4*>(sums_x + h)[0];
-        reinterpret_cast<float4*>(sx)[1] = reinterpret_cast<const float4*>(sums_x + h)[1];
+        load_slots8(sums_x, g, lane, sx);
 #pragma unroll
         for (int j = 0; j < 8; ++j) sx[j] += to_float(from_float<T>(od[j]));  // as stored
-        reinterpret_cast<float4*>(sums_x + h)[0] = reinterpret_cast<float4*>(sx)[0];
-        reinterpret_cast<float4*>(sums_x + h)[1] = reinterpret_cast<float4*>(sx)[1];
+        store_slots8(sums_x, g, lane, sx);
       }
     }
   }
@@ -244,12 +266,13 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, 2)
   __syncthreads();
   const int64_t at = static_cast<int64_t>(blockIdx.x) * H;
   for (int h = threadIdx.x; h < H; h += kWarp * kWarpsPerBlock) {
+    const int slot = slot_of_column(h);
     float total_g = 0.0f, total_b = 0.0f, total_x = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarpsPerBlock; ++w) {
-      total_g += column_sums[static_cast<int64_t>(w) * H + h];
-      total_b += column_sums[static_cast<int64_t>(kWarpsPerBlock + w) * H + h];
-      if (kBias) total_x += column_sums[static_cast<int64_t>(2 * kWarpsPerBlock + w) * H + h];
+      total_g += shared[S * (1 + w) + slot];
+      total_b += shared[S * (1 + kWarpsPerBlock + w) + slot];
+      if (kBias) total_x += shared[S * (1 + 2 * kWarpsPerBlock + w) + slot];
     }
     partial_gamma[at + h] = total_g;
     partial_beta[at + h] = total_b;
@@ -381,16 +404,17 @@ void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* 
   float* partial_beta = partial_gamma + chunks * H;
   float* partial_bias = d_bias ? partial_beta + chunks * H : nullptr;
   const int sums = d_bias ? 3 : 2;
-  const size_t shared = sums * sizeof(float) * kWarpsPerBlock * static_cast<size_t>(H);
+  // γ and the warps' column sums, rows of 256 slots a group (the kernel's S).
+  const size_t shared = (1 + sums * kWarpsPerBlock) * sizeof(float) * 256 * static_cast<size_t>((H + 255) / 256);
   const auto run = [&](auto tag, auto groups, auto bias) {
     using T = typename decltype(tag)::type;
     const auto kernel = residual_ln_backward_kernel<T, decltype(groups)::value, decltype(bias)::value>;
     // Over the default 48 KiB: the kernel's limit raised once, the first time
-    // it is needed, to the largest size (192 KiB at H = 2048 with the bias).
+    // it is needed, to the largest size (200 KiB at H = 2048 with the bias).
     if (shared > 48 * 1024) {
-      static const bool raised = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                      3 * sizeof(float) * kWarpsPerBlock * 256 * kMaxGroups) ==
-                                 cudaSuccess;
+      static const bool raised =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (1 + 3 * kWarpsPerBlock) * sizeof(float) * 256 * kMaxGroups) == cudaSuccess;
       ANATOMY_CHECK(raised, "residual_layernorm_backward: no {} bytes of shared memory for H = {}", shared, H);
     }
     kernel<<<static_cast<unsigned>(chunks), kWarp * kWarpsPerBlock, shared, s>>>(
