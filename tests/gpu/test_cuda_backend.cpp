@@ -265,8 +265,14 @@ TEST_P(CudaFixture, Fp16ForwardAndBackwardNearHuggingFace) {
 // seed-to-seed difference plus 0.02 (of a loss that starts near ln 2 ≈ 0.69).
 // (With a single other seed the yardstick is one sample of the spread, and two
 // seeds that happen to agree over a window make it near zero.) And the runs must learn.
+// The products take cuBLASLt's first heuristic choice (ANATOMY_GEMM_TUNING=0),
+// so that the test sees the same algorithms, and the same curves, every run: with
+// the timed choice, which can differ from run to run, the bf16 curve of one run on
+// an H100 missed the bound at window 11 by 1% (0.0886 against 0.0878) and passed
+// in others.
 TEST(CudaMixedPrecision, Bf16LossCurveTracksFloat32Over300Steps) {
   SKIP_WITHOUT_GPU();
+  const test::ScopedEnv heuristic_products("ANATOMY_GEMM_TUNING", "0");
   BertConfig config = *bert_preset("bert-tiny");
   config.vocab_size = 512;
   config.max_position_embeddings = 64;
