@@ -384,7 +384,7 @@ void activation_forward_half(cudaStream_t s, Half h, ActivationKind kind, const 
     const T* in = static_cast<const T*>(x);
     T* out = static_cast<T*>(y);
     switch (kind) {
-      case ActivationKind::GeluErf: launch_map1_typed(s, in, out, n, GeluErfForward{}); break;
+      case ActivationKind::GeluErf: launch_map1_typed(s, in, out, n, GeluErfForward16{}); break;
       case ActivationKind::GeluTanh: launch_map1_typed(s, in, out, n, GeluTanhForward{}); break;
       case ActivationKind::Relu: launch_map1_typed(s, in, out, n, ReluForward{}); break;
       case ActivationKind::Tanh: launch_map1_typed(s, in, out, n, TanhForward{}); break;
@@ -400,7 +400,7 @@ void activation_backward_half(cudaStream_t s, Half h, ActivationKind kind, const
     const T* g = static_cast<const T*>(dy);
     T* out = static_cast<T*>(dx);
     switch (kind) {
-      case ActivationKind::GeluErf: launch_map2_typed(s, sv, g, out, n, GeluErfBackward{}); break;
+      case ActivationKind::GeluErf: launch_map2_typed(s, sv, g, out, n, GeluErfBackward16{}); break;
       case ActivationKind::GeluTanh: launch_map2_typed(s, sv, g, out, n, GeluTanhBackward{}); break;
       case ActivationKind::Relu: launch_map2_typed(s, sv, g, out, n, ReluBackward{}); break;
       case ActivationKind::Tanh: launch_map2_typed(s, sv, g, out, n, TanhBackward{}); break;

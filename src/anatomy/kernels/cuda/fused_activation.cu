@@ -189,12 +189,15 @@ void launch_bias(cudaStream_t s, const T* x, const T* dy, T* dx, T* y, int64_t r
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 
-// Runs f(forward, backward) with the element functions of `kind` (not tanh,
-// which saves its output rather than its input).
-template <typename F>
+// Runs f(forward, backward) with the element functions of `kind` for
+// activations of type T (not tanh, which saves its output rather than its
+// input). 16-bit GELU takes the 16-bit functions, as the element-wise kernels do.
+template <typename T, typename F>
 void with_activation(ActivationKind kind, F&& f) {
   switch (kind) {
-    case ActivationKind::GeluErf: return f(GeluErfForward{}, GeluErfBackward{});
+    case ActivationKind::GeluErf:
+      if constexpr (sizeof(T) == 2) return f(GeluErfForward16{}, GeluErfBackward16{});
+      else return f(GeluErfForward{}, GeluErfBackward{});
     case ActivationKind::GeluTanh: return f(GeluTanhForward{}, GeluTanhBackward{});
     case ActivationKind::Relu: return f(ReluForward{}, ReluBackward{});
     case ActivationKind::Tanh: ANATOMY_CHECK(false, "activation_backward_recompute: not for tanh");
@@ -213,7 +216,7 @@ void activation_backward_recompute_bias(cudaStream_t s, DType dtype, ActivationK
   float* partial = static_cast<float*>(scratch);
   with_element_type(dtype, "activation_backward_recompute", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    with_activation(kind, [&](auto fwd, auto bwd) {
+    with_activation<T>(kind, [&](auto fwd, auto bwd) {
       launch_bias(s, static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), static_cast<T*>(y),
                   rows, N, partial, fwd, bwd);
     });
@@ -226,7 +229,7 @@ void activation_backward_recompute_half(cudaStream_t s, Half h, ActivationKind k
   if (n <= 0) return;
   with_half_type(h, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    with_activation(kind, [&](auto fwd, auto bwd) {
+    with_activation<T>(kind, [&](auto fwd, auto bwd) {
       launch(s, static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), static_cast<T*>(y), n, fwd,
              bwd);
     });
@@ -239,7 +242,7 @@ void gelu_forward_half(cudaStream_t s, Half h, ActivationKind kind, const void* 
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x);
     T* out = static_cast<T*>(y);
-    if (kind == ActivationKind::GeluErf) launch_forward(s, in, out, n, GeluErfForward{});
+    if (kind == ActivationKind::GeluErf) launch_forward(s, in, out, n, GeluErfForward16{});
     else if (kind == ActivationKind::GeluTanh) launch_forward(s, in, out, n, GeluTanhForward{});
     else ANATOMY_CHECK(false, "gelu_forward_half: not a GELU");
   });
