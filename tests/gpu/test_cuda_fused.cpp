@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -391,8 +392,8 @@ TEST(CudaBackendActivation, GeluFor16BitValuesRoundsTheExactGelu) {
     }
     EXPECT_EQ(wrong, 0) << dtype_name(t);
     EXPECT_LE(near_ties, n / 1000) << dtype_name(t) << ": " << near_ties << " near-ties of " << 2 * n << " results";
-    std::printf("%s: %lld values, %lld results at near-ties\n", dtype_name(t), static_cast<long long>(n),
-                static_cast<long long>(near_ties));
+    std::printf("%s: %lld values, %lld results at near-ties\n", std::string(dtype_name(t)).c_str(),
+                static_cast<long long>(n), static_cast<long long>(near_ties));
   }
 }
 

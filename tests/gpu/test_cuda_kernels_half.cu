@@ -406,11 +406,16 @@ TEST(CudaKernelsHalf, ActivationsMatchCpuWithinOneUlp) {
 
           // The same element functions as the float32 kernels: the float32
           // launchers on the widened inputs, rounded, give the same bits.
-          DeviceArray<float> fx(x.values), fsaved(saved.values), fdy(dy.values), fy(n), fdx(n);
-          cu::activation_forward(nullptr, kind, fx.get(), fy.get(), n);
-          cu::activation_backward(nullptr, kind, fsaved.get(), fdy.get(), fdx.get(), n);
-          EXPECT_EQ(fwd[0], narrow_all(f, fy.download())) << tag << " forward against the float32 kernel";
-          EXPECT_EQ(bwd[0], narrow_all(f, fdx.download())) << tag << " backward against the float32 kernel";
+          // Not the erf GELU, whose 16-bit functions take a cheaper erfc
+          // (activation_math.cuh); CudaBackendActivation.GeluFor16BitValues-
+          // RoundsTheExactGelu checks them on every 16-bit input instead.
+          if (kind != ActivationKind::GeluErf) {
+            DeviceArray<float> fx(x.values), fsaved(saved.values), fdy(dy.values), fy(n), fdx(n);
+            cu::activation_forward(nullptr, kind, fx.get(), fy.get(), n);
+            cu::activation_backward(nullptr, kind, fsaved.get(), fdy.get(), fdx.get(), n);
+            EXPECT_EQ(fwd[0], narrow_all(f, fy.download())) << tag << " forward against the float32 kernel";
+            EXPECT_EQ(bwd[0], narrow_all(f, fdx.download())) << tag << " backward against the float32 kernel";
+          }
         }
       }
     }

@@ -6,7 +6,9 @@
 // the relative error near float's rounding (no cancellation in the tails).
 // The 16-bit variants (bf16, fp16) run the very same element functions on
 // inputs widened to float and round each result once, so their outputs are
-// the float32 kernels' results rounded to nearest even.
+// the float32 kernels' results rounded to nearest even; except the erf GELU,
+// whose 16-bit functions take a cheaper erfc (activation_math.cuh) and round
+// as the exact GELU does instead (but for rare fp16 near-ties).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
