@@ -137,18 +137,6 @@ void launch(cudaStream_t s, const T* x, const T* dy, T* dx, T* y, int64_t n, Fwd
 // the chunk's rows in order, adding dx as stored, and leaves one float partial
 // per chunk and column for column_partials_finish.
 constexpr int kBiasThreads = 128;
-template <typename T>
-struct Raw8 {
-  alignas(16) T e[8];
-};
-template <typename T>
-__device__ __forceinline__ Raw8<T> load_raw8(const T* p) {
-  Raw8<T> r;
-#pragma unroll
-  for (int k = 0; k < static_cast<int>(sizeof(Raw8<T>) / 16); ++k)
-    reinterpret_cast<uint4*>(r.e)[k] = reinterpret_cast<const uint4*>(p)[k];
-  return r;
-}
 // Rows a thread loads before it computes (several 16-byte loads in flight).
 // Two rows and at most 73 registers (7 blocks an SM) rather than four rows in
 // 128 registers (4 blocks): ncu on an H100 found the four-row kernel with the
@@ -167,13 +155,13 @@ __global__ void __launch_bounds__(kBiasThreads, 7)
   for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
   for (int64_t r = r0; r < r1; r += kBiasUnroll) {
     // Kept as loaded (16-bit: half the registers of floats) and widened at use.
-    Raw8<T> in_x[kBiasUnroll], in_g[kBiasUnroll];
+    Pack8<T> in_x[kBiasUnroll], in_g[kBiasUnroll];
 #pragma unroll
     for (int u = 0; u < kBiasUnroll; ++u) {
       if (r + u >= r1) break;
       const int64_t i = (r + u) * N + n;
-      in_x[u] = load_raw8(x + i);
-      in_g[u] = load_raw8(dy + i);
+      in_x[u] = load_pack(x + i);
+      in_g[u] = load_pack(dy + i);
     }
 #pragma unroll
     for (int u = 0; u < kBiasUnroll; ++u) {

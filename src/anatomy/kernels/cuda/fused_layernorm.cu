@@ -41,22 +41,8 @@ constexpr int kWarpsPerBlock = 8;
 constexpr int kMaxGroups = 8;        // H <= 256 * 8
 static_assert(kMaxGroups == kFusedLayerNormMaxGroups, "fused_layernorm_supported (cuda_memory.h) admits this many");
 
-// Eight elements of T (16 bytes of 16-bit data, 32 of float) kept packed, moved by 16-byte accesses.
-template <typename T>
-struct Pack8 {
-  alignas(16) T e[8];
-};
-
-template <typename T>
-__device__ __forceinline__ Pack8<T> load_pack(const T* p) {
-  Pack8<T> r;
-#pragma unroll
-  for (int k = 0; k < static_cast<int>(sizeof(Pack8<T>) / 16); ++k)
-    reinterpret_cast<uint4*>(r.e)[k] = reinterpret_cast<const uint4*>(p)[k];
-  return r;
-}
-
-// load8 / store8 (widening and rounding 16-byte accesses): half_types.cuh.
+// Pack8 / load_pack (packed 16-byte loads), load8 / store8 (widening and
+// rounding 16-byte accesses): half_types.cuh.
 
 __device__ __forceinline__ double warp_sum(double v) {
 #pragma unroll

@@ -27,6 +27,22 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { re
 template <>
 __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 
+// Eight elements of T (16 bytes of 16-bit data, 32 of float) kept packed, as
+// loaded by 16-byte accesses from a 16-byte aligned p: half the registers of
+// widened floats for 16-bit data.
+template <typename T>
+struct Pack8 {
+  alignas(16) T e[8];
+};
+template <typename T>
+__device__ __forceinline__ Pack8<T> load_pack(const T* p) {
+  Pack8<T> r;
+#pragma unroll
+  for (int k = 0; k < static_cast<int>(sizeof(Pack8<T>) / 16); ++k)
+    reinterpret_cast<uint4*>(r.e)[k] = reinterpret_cast<const uint4*>(p)[k];
+  return r;
+}
+
 // Eight consecutive elements at a 16-byte aligned p, widened: one 16-byte load
 // for 16-bit types, two for float; and the rounding store back.
 template <typename T>
