@@ -12,8 +12,13 @@ if [[ "${1:-}" == "--anatomy" ]]; then
 fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-env "$@" "$anatomy" train --bf16 --tf32 --per-device-train-batch-size 64 --max-steps 12 --logging-steps 1 \
-  --no-progress --output-dir "$out" | grep -E "^Attention" || true
+if ! env "$@" "$anatomy" train --bf16 --tf32 --per-device-train-batch-size 64 --max-steps 12 --logging-steps 1 \
+  --no-progress --output-dir "$out" > "$out/train.txt" 2>&1; then
+  tail -5 "$out/train.txt" >&2
+  echo "first_steps.sh: $anatomy train failed" >&2
+  exit 1
+fi
+grep -E "^Attention" "$out/train.txt" || true
 python3 - "$out/log.jsonl" "$*" <<'PY'
 import json, sys
 ms = [64 / j["samples_per_second"] * 1000 for j in map(json.loads, open(sys.argv[1])) if "samples_per_second" in j]
