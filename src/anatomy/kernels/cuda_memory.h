@@ -224,14 +224,16 @@ inline bool column_sums_half_supported(int64_t N, const void* dy) {
 }
 // The activation backward that recomputes the forward (float32 or 16-bit) also
 // sums the bias gradient in its pass when the rows are N % 8 == 0 elements and
-// every pointer is 16-byte aligned (scratch: column_sums_half_scratch_bytes).
+// every pointer is 16-byte aligned (scratch: column_sums_scratch_bytes).
 inline bool recompute_bias_supported(int64_t N, std::initializer_list<const void*> pointers) {
   if (N <= 0 || N % 8 != 0 || N > 0x7fffffff) return false;
   for (const void* p : pointers)
     if (!is_16_byte_aligned(p)) return false;
   return true;
 }
-constexpr size_t column_sums_half_scratch_bytes(int64_t rows, int64_t N) {
+// Float partials, one row per chunk of rows: the 16-bit column sums and the
+// recomputing activation backward's bias sums (float32 or 16-bit).
+constexpr size_t column_sums_scratch_bytes(int64_t rows, int64_t N) {
   if (rows <= 0 || N <= 0) return 0;
   return static_cast<size_t>(fused_partial_chunks(rows) * N) * sizeof(float);
 }

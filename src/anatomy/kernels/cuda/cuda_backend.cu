@@ -224,7 +224,7 @@ class CudaBackend final : public Backend {
     if (dy.dtype() == DType::F32) column_sums_accumulate(stream_, dy.data<float>(), M, N, db.data<float>());
     else if (column_sums_half_supported(N, dy.raw()))
       column_sums_accumulate_half_fast(stream_, half_type(dy.dtype()), dy.raw(), M, N, db.data<float>(),
-                                       scratch_bytes(column_sums_half_scratch_bytes(M, N)));
+                                       scratch_bytes(column_sums_scratch_bytes(M, N)));
     else column_sums_accumulate_half(stream_, half_type(dy.dtype()), dy.raw(), M, N, db.data<float>());
   }
 
@@ -406,7 +406,7 @@ class CudaBackend final : public Backend {
     if (d_bias && recompute_bias_supported(N, {x.raw(), dy.raw(), dx.raw(), y.raw()}))
       return activation_backward_recompute_bias(stream_, x.dtype(), kind, x.raw(), dy.raw(), dx.raw(), y.raw(),
                                                 rows_of(x), N, d_bias->data<float>(),
-                                                scratch_bytes(column_sums_half_scratch_bytes(rows_of(x), N)));
+                                                scratch_bytes(column_sums_scratch_bytes(rows_of(x), N)));
     if (x.dtype() != DType::F32) {
       activation_backward_recompute_half(stream_, half_type(x.dtype()), kind, x.raw(), dy.raw(), dx.raw(), y.raw(),
                                          x.numel());

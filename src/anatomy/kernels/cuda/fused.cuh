@@ -44,7 +44,7 @@ void column_partials_finish(cudaStream_t s, const float* partial, float* out, in
 
 // db[n] += Σ_rows dy[row, n] for a 16-bit dy [rows, N] with N % 8 == 0 and
 // 16-byte alignment: float partials over chunks of rows (16-byte loads), the
-// chunks added in order in double. `scratch`: column_sums_half_scratch_bytes;
+// chunks added in order in double. `scratch`: column_sums_scratch_bytes;
 // column_sums_half_supported says when it applies (both in cuda_memory.h).
 void column_sums_accumulate_half_fast(cudaStream_t s, Half h, const void* dy, int64_t rows, int64_t N, float* db,
                                       void* scratch);
@@ -56,7 +56,7 @@ void activation_backward_recompute_half(cudaStream_t s, Half h, ActivationKind k
 // The same over rows × N (recompute_bias_supported(N, every pointer)), for
 // float32, bf16 or fp16, with d_bias[n] += Σ_rows dx[row, n] as stored (float
 // partials per chunk of rows, added in order): the bias gradient of the product
-// whose output x is. `scratch`: column_sums_half_scratch_bytes(rows, N).
+// whose output x is. `scratch`: column_sums_scratch_bytes(rows, N).
 void activation_backward_recompute_bias(cudaStream_t s, DType dtype, ActivationKind kind, const void* x,
                                         const void* dy, void* dx, void* y, int64_t rows, int64_t N, float* d_bias,
                                         void* scratch);

@@ -107,7 +107,7 @@ class MetaBackend final : public Backend {
   void bias_gradient(const Tensor& dy, const Tensor& db) {
     const int64_t N = db.numel(), M = N > 0 ? dy.numel() / N : 0;
     if (cuda() && dy.dtype() != DType::F32 && cuda::column_sums_half_supported(N, dy.raw()))
-      scratch_bytes(cuda::column_sums_half_scratch_bytes(M, N));
+      scratch_bytes(cuda::column_sums_scratch_bytes(M, N));
   }
   // linear_forward_n and linear_backward_weights_n: Backend's, one product at a
   // time. The CUDA backend's batched versions allocate what these do (its
@@ -171,7 +171,7 @@ class MetaBackend final : public Backend {
     // partials, else the separate bias gradient's.
     const int64_t N = x.dim(-1);
     if (cuda::recompute_bias_supported(N, {x.raw(), dy.raw(), dx.raw(), y.raw()}))
-      return scratch_bytes(cuda::column_sums_half_scratch_bytes(rows_of(x), N));
+      return scratch_bytes(cuda::column_sums_scratch_bytes(rows_of(x), N));
     bias_gradient(dx, *d_bias);
   }
   void dropout(const Tensor&, const Tensor&, const DropoutSpec&) override {}
