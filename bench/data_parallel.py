@@ -16,8 +16,13 @@ with G/N each, three times:
   each step's loss within --bf16-rtol (default 1e-2, about 2.5 bf16 units of the loss's own resolution);
 - fp32 with dropout off: the same computation up to summation order: within --fp32-rtol (1e-5).
 
-    python3 bench/data_parallel.py --anatomy build/anatomy [--gpus 2] [--batch 32 64] [--samples 2048] [--zero-stage 0|1|2|3]
-                                   [--losses] [--json out.json]
+Several GPU counts and ZeRO stages in one call (`--gpus 2 4 8 --zero-stage 0 1 2 3`): the 1-GPU run once per
+batch, then one launch per (count, stage), one table row each with the scaling efficiency against 1 GPU and
+each rank's memory plan (its prediction of NVML use, printed by every rank after training) beside the
+measured peak; the losses of each count (and stage) against 1 GPU.
+
+    python3 bench/data_parallel.py --anatomy build/anatomy [--gpus 2 [4 8]] [--batch 32 64] [--samples 2048]
+                                   [--zero-stage 0|1|2|3 [...]] [--losses] [--json out.json]
 """
 import argparse
 import json
@@ -53,25 +58,36 @@ def precision_flags(args):
     return [] if args.precision == "fp32" else ["--" + args.precision]
 
 
-def throughput(args, batch):
-    one = run([args.anatomy] + train_args(args, precision_flags(args) + ["--per-device-train-batch-size", str(batch),
+def one_gpu(args, batch):
+    out = run([args.anatomy] + train_args(args, precision_flags(args) + ["--per-device-train-batch-size", str(batch),
                                                                         "--dummy-size", str(args.samples)]))
-    many = run([args.anatomy, "launch", "--nproc-per-node", str(args.gpus), "--"] +
-               train_args(args, precision_flags(args) + ["--per-device-train-batch-size", str(batch),
-                                                         "--dummy-size", str(args.samples * args.gpus),
-                                                         "--zero-stage", str(args.zero_stage)]))
-    s1 = float(figure(r"^Samples/second: ([0-9.]+)", one, "Samples/second")[-1])
-    sn = float(figure(r"^\[rank 0\] Samples/second: ([0-9.]+)", many, "rank 0's Samples/second")[-1])
-    memory = r"GPU memory occupied: ([0-9]+) MB" if args.device == "cuda" else r"CPU memory occupied \(peak RSS\): ([0-9]+) MB"
-    m1 = int(figure("^" + memory, one, "memory")[-1])
-    mn = [int(m) for m in figure(r"^\[rank \d+\] " + memory, many, "memory")]
+    return dict(samples_per_second=float(figure(r"^Samples/second: ([0-9.]+)", out, "Samples/second")[-1]),
+                memory_mb=int(figure("^" + memory_pattern(args), out, "memory")[-1]))
+
+
+def memory_pattern(args):
+    return r"GPU memory occupied: ([0-9]+) MB" if args.device == "cuda" else r"CPU memory occupied \(peak RSS\): ([0-9]+) MB"
+
+
+GIB = {"B": 1 / 2**30, "KiB": 1 / 2**20, "MiB": 1 / 2**10, "GiB": 1.0, "TiB": 2**10}
+
+
+def many_gpus(args, batch, gpus, stage):
+    """N ranks on N GPUs, each with S sequences, so that the run takes the 1-GPU run's steps."""
+    out = run([args.anatomy, "launch", "--nproc-per-node", str(gpus), "--"] +
+              train_args(args, precision_flags(args) + ["--per-device-train-batch-size", str(batch),
+                                                        "--dummy-size", str(args.samples * gpus),
+                                                        "--zero-stage", str(stage)]))
+    sn = float(figure(r"^\[rank 0\] Samples/second: ([0-9.]+)", out, "rank 0's Samples/second")[-1])
+    memory = [int(m) for m in figure(r"^\[rank \d+\] " + memory_pattern(args), out, "memory")][-gpus:]
     # Each rank's prediction against its measurement (the plan before training, the anatomy after).
-    ledger_err = re.findall(r"^\[rank \d+\] Predicted ledger peak .*?, measured .*? \(error ([+-][0-9.]+)%\)", many, re.M)
-    nvml_err = re.findall(r"^\[rank \d+\] Predicted NVML use .*?, measured .*? \(error ([+-][0-9.]+)%\)", many, re.M)
-    return dict(batch=batch, one_gpu=s1, n_gpus=sn, ratio=sn / s1, efficiency=sn / s1 / args.gpus,
-                memory_one_mb=m1, memory_n_mb=max(mn[-args.gpus:]),
+    ledger_err = re.findall(r"^\[rank \d+\] Predicted ledger peak .*?, measured .*? \(error ([+-][0-9.]+)%\)", out, re.M)
+    nvml = re.findall(r"^\[rank \d+\] Predicted NVML use ([0-9.]+) (B|KiB|MiB|GiB|TiB), measured .*? "
+                      r"\(error ([+-][0-9.]+)%\)", out, re.M)
+    return dict(samples_per_second=sn, memory_per_gpu_mb=memory,
                 ledger_prediction_error_pct=[float(e) for e in ledger_err],
-                nvml_prediction_error_pct=[float(e) for e in nvml_err])
+                predicted_nvml_gib=[float(v) * GIB[u] for v, u, _ in nvml],
+                nvml_prediction_error_pct=[float(e) for _, _, e in nvml])
 
 
 def losses(log_path):
@@ -96,8 +112,10 @@ def model_without_dropout(args, tmp):
     return model
 
 
-def compare_losses(args, tmp, precision, dropout):
+def compare_losses(args, tmp, precision, dropout, gpus, stage):
     g = args.global_batch
+    if g % gpus:
+        raise SystemExit(f"--global-batch {g} does not split over {gpus} GPUs")
     extra = ["--max-steps", str(args.steps), "--logging-steps", "1", "--dummy-size", str(g * args.steps),
              "--learning-rate", "1e-5", "--seed", "7"]
     model = args.model if dropout else model_without_dropout(args, tmp)
@@ -106,17 +124,17 @@ def compare_losses(args, tmp, precision, dropout):
     base = ["train", "--model", model, "--dummy-seq-len", str(args.seq_len), "--device", args.device,
             "--no-progress"] + extra
     name = precision + ("-dropout" if dropout else "-no-dropout")
-    d1, dn = os.path.join(tmp, name + "-1"), os.path.join(tmp, name + "-n")
-    run([args.anatomy] + base + ["--per-device-train-batch-size", str(g), "--output-dir", d1])
-    run([args.anatomy, "launch", "--nproc-per-node", str(args.gpus), "--"] + base +
-        ["--per-device-train-batch-size", str(g // args.gpus), "--zero-stage", str(args.zero_stage),
-         "--output-dir", dn])
+    d1, dn = os.path.join(tmp, name + "-1"), os.path.join(tmp, f"{name}-{gpus}-stage{stage}")
+    if not os.path.isdir(d1):  # the 1-GPU run once per case
+        run([args.anatomy] + base + ["--per-device-train-batch-size", str(g), "--output-dir", d1])
+    run([args.anatomy, "launch", "--nproc-per-node", str(gpus), "--"] + base +
+        ["--per-device-train-batch-size", str(g // gpus), "--zero-stage", str(stage), "--output-dir", dn])
     a, b = losses(os.path.join(d1, "log.jsonl")), losses(os.path.join(dn, "log.jsonl"))
     if sorted(a) != sorted(b):
         raise SystemExit(f"{precision}: the runs logged different steps")
     rel = [abs(b[s][0] - a[s][0]) / abs(a[s][0]) for s in sorted(a)]
     rel_norm = [abs(b[s][1] - a[s][1]) / abs(a[s][1]) for s in sorted(a)]
-    return dict(precision=precision, dropout=dropout, steps=len(a), global_batch=g, max_rel_loss=max(rel),
+    return dict(precision=precision, dropout=dropout, gpus=gpus, zero_stage=stage, steps=len(a), global_batch=g, max_rel_loss=max(rel),
                 mean_rel_loss=sum(rel) / len(rel), max_rel_grad_norm=max(rel_norm),
                 first=(a[1][0], b[1][0]), last=(a[max(a)][0], b[max(b)][0]))
 
@@ -124,7 +142,7 @@ def compare_losses(args, tmp, precision, dropout):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--anatomy", required=True)
-    p.add_argument("--gpus", type=int, default=2)
+    p.add_argument("--gpus", type=int, nargs="+", default=[2], help="GPU counts (each a launch)")
     p.add_argument("--model", default="bert-large-uncased")
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--batch", type=int, nargs="+", default=[32, 64])
@@ -140,21 +158,30 @@ def main():
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"],
                    help="of the throughput runs and of the 16-bit loss comparisons")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a dry run of this script")
-    p.add_argument("--zero-stage", type=int, default=0, choices=[0, 1, 2, 3])
+    p.add_argument("--zero-stage", type=int, nargs="+", default=[0], choices=[0, 1, 2, 3])
     p.add_argument("--json")
     args = p.parse_args()
     result = dict(gpus=args.gpus, model=args.model, throughput=[], losses=[])
     if not args.no_throughput:
-        print(f"| per-GPU batch | 1 GPU samples/s | {args.gpus} GPUs samples/s | ratio | efficiency | "
-              f"memory 1 GPU MB | memory per GPU ({args.gpus}) MB | per-rank prediction error: ledger; NVML |")
-        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+        print("| per-GPU batch | GPUs | ZeRO stage | samples/s | 1 GPU samples/s | ratio | efficiency | "
+              "peak per GPU MB (largest rank) | 1 GPU MB | predicted NVML per GPU (largest rank) | "
+              "prediction error per rank: NVML; ledger |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
         for b in args.batch:
-            r = throughput(args, b)
-            result["throughput"].append(r)
-            print(f"| {b} | {r['one_gpu']:.1f} | {r['n_gpus']:.1f} | {r['ratio']:.3f} | {r['efficiency']:.1%} | "
-                  f"{r['memory_one_mb']} | {r['memory_n_mb']} | "
-                  f"{', '.join(f'{e:+.2f}%' for e in r['ledger_prediction_error_pct']) or '-'}; "
-                  f"{', '.join(f'{e:+.2f}%' for e in r['nvml_prediction_error_pct']) or '-'} |", flush=True)
+            one = one_gpu(args, b)
+            for n in args.gpus:
+                for stage in args.zero_stage:
+                    r = many_gpus(args, b, n, stage)
+                    ratio = r["samples_per_second"] / one["samples_per_second"]
+                    row = dict(batch=b, gpus=n, zero_stage=stage, one_gpu=one["samples_per_second"],
+                               memory_one_mb=one["memory_mb"], ratio=ratio, efficiency=ratio / n, **r)
+                    result["throughput"].append(row)
+                    predicted = f"{max(r['predicted_nvml_gib']):.2f} GiB" if r["predicted_nvml_gib"] else "-"
+                    errors = lambda key: ", ".join(f"{e:+.2f}%" for e in r[key]) or "-"
+                    print(f"| {b} | {n} | {stage} | {r['samples_per_second']:.1f} | {one['samples_per_second']:.1f} | "
+                          f"{ratio:.3f} | {ratio / n:.1%} | {max(r['memory_per_gpu_mb'])} | {one['memory_mb']} | "
+                          f"{predicted} | {errors('nvml_prediction_error_pct')}; "
+                          f"{errors('ledger_prediction_error_pct')} |", flush=True)
     failed = False
     if args.losses:
         with tempfile.TemporaryDirectory() as tmp:
@@ -163,15 +190,16 @@ def main():
             if args.loss_cases:
                 case = lambda r: "fp32" if r[0] == "fp32" else "dropout" if r[1] else "no-dropout"
                 runs = [r for r in runs if case(r) in args.loss_cases]
-            for precision, dropout in runs:
-                r = compare_losses(args, tmp, precision, dropout)
+            for precision, dropout, gpus, stage in [(p_, d_, n, z) for n in args.gpus for z in args.zero_stage
+                                                    for p_, d_ in runs]:
+                r = compare_losses(args, tmp, precision, dropout, gpus, stage)
                 result["losses"].append(r)
                 rtol = None if dropout else args.fp32_rtol if precision == "fp32" else args.bf16_rtol
                 ok = rtol is None or r["max_rel_loss"] <= rtol
                 failed |= not ok
                 what = f"{precision}, dropout {'0.1' if dropout else 'off'}"
                 limit = "reported only" if rtol is None else f"limit {rtol:.0e}"
-                print(f"losses {what} ({limit}): {r['steps']} steps, global batch {r['global_batch']}: max relative "
+                print(f"losses {what}, {gpus} GPUs, ZeRO stage {stage} ({limit}): {r['steps']} steps, global batch {r['global_batch']}: max relative "
                       f"difference {r['max_rel_loss']:.2e} (mean {r['mean_rel_loss']:.2e}), grad norm "
                       f"{r['max_rel_grad_norm']:.2e}; first {r['first'][0]:.6f} vs {r['first'][1]:.6f}, last "
                       f"{r['last'][0]:.6f} vs {r['last'][1]:.6f}{'' if ok else '  FAILED'}", flush=True)
