@@ -380,8 +380,8 @@ void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* 
                                       void* d_residual, void* d_x, float* dgamma, float* dbeta, float* d_bias,
                                       int64_t rows, int64_t H, void* scratch) {
   if (rows <= 0) return;
-  // No more chunks than the blocks the GPU holds at once (two an SM): one wave,
-  // each warp going through several rows, where its loads run ahead. The
+  // No more chunks than two an SM: one wave where two blocks fit an SM (H up
+  // to 1024; larger rows take two), each warp going through several rows. The
   // scratch holds chunk_count(rows) chunks, at least as many. The order of the
   // sums depends on the SM count: the same on the same GPU.
   const int64_t chunks = std::min(chunk_count(rows), 2 * multiprocessor_count());
