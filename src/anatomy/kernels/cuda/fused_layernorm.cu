@@ -128,6 +128,11 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
 // steps) each access took twice the wavefronts, and with γ read from global
 // memory a float at a time the L1 was the kernel's limit (83% busy on an H100,
 // DRAM at 44%).
+// The backward's dynamic shared memory: γ and `sums` column sums per warp, each
+// a row of 256·groups slots.
+constexpr size_t backward_shared_bytes(int64_t groups, int sums) {
+  return static_cast<size_t>(1 + sums * kWarpsPerBlock) * 256 * static_cast<size_t>(groups) * sizeof(float);
+}
 __device__ __forceinline__ int slot_of_column(int h) {
   const int g = h / 256, l = (h % 256) / 8, k = (h % 8) / 4, j = h % 4;
   return ((2 * g + k) * kWarp + l) * 4 + j;
@@ -389,18 +394,15 @@ void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* 
   float* partial_gamma = static_cast<float*>(scratch);
   float* partial_beta = partial_gamma + chunks * H;
   float* partial_bias = d_bias ? partial_beta + chunks * H : nullptr;
-  const int sums = d_bias ? 3 : 2;
-  // γ and the warps' column sums, rows of 256 slots a group (the kernel's S).
-  const size_t shared = (1 + sums * kWarpsPerBlock) * sizeof(float) * 256 * static_cast<size_t>((H + 255) / 256);
+  const size_t shared = backward_shared_bytes((H + 255) / 256, d_bias ? 3 : 2);
   const auto run = [&](auto tag, auto groups, auto bias) {
     using T = typename decltype(tag)::type;
     const auto kernel = residual_ln_backward_kernel<T, decltype(groups)::value, decltype(bias)::value>;
     // Over the default 48 KiB: the kernel's limit raised once, the first time
     // it is needed, to the largest size (200 KiB at H = 2048 with the bias).
     if (shared > 48 * 1024) {
-      static const bool raised =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (1 + 3 * kWarpsPerBlock) * sizeof(float) * 256 * kMaxGroups) == cudaSuccess;
+      static const bool raised = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      backward_shared_bytes(kMaxGroups, 3)) == cudaSuccess;
       ANATOMY_CHECK(raised, "residual_layernorm_backward: no {} bytes of shared memory for H = {}", shared, H);
     }
     kernel<<<static_cast<unsigned>(chunks), kWarp * kWarpsPerBlock, shared, s>>>(
