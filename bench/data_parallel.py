@@ -3,7 +3,8 @@
 batch, one run on one machine; and the losses of N GPUs against one GPU at the same global batch.
 
 Throughput (bert-large-uncased, random init, dummy data of 512 tokens, bf16, dropout 0.1): for each
-per-GPU batch B, `anatomy train` on GPU 0 with S sequences, then `anatomy launch --nproc-per-node N --
+per-GPU batch B, an unmeasured two-step run that fills the GEMM tuning cache (a cold cache costs the first
+run about 2 s), then `anatomy train` on GPU 0 with S sequences, then `anatomy launch --nproc-per-node N --
 train` with N·S sequences (each rank trains on S), so both runs take the same number of steps. Prints
 samples/s, the ratio and the scaling efficiency (ratio / N), and each run's "GPU memory occupied".
 
@@ -56,6 +57,14 @@ def train_args(args, extra):
 
 def precision_flags(args):
     return [] if args.precision == "fp32" else ["--" + args.precision]
+
+
+def warm_up(args, batch):
+    """Two steps on one GPU at this batch, unmeasured: the first run on a machine times cuBLASLt's candidates for
+    every GEMM shape (seconds) and records its choices in the tuning cache; every measured run after it, on one GPU
+    or on N, then starts from the same cache."""
+    run([args.anatomy] + train_args(args, precision_flags(args) + ["--per-device-train-batch-size", str(batch),
+                                                                  "--dummy-size", str(2 * batch)]))
 
 
 def one_gpu(args, batch):
@@ -168,6 +177,7 @@ def main():
               "prediction error per rank: NVML; ledger |")
         print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
         for b in args.batch:
+            warm_up(args, b)
             one = one_gpu(args, b)
             for n in args.gpus:
                 for stage in args.zero_stage:
