@@ -91,12 +91,13 @@ def many_gpus(args, batch, gpus, stage):
     memory = [int(m) for m in figure(r"^\[rank \d+\] " + memory_pattern(args), out, "memory")][-gpus:]
     # Each rank's prediction against its measurement (the plan before training, the anatomy after).
     ledger_err = re.findall(r"^\[rank \d+\] Predicted ledger peak .*?, measured .*? \(error ([+-][0-9.]+)%\)", out, re.M)
-    nvml = re.findall(r"^\[rank \d+\] Predicted NVML use ([0-9.]+) (B|KiB|MiB|GiB|TiB), measured .*? "
-                      r"\(error ([+-][0-9.]+)%\)", out, re.M)
+    nvml = re.findall(r"^\[rank \d+\] Predicted NVML use ([0-9.]+) (B|KiB|MiB|GiB|TiB), measured ([0-9.]+) "
+                      r"(B|KiB|MiB|GiB|TiB) \(error ([+-][0-9.]+)%\)", out, re.M)
     return dict(samples_per_second=sn, memory_per_gpu_mb=memory,
                 ledger_prediction_error_pct=[float(e) for e in ledger_err],
-                predicted_nvml_gib=[float(v) * GIB[u] for v, u, _ in nvml],
-                nvml_prediction_error_pct=[float(e) for _, _, e in nvml])
+                predicted_nvml_gib=[float(v) * GIB[u] for v, u, _, _, _ in nvml],
+                measured_nvml_gib=[float(v) * GIB[u] for _, _, v, u, _ in nvml],
+                nvml_prediction_error_pct=[float(e) for *_, e in nvml])
 
 
 def losses(log_path):
@@ -173,9 +174,9 @@ def main():
     result = dict(gpus=args.gpus, model=args.model, throughput=[], losses=[])
     if not args.no_throughput:
         print("| per-GPU batch | GPUs | ZeRO stage | samples/s | 1 GPU samples/s | ratio | efficiency | "
-              "peak per GPU MB (largest rank) | 1 GPU MB | predicted NVML per GPU (largest rank) | "
-              "prediction error per rank: NVML; ledger |")
-        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+              "GPU memory occupied per GPU MB (largest rank) | 1 GPU MB | predicted NVML use per GPU (largest rank) | "
+              "process's NVML use (largest rank) | prediction error per rank: NVML; ledger |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
         for b in args.batch:
             warm_up(args, b)
             one = one_gpu(args, b)
@@ -186,11 +187,11 @@ def main():
                     row = dict(batch=b, gpus=n, zero_stage=stage, one_gpu=one["samples_per_second"],
                                memory_one_mb=one["memory_mb"], ratio=ratio, efficiency=ratio / n, **r)
                     result["throughput"].append(row)
-                    predicted = f"{max(r['predicted_nvml_gib']):.2f} GiB" if r["predicted_nvml_gib"] else "-"
+                    gib = lambda key: f"{max(r[key]):.2f} GiB" if r[key] else "-"
                     errors = lambda key: ", ".join(f"{e:+.2f}%" for e in r[key]) or "-"
                     print(f"| {b} | {n} | {stage} | {r['samples_per_second']:.1f} | {one['samples_per_second']:.1f} | "
                           f"{ratio:.3f} | {ratio / n:.1%} | {max(r['memory_per_gpu_mb'])} | {one['memory_mb']} | "
-                          f"{predicted} | {errors('nvml_prediction_error_pct')}; "
+                          f"{gib('predicted_nvml_gib')} | {gib('measured_nvml_gib')} | {errors('nvml_prediction_error_pct')}; "
                           f"{errors('ledger_prediction_error_pct')} |", flush=True)
     failed = False
     if args.losses:
