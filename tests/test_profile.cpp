@@ -12,9 +12,11 @@
 #include "anatomy/anatomy/ceilings.h"
 #include "anatomy/anatomy/profile.h"
 #include "anatomy/data/dataset.h"
+#include "anatomy/dist/profiled_communicator.h"
 #include "anatomy/kernels/profiling.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/trainer.h"
+#include "test_process.h"
 #include "test_util.h"
 
 namespace anatomy {
@@ -186,6 +188,76 @@ TEST(Profile, CeilingsAreMeasuredThenCached) {
   std::ifstream in(ceilings_cache_path());
   EXPECT_NO_THROW({ const auto parsed = nlohmann::json::parse(in); EXPECT_TRUE(parsed.is_object()); });
   unsetenv("XDG_CACHE_HOME");
+}
+
+// The exchanges between ranks as ops of the step: every call of a profiled
+// communicator is timed as a "communication" op (the collectives under their
+// operand's name, the wait, the host sums), forwarded unchanged (a simulated
+// world of 3 sums host numbers to 3 times each), and nothing is recorded
+// between steps.
+TEST(Profile, CommunicatorCallsAreTimedAsCommunication) {
+  auto cpu = make_cpu_backend(1);
+  ProfilingBackend backend(*cpu);
+  auto comm = dist::profile_communicator(dist::make_simulated_communicator(0, 3), backend);
+  EXPECT_EQ(comm->world_size(), 3);
+  const Tensor grads = Tensor::empty(backend.ledger(), {64}, DType::F32, Category::Gradients, "flat");
+  comm->all_reduce_sum(grads.slice(0, {32}, "gradient_bucket"));  // not recording: not timed
+  backend.begin_step();
+  comm->all_reduce_sum(grads.slice(32, {32}, "gradient_bucket"));
+  comm->wait();
+  const std::vector<double> sums = comm->sum_host({1.5, 2.0});
+  const StepTiming step = backend.end_step();
+  EXPECT_EQ(sums, (std::vector<double>{4.5, 6.0}));
+  ASSERT_EQ(step.ops.size(), 3u);
+  EXPECT_EQ(step.ops[0].op, "all_reduce");
+  EXPECT_EQ(step.ops[0].operand, "gradient_bucket");
+  EXPECT_EQ(step.ops[1].op, "collective_wait");
+  EXPECT_EQ(step.ops[2].op, "host_sum");
+  for (const OpRecord& r : step.ops) {
+    EXPECT_EQ(r.op_class, OpClass::Communication) << r.op;
+    EXPECT_EQ(r.flops, 0.0) << r.op;
+    EXPECT_GE(r.ms, 0.0) << r.op;
+  }
+  ProfileSummary summary = summarize_profile({step}, 0.0, std::nullopt);
+  summary.ceilings = Ceilings{};
+  summary.ceilings->copy_gbps = 10.0;
+  EXPECT_FALSE(summary.fraction_of_ceiling(OpClass::Communication, 1.0, 0.0, 1e6).has_value())
+      << "no bytes are counted for an exchange, so no share of the copy rate either";
+}
+
+// `anatomy profile` under `anatomy launch` (two CPU ranks through the store):
+// rank 0 prints the whole anatomy with the communication it waited for, rank 1
+// one line, and each writes its own profile.json, whose communication rows are
+// the gradients' all-reduce (which blocks where it is called on the CPU).
+TEST(Profile, EveryRankOfALaunchProfilesItsSteps) {
+  test::TempDir dir;
+  setenv("XDG_CACHE_HOME", dir.file("cache").c_str(), 1);
+  const auto r = test::run_anatomy("launch --nproc-per-node 2 --master-port " + std::to_string(test::free_port()) +
+                                   " -- profile --model bert-tiny --dummy-size 32 --dummy-seq-len 16 "
+                                   "--per-device-train-batch-size 4 --profile-warmup 1 --profile-steps 2 --device cpu "
+                                   "--no-progress --output-dir " + dir.file("out"));
+  unsetenv("XDG_CACHE_HOME");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] Time anatomy of a step (mean of 2 profiled steps)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 0]   communication: the step waited"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] Time anatomy of a step (mean of 2 profiled steps)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("communication waited for"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[rank 1]   Top"), std::string::npos) << "rank 1 prints one line, not the whole table";
+  for (const std::string rank_dir : {dir.file("out"), dir.file("out/rank-1")}) {
+    std::ifstream in(rank_dir + "/profile.json");
+    ASSERT_TRUE(in.good()) << rank_dir;
+    const nlohmann::json j = nlohmann::json::parse(in);
+    EXPECT_EQ(j["profiled_steps"], 2) << rank_dir;
+    EXPECT_GT(j["classes"]["communication"]["ms"].get<double>(), 0.0) << rank_dir;
+    bool all_reduce = false;
+    for (const auto& op : j["operations"])
+      if (op["op"] == "all_reduce" && op["operand"] == "gradient_bucket") {
+        all_reduce = true;
+        EXPECT_EQ(op["class"], "communication");
+        EXPECT_GE(op["calls"].get<double>(), 1.0);
+      }
+    EXPECT_TRUE(all_reduce) << rank_dir << ": no all_reduce row";
+  }
 }
 
 }  // namespace

@@ -48,7 +48,7 @@ double ProfileSummary::executed_flops() const {
 }
 
 std::optional<double> ProfileSummary::fraction_of_ceiling(OpClass c, double ms, double flops, double bytes) const {
-  if (!ceilings || ms <= 0.0) return std::nullopt;
+  if (!ceilings || ms <= 0.0 || c == OpClass::Communication) return std::nullopt;  // no bytes counted for it
   if (c == OpClass::Contraction)
     return ceilings->matmul_tflops > 0 ? flops / (ms * 1e9) / ceilings->matmul_tflops : std::optional<double>();
   return ceilings->copy_gbps > 0 ? bytes / (ms * 1e6) / ceilings->copy_gbps : std::optional<double>();
@@ -133,6 +133,10 @@ void print_profile(const ProfileSummary& s, int top) {
                share.ms > 0 ? share.flops / (share.ms * 1e9) : 0.0, share.ms > 0 ? share.bytes / (share.ms * 1e6) : 0.0,
                ceiling_text(static_cast<OpClass>(c), share.ms, share.flops, share.bytes));
   }
+  if (const ClassShare& comm = s.classes[static_cast<int>(OpClass::Communication)]; comm.ms > 0.0)
+    fmt::print("  communication: the step waited {:.2f} ms ({:.1f}%) for exchanges between ranks that it could not "
+               "overlap\n",
+               comm.ms, 100.0 * comm.ms / std::max(s.step_ms, 1e-9));
   if (const auto mfu = s.mfu())
     fmt::print("  MFU {:.1f}% ({:.1f} TFLOP/s of model FLOPs against a {:.1f} TFLOP/s bf16 peak)\n", 100.0 * *mfu,
                s.model_flops / (s.step_ms * 1e9), *s.peak_tflops);
@@ -145,6 +149,18 @@ void print_profile(const ProfileSummary& s, int top) {
                r.op, r.operand.substr(0, 32), r.calls, r.ms, 100.0 * r.ms / ms, r.tflops(), r.gbps(),
                ceiling_text(r.op_class, r.ms, r.flops, r.bytes));
   }
+}
+
+void print_profile_line(const ProfileSummary& s) {
+  if (s.steps == 0) {
+    fmt::print("Profile: no step was profiled.\n");
+    return;
+  }
+  const double comm = s.classes[static_cast<int>(OpClass::Communication)].ms;
+  fmt::print("Time anatomy of a step (mean of {} profiled step{}): {:.2f} ms measured; forward {:.2f} ms, backward "
+             "{:.2f} ms, optimizer {:.2f} ms; communication waited for {:.2f} ms ({:.1f}%)\n",
+             s.steps, s.steps == 1 ? "" : "s", s.step_ms, s.forward_ms, s.backward_ms, s.optimizer_ms, comm,
+             100.0 * comm / std::max(s.step_ms, 1e-9));
 }
 
 std::string profile_json(const ProfileSummary& s) {

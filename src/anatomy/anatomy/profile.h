@@ -63,6 +63,9 @@ ProfileSummary summarize_profile(const std::vector<StepTiming>& steps, double mo
 
 // The terminal report: totals, the class table, forward/backward, the top ops.
 void print_profile(const ProfileSummary& summary, int top = 10);
+// One line: the step, its parts and the communication it waited for (the
+// other ranks of a data-parallel run, whose full report rank 0 prints).
+void print_profile_line(const ProfileSummary& summary);
 
 // JSON (summary + rows) and Chrome trace-event JSON ("X" events in µs, one
 // track per profiled step); both written atomically.

@@ -17,6 +17,7 @@
 #include "anatomy/data/dataset.h"
 #include "anatomy/dist/communicator.h"
 #include "anatomy/dist/environment.h"
+#include "anatomy/dist/profiled_communicator.h"
 #include "anatomy/dist/store.h"
 #include "anatomy/gpu/facts.h"
 #include "anatomy/gpu/host_memory.h"
@@ -222,8 +223,12 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
                                   static_cast<double>(args.per_device_train_batch_size);
     ProfileSummary summary = summarize_profile(timings, flops_per_step, peak);
     summary.ceilings = run.ceilings;
-    fmt::print("(The profiled steps wait for their timings: the run's samples/second includes that.)\n");
-    print_profile(summary);
+    if (writer) {
+      fmt::print("(The profiled steps wait for their timings: the run's samples/second includes that.)\n");
+      print_profile(summary);
+    } else {
+      print_profile_line(summary);  // rank 0 prints the whole anatomy; each rank writes its profile.json
+    }
     if (!out_dir.empty()) write_profile(summary, timings, out_dir);
     time_section = time_report_section_html(summary);
   }
@@ -279,7 +284,6 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
   if (!on_gpu) probe.reset();
   std::unique_ptr<dist::Communicator> comm;
   if (session) {
-    if (profiler) fail("--profile-steps: the time anatomy profiles one process; run it without a launcher");
     if (on_gpu) {
 #ifdef ANATOMY_HAVE_NCCL
       comm = dist::make_nccl_communicator(*device.backend, session->store(), env.timeout_seconds);
@@ -294,6 +298,9 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
     } else {
       comm = dist::make_store_communicator(*device.backend, session->store(), env.timeout_seconds);
     }
+    // Every rank profiles (the same markers' cost on each); the exchanges are
+    // timed as communication ops.
+    if (profiler) comm = dist::profile_communicator(std::move(comm), *profiler);
   }
   DeviceFacts facts;
   if (on_gpu) {

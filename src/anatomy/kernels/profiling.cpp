@@ -97,6 +97,10 @@ auto ProfilingBackend::timed(const char* op, std::string operand, OpClass c, dou
   }
 }
 
+void ProfilingBackend::time_call(const char* op, std::string operand, OpClass c, const std::function<void()>& call) {
+  timed(op, std::move(operand), c, 0.0, 0.0, call);
+}
+
 void ProfilingBackend::begin_step() {
   inner_.clear_markers();
   pending_.clear();

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,11 @@ class ProfilingBackend final : public Backend {
   // Stops recording; waits for the step's work and returns its timings.
   StepTiming end_step();
   bool recording() const { return recording_; }
+  // Times `call`, work that is not one of this backend's ops but runs on its
+  // stream or holds it up (a collective queued or waited for, numbers the
+  // ranks exchange through the host), as an op of class `c` with no FLOPs or
+  // bytes counted. Only calls it while not recording.
+  void time_call(const char* op, std::string operand, OpClass c, const std::function<void()>& call);
 
   Device device() const override { return inner_.device(); }
   Ledger& ledger() override { return inner_.ledger(); }
