@@ -7,7 +7,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <map>
+#include <string_view>
 #include <mutex>
 #include <tuple>
 
@@ -49,7 +51,22 @@ struct Built {
   std::shared_ptr<fe::graph::Graph> graph;  // null: unsupported
   int64_t workspace = 0;
   std::string why;
+  // ANATOMY_CUDNN_ATTENTION_PLANS=time (an experiment): every plan that built
+  // and fits the chosen plan's workspace, timed on the first call; then the
+  // fastest runs. -1: the heuristics' choice.
+  std::vector<int64_t> candidates;
+  int64_t chosen = -1;
 };
+
+// ANATOMY_CUDNN_ATTENTION_PLANS: unset, the heuristics' first plan (mode A);
+// "time", every plan of modes A, B and the fallback, timed on the first call,
+// with each one's time printed to stderr.
+bool time_every_plan() {
+  const char* e = std::getenv("ANATOMY_CUDNN_ATTENTION_PLANS");
+  const std::string_view want = e ? e : "";
+  if (!want.empty() && want != "time") fail("ANATOMY_CUDNN_ATTENTION_PLANS={}: expected time (or unset)", want);
+  return want == "time";
+}
 
 class CudnnAttentionImpl final : public CudnnAttention {
  public:
@@ -176,12 +193,23 @@ class CudnnAttentionImpl final : public CudnnAttention {
       b.why = fmt::format("{}: {}", what, e.get_message());
       return false;
     };
+    const std::vector<fe::HeurMode_t> modes =
+        time_plans_ ? std::vector<fe::HeurMode_t>{fe::HeurMode_t::A, fe::HeurMode_t::B, fe::HeurMode_t::FALLBACK}
+                    : std::vector<fe::HeurMode_t>{fe::HeurMode_t::A};
     if (!check(g->validate(), "validate") || !check(g->build_operation_graph(handle_), "build_operation_graph") ||
-        !check(g->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans") ||
+        !check(g->create_execution_plans(modes), "create_execution_plans") ||
         !check(g->check_support(handle_), "check_support") ||
-        !check(g->build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "build_plans") ||
+        !check(g->build_plans(time_plans_ ? fe::BuildPlanPolicy_t::ALL : fe::BuildPlanPolicy_t::HEURISTICS_CHOICE),
+               "build_plans") ||
         !check(g->get_workspace_size(b.workspace), "get_workspace_size"))
       return b;
+    if (time_plans_) {
+      for (int64_t i = 0; i < g->get_execution_plan_count(); ++i) {
+        int64_t workspace = 0;
+        if (g->get_workspace_size_plan_at_index(i, workspace).is_good() && workspace <= b.workspace)
+          b.candidates.push_back(i);
+      }
+    }
     b.graph = std::move(g);
     return b;
   }
@@ -242,11 +270,51 @@ class CudnnAttentionImpl final : public CudnnAttention {
       pack[kSeqKV] = params + kCudnnAttentionLengthsOffset + static_cast<size_t>(s.B) * 4;
     }
     void* workspace = built.workspace > 0 ? params + cudnn_attention_param_bytes(s.B) : nullptr;
-    fe::error_t e = built.graph->execute(handle_, pack, workspace);
+    if (time_plans_ && built.chosen < 0 && !built.candidates.empty()) choose_plan(s, built, pack, workspace);
+    fe::error_t e = built.chosen >= 0 ? built.graph->execute_plan_at_index(handle_, pack, workspace, built.chosen)
+                                      : built.graph->execute(handle_, pack, workspace);
     ANATOMY_CHECK(e.is_good(), "cuDNN attention failed: {}", e.get_message());
   }
 
+  // Times each candidate plan on these operands (one warm-up run, then the
+  // mean of 5) and keeps the fastest; prints every plan's time.
+  void choose_plan(const CudnnAttentionShape& s, const Built& built, std::unordered_map<int64_t, void*>& pack,
+                   void* workspace) {
+    auto& mutable_built = const_cast<Built&>(built);
+    cudaEvent_t a = nullptr, b = nullptr;
+    ANATOMY_CUDA_CHECK(cudaEventCreate(&a));
+    ANATOMY_CUDA_CHECK(cudaEventCreate(&b));
+    float best = 0.0f;
+    for (int64_t i : built.candidates) {
+      std::string name;
+      (void)built.graph->get_plan_name_at_index(i, name);
+      if (!built.graph->execute_plan_at_index(handle_, pack, workspace, i).is_good()) {
+        fmt::print(stderr, "cuDNN attention B={} L={} heads={}: plan {} ({}) failed to run\n", s.B, s.L, s.heads, i,
+                   name);
+        continue;
+      }
+      constexpr int kRuns = 5;
+      ANATOMY_CUDA_CHECK(cudaEventRecord(a, stream_));
+      for (int r = 0; r < kRuns; ++r) (void)built.graph->execute_plan_at_index(handle_, pack, workspace, i);
+      ANATOMY_CUDA_CHECK(cudaEventRecord(b, stream_));
+      ANATOMY_CUDA_CHECK(cudaEventSynchronize(b));
+      float ms = 0.0f;
+      ANATOMY_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+      ms /= kRuns;
+      fmt::print(stderr, "cuDNN attention {} B={} L={} heads={}: plan {} ({}): {:.4f} ms\n",
+                 s.training ? "training" : "inference", s.B, s.L, s.heads, i, name, ms);
+      if (mutable_built.chosen < 0 || ms < best) {
+        best = ms;
+        mutable_built.chosen = i;
+      }
+    }
+    (void)cudaEventDestroy(a);
+    (void)cudaEventDestroy(b);
+    if (mutable_built.chosen < 0) mutable_built.candidates.clear();  // none ran: the heuristics' choice
+  }
+
   cudnnHandle_t handle_;
+  bool time_plans_ = time_every_plan();
   cudaStream_t stream_;  // the handle's
   size_t version_;
   std::map<Key, Built> forward_, backward_;
