@@ -93,7 +93,9 @@ def many_gpus(args, batch, gpus, stage):
     ledger_err = re.findall(r"^\[rank \d+\] Predicted ledger peak .*?, measured .*? \(error ([+-][0-9.]+)%\)", out, re.M)
     nvml = re.findall(r"^\[rank \d+\] Predicted NVML use ([0-9.]+) (B|KiB|MiB|GiB|TiB), measured ([0-9.]+) "
                       r"(B|KiB|MiB|GiB|TiB) \(error ([+-][0-9.]+)%\)", out, re.M)
-    return dict(samples_per_second=sn, memory_per_gpu_mb=memory,
+    # NCCL's buffers, measured by each rank when its communicator starts (outside the ledger, inside the plan's context).
+    nccl = re.findall(r"^\[rank \d+\] .*NCCL's own buffers ([0-9.]+) (B|KiB|MiB|GiB|TiB)", out, re.M)
+    return dict(samples_per_second=sn, memory_per_gpu_mb=memory, nccl_buffers_gib=[float(v) * GIB[u] for v, u in nccl],
                 ledger_prediction_error_pct=[float(e) for e in ledger_err],
                 predicted_nvml_gib=[float(v) * GIB[u] for v, u, _, _, _ in nvml],
                 measured_nvml_gib=[float(v) * GIB[u] for _, _, v, u, _ in nvml],
@@ -175,8 +177,8 @@ def main():
     if not args.no_throughput:
         print("| per-GPU batch | GPUs | ZeRO stage | samples/s | 1 GPU samples/s | ratio | efficiency | "
               "GPU memory occupied per GPU MB (largest rank) | 1 GPU MB | predicted NVML use per GPU (largest rank) | "
-              "process's NVML use (largest rank) | prediction error per rank: NVML; ledger |")
-        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+              "process's NVML use (largest rank) | NCCL's buffers (largest rank) | prediction error per rank: NVML; ledger |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
         for b in args.batch:
             warm_up(args, b)
             one = one_gpu(args, b)
@@ -191,7 +193,8 @@ def main():
                     errors = lambda key: ", ".join(f"{e:+.2f}%" for e in r[key]) or "-"
                     print(f"| {b} | {n} | {stage} | {r['samples_per_second']:.1f} | {one['samples_per_second']:.1f} | "
                           f"{ratio:.3f} | {ratio / n:.1%} | {max(r['memory_per_gpu_mb'])} | {one['memory_mb']} | "
-                          f"{gib('predicted_nvml_gib')} | {gib('measured_nvml_gib')} | {errors('nvml_prediction_error_pct')}; "
+                          f"{gib('predicted_nvml_gib')} | {gib('measured_nvml_gib')} | {gib('nccl_buffers_gib')} | "
+                          f"{errors('nvml_prediction_error_pct')}; "
                           f"{errors('ledger_prediction_error_pct')} |", flush=True)
     failed = False
     if args.losses:
