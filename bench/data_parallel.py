@@ -29,18 +29,10 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
-
-def run(cmd, env=None):
-    print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if p.returncode != 0:
-        sys.stderr.write(p.stdout[-4000:] + p.stderr[-4000:])
-        raise SystemExit(f"failed with exit code {p.returncode}: {' '.join(cmd)}")
-    return p.stdout
+from bench_util import run
 
 
 def figure(pattern, text, what):

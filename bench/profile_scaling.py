@@ -17,18 +17,10 @@ the store).
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
-
-def run(cmd):
-    print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.stderr.write(p.stdout[-4000:] + p.stderr[-4000:])
-        raise SystemExit(f"failed with exit code {p.returncode}: {' '.join(cmd)}")
-    return p.stdout
+from bench_util import run
 
 
 def profile_args(args, out_dir):
