@@ -9,8 +9,8 @@
 
 #include <cstdlib>
 #include <map>
-#include <string_view>
 #include <mutex>
+#include <string_view>
 #include <tuple>
 
 #include "anatomy/core/error.h"
@@ -96,25 +96,25 @@ class CudnnAttentionImpl final : public CudnnAttention {
 
   void forward(const CudnnAttentionShape& s, const void* q, const void* k, const void* v, const int64_t* key_mask,
                const DropoutSpec& dropout, void* ctx, float* lse, void* scratch, float* dropout_mask) override {
-    const Built& built = forward_graph(s, dropout_mask != nullptr);
+    Built& built = forward_graph(s, dropout_mask != nullptr);
     ANATOMY_CHECK(built.graph, "cuDNN attention: no forward graph for this shape: {}", built.why);
     std::unordered_map<int64_t, void*> pack{{kQ, const_cast<void*>(q)}, {kK, const_cast<void*>(k)},
                                             {kV, const_cast<void*>(v)}, {kO, ctx}};
     if (s.training) pack[kStats] = lse;
     if (dropout_mask) pack[kMaskDump] = dropout_mask;
-    run(s, built, pack, key_mask, dropout, scratch);
+    run(s, built, pack, key_mask, dropout, scratch, "forward");
   }
 
   void backward(const CudnnAttentionShape& s, const void* dctx, const void* q, const void* k, const void* v,
                 const void* ctx, const float* lse, const int64_t* key_mask, const DropoutSpec& dropout, void* dq,
                 void* dk, void* dv, void* scratch) override {
-    const Built& built = backward_graph(s);
+    Built& built = backward_graph(s);
     ANATOMY_CHECK(built.graph, "cuDNN attention: no backward graph for this shape: {}", built.why);
     std::unordered_map<int64_t, void*> pack{
         {kQ, const_cast<void*>(q)},   {kK, const_cast<void*>(k)},   {kV, const_cast<void*>(v)},
         {kO, const_cast<void*>(ctx)}, {kDO, const_cast<void*>(dctx)}, {kStats, const_cast<float*>(lse)},
         {kDQ, dq},                    {kDK, dk},                    {kDV, dv}};
-    run(s, built, pack, key_mask, dropout, scratch);
+    run(s, built, pack, key_mask, dropout, scratch, "backward");
   }
 
  private:
@@ -173,7 +173,7 @@ class CudnnAttentionImpl final : public CudnnAttention {
   // The graph of `key` in `cache`, built by `build` on first use; a build that
   // fails (cuDNN has no engine for it) is remembered with the reason.
   template <typename Build>
-  const Built& cached(std::map<Key, Built>& cache, const Key& key, const CudnnAttentionShape& s, Build&& build) {
+  Built& cached(std::map<Key, Built>& cache, const Key& key, const CudnnAttentionShape& s, Build&& build) {
     if (auto it = cache.find(key); it != cache.end()) return it->second;
     Built built;
     try {
@@ -214,7 +214,7 @@ class CudnnAttentionImpl final : public CudnnAttention {
     return b;
   }
 
-  const Built& forward_graph(const CudnnAttentionShape& s, bool dump) {
+  Built& forward_graph(const CudnnAttentionShape& s, bool dump) {
     return cached(forward_, key_of(s, dump), s, [&](fe::graph::Graph& g) {
       auto q = qkv(g, s, "q", kQ), k = qkv(g, s, "k", kK), v = qkv(g, s, "v", kV);
       auto options = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(s.training).set_attn_scale(
@@ -233,7 +233,7 @@ class CudnnAttentionImpl final : public CudnnAttention {
     });
   }
 
-  const Built& backward_graph(const CudnnAttentionShape& s) {
+  Built& backward_graph(const CudnnAttentionShape& s) {
     return cached(backward_, key_of(s, false), s, [&](fe::graph::Graph& g) {
       auto q = qkv(g, s, "q", kQ), k = qkv(g, s, "k", kK), v = qkv(g, s, "v", kV);
       auto o = qkv(g, s, "o", kO), dO = qkv(g, s, "dO", kDO);
@@ -252,8 +252,8 @@ class CudnnAttentionImpl final : public CudnnAttention {
   }
 
   // Lengths and seeds into the front of the scratch, then the graph.
-  void run(const CudnnAttentionShape& s, const Built& built, std::unordered_map<int64_t, void*>& pack,
-           const int64_t* key_mask, const DropoutSpec& dropout, void* scratch) {
+  void run(const CudnnAttentionShape& s, Built& built, std::unordered_map<int64_t, void*>& pack,
+           const int64_t* key_mask, const DropoutSpec& dropout, void* scratch, const char* what) {
     auto* params = static_cast<char*>(scratch);
     if (s.masked || s.dropout > 0.0f) {
       // Each (seed, stream) its own Philox seed, offset 0: the streams' masks
@@ -270,7 +270,7 @@ class CudnnAttentionImpl final : public CudnnAttention {
       pack[kSeqKV] = params + kCudnnAttentionLengthsOffset + static_cast<size_t>(s.B) * 4;
     }
     void* workspace = built.workspace > 0 ? params + cudnn_attention_param_bytes(s.B) : nullptr;
-    if (time_plans_ && built.chosen < 0 && !built.candidates.empty()) choose_plan(s, built, pack, workspace);
+    if (time_plans_ && built.chosen < 0 && !built.candidates.empty()) choose_plan(s, built, pack, workspace, what);
     fe::error_t e = built.chosen >= 0 ? built.graph->execute_plan_at_index(handle_, pack, workspace, built.chosen)
                                       : built.graph->execute(handle_, pack, workspace);
     ANATOMY_CHECK(e.is_good(), "cuDNN attention failed: {}", e.get_message());
@@ -278,9 +278,8 @@ class CudnnAttentionImpl final : public CudnnAttention {
 
   // Times each candidate plan on these operands (one warm-up run, then the
   // mean of 5) and keeps the fastest; prints every plan's time.
-  void choose_plan(const CudnnAttentionShape& s, const Built& built, std::unordered_map<int64_t, void*>& pack,
-                   void* workspace) {
-    auto& mutable_built = const_cast<Built&>(built);
+  void choose_plan(const CudnnAttentionShape& s, Built& built, std::unordered_map<int64_t, void*>& pack,
+                   void* workspace, const char* what) {
     cudaEvent_t a = nullptr, b = nullptr;
     ANATOMY_CUDA_CHECK(cudaEventCreate(&a));
     ANATOMY_CUDA_CHECK(cudaEventCreate(&b));
@@ -289,8 +288,8 @@ class CudnnAttentionImpl final : public CudnnAttention {
       std::string name;
       (void)built.graph->get_plan_name_at_index(i, name);
       if (!built.graph->execute_plan_at_index(handle_, pack, workspace, i).is_good()) {
-        fmt::print(stderr, "cuDNN attention B={} L={} heads={}: plan {} ({}) failed to run\n", s.B, s.L, s.heads, i,
-                   name);
+        fmt::print(stderr, "cuDNN attention {} B={} L={} heads={}: plan {} ({}) failed to run\n", what, s.B, s.L,
+                   s.heads, i, name);
         continue;
       }
       constexpr int kRuns = 5;
@@ -301,16 +300,16 @@ class CudnnAttentionImpl final : public CudnnAttention {
       float ms = 0.0f;
       ANATOMY_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
       ms /= kRuns;
-      fmt::print(stderr, "cuDNN attention {} B={} L={} heads={}: plan {} ({}): {:.4f} ms\n",
-                 s.training ? "training" : "inference", s.B, s.L, s.heads, i, name, ms);
-      if (mutable_built.chosen < 0 || ms < best) {
+      fmt::print(stderr, "cuDNN attention {}{} B={} L={} heads={}: plan {} ({}): {:.4f} ms\n", what,
+                 s.training ? "" : " (inference)", s.B, s.L, s.heads, i, name, ms);
+      if (built.chosen < 0 || ms < best) {
         best = ms;
-        mutable_built.chosen = i;
+        built.chosen = i;
       }
     }
     (void)cudaEventDestroy(a);
     (void)cudaEventDestroy(b);
-    if (mutable_built.chosen < 0) mutable_built.candidates.clear();  // none ran: the heuristics' choice
+    if (built.chosen < 0) built.candidates.clear();  // none ran: the heuristics' choice
   }
 
   cudnnHandle_t handle_;
