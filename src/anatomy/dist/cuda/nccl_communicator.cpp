@@ -4,7 +4,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -33,6 +35,21 @@ ncclDataType_t nccl_type(DType dtype) {
   fail("NCCL: no collective for {} tensors", dtype_name(dtype));
 }
 
+// ANATOMY_NCCL_STREAM_PRIORITY (a diagnostic): unset or "default", NCCL's
+// stream has the default priority, as the compute stream; "high", the
+// device's greatest, so that the blocks of a collective are scheduled ahead
+// of the compute kernels' waiting blocks.
+int stream_priority() {
+  const char* e = std::getenv("ANATOMY_NCCL_STREAM_PRIORITY");
+  const std::string_view want = e ? e : "";
+  if (!want.empty() && want != "default" && want != "high")
+    fail("ANATOMY_NCCL_STREAM_PRIORITY={}: expected default or high", want);
+  if (want != "high") return 0;
+  int least = 0, greatest = 0;
+  ANATOMY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  return greatest;
+}
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(Backend& backend, StoreClient& store, double timeout)
@@ -55,7 +72,7 @@ class NcclCommunicator final : public Communicator {
     size_t free_before = 0, free_after = 0, total = 0;
     ANATOMY_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
     nccl_check(ncclCommInitRank(&comm_, store.world_size(), id, store.rank()), "ncclCommInitRank");
-    ANATOMY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    ANATOMY_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, stream_priority()));
     ANATOMY_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     ANATOMY_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     // One collective forces NCCL to set up its channels and buffers now, so that the
