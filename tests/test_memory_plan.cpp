@@ -154,5 +154,45 @@ TEST(Estimate, BadDeviceFlagsAreOneClearError) {
   EXPECT_NE(r.exit_code, 0);
 }
 
+// Several ranks on GPUs: NCCL's buffers, outside the ledger, join the context
+// in the predicted NVML use and in what the pool may take, byte for byte; the
+// default is the measured figure, --nccl-memory replaces it, and it is refused
+// where no NCCL runs.
+TEST(Estimate, SeveralGpusCountNcclsBuffersBesideTheContext) {
+  EstimateRequest r;
+  r.config = *bert_preset("bert-base-uncased");
+  r.args.per_device_train_batch_size = 8;
+  r.args.zero_stage = 1;
+  r.shape.size = 64;
+  r.shape.seq_len = 128;
+  r.nproc = 4;
+  r.device_total = int64_t{16} << 30;
+  r.context_bytes = int64_t{500} << 20;
+  const Estimate without = estimate_training(r);
+  r.nccl_bytes = int64_t{584} << 20;
+  const Estimate with = estimate_training(r);
+  EXPECT_EQ(with.plan.nvml_total() - without.plan.nvml_total(), r.nccl_bytes);
+  EXPECT_EQ(without.capacity - with.capacity, r.nccl_bytes);
+  EXPECT_EQ(with.plan.ledger.peak_total, without.plan.ledger.peak_total) << "NCCL's buffers are not the ledger's";
+
+  auto nvml_line = [](const std::string& out) {
+    std::smatch m;
+    return std::regex_search(out, m, std::regex(R"(predicted NVML use\s+(\S+ \S+))")) ? m[1].str() : std::string();
+  };
+  const std::string flags = "estimate --gpu h100-80gb --bf16 --per-device-train-batch-size 8 --zero-stage 1 --nproc 2";
+  auto r1 = test::run_anatomy(flags);
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  EXPECT_TRUE(std::regex_search(r1.output, std::regex(R"(NCCL's own buffers\s+584\.0 MiB)"))) << r1.output;
+  auto r2 = test::run_anatomy(flags + " --nccl-memory 2GiB");
+  ASSERT_EQ(r2.exit_code, 0) << r2.output;
+  EXPECT_TRUE(std::regex_search(r2.output, std::regex(R"(NCCL's own buffers\s+2\.0 GiB\s+\(from --nccl-memory\))")))
+      << r2.output;
+  EXPECT_NE(nvml_line(r1.output), nvml_line(r2.output));
+  auto one = test::run_anatomy("estimate --gpu h100-80gb --nccl-memory 2GiB");
+  EXPECT_NE(one.exit_code, 0);
+  EXPECT_NE(one.output.find("--nccl-memory 2GiB"), std::string::npos) << one.output;
+  EXPECT_EQ(test::run_anatomy("estimate --gpu h100-80gb").output.find("NCCL"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace anatomy

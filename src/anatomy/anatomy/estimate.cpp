@@ -64,7 +64,8 @@ Estimate estimate_training(const EstimateRequest& request) {
   target.world = request.nproc;
   target.gpu = request.gpu;
   target.tf32 = request.tf32;
-  target.context_bytes = request.gpu ? request.context_bytes : 0;
+  // Outside the ledger, NCCL's buffers are counted with the context, as a run's plan counts what it measures.
+  target.context_bytes = request.gpu ? request.context_bytes + request.nccl_bytes : 0;
   e.plan = plan_training(request.config, request.args, request.shape, target);
   if (request.device_total > 0) {
     e.capacity = std::max<int64_t>(0, request.device_total - target.context_bytes - request.other_processes);
@@ -117,8 +118,10 @@ std::string format_estimate(const EstimateRequest& r, const Estimate& e) {
   if (r.gpu) {
     line(fmt::format("  {:<34} {:>12}", "free inside the pool", format_bytes(m.reserved_at_peak - m.peak_total)));
     line(fmt::format("  {:<34} {:>12}", "pool segments (peak)", format_bytes(m.reserved_peak)));
-    line(fmt::format("  {:<34} {:>12}  ({})", "CUDA context and kernels", format_bytes(p.context_bytes),
+    line(fmt::format("  {:<34} {:>12}  ({})", "CUDA context and kernels", format_bytes(r.context_bytes),
                      r.context_source));
+    if (r.nccl_bytes > 0)
+      line(fmt::format("  {:<34} {:>12}  ({})", "NCCL's own buffers", format_bytes(r.nccl_bytes), r.nccl_source));
     line(fmt::format("  {:<34} {:>12}", "predicted NVML use", format_bytes(p.nvml_total())));
   }
   line("");

@@ -21,6 +21,8 @@ struct EstimateRequest {
   int64_t device_total = 0;      // bytes (0: unknown, no fit question)
   int64_t context_bytes = 0;     // CUDA context and kernels assumed
   std::string context_source;    // how that figure was obtained ("measured on an H100", ...)
+  int64_t nccl_bytes = 0;        // NCCL's own buffers per GPU assumed (GPU, nproc >= 2), beside the context
+  std::string nccl_source;
   int64_t other_processes = 0;   // bytes in use before the run: the driver's share, other processes
   int64_t batch_limit = 4096;    // the largest batch searched
   int nproc = 1;                 // data-parallel ranks (args.zero_stage applies); the plan is rank 0's

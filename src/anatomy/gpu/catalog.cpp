@@ -176,6 +176,8 @@ const GpuSpec* find_gpu(std::string_view key_or_name) {
 
 int64_t default_context_bytes() { return kDefaultContextBytes; }
 
+int64_t default_nccl_bytes() { return int64_t{584} << 20; }
+
 int64_t parse_byte_size(std::string_view text, std::string_view flag) {
   const std::string shown = flag.empty() ? "byte size '" + std::string(text) + "'"
                                          : std::string(flag) + " " + std::string(text);

@@ -40,6 +40,14 @@ const GpuSpec* find_gpu(std::string_view key_or_name);
 // The context figure assumed for a GPU the catalog does not know.
 int64_t default_context_bytes();
 
+// NCCL's own buffers on each GPU of a data-parallel run (outside the ledger,
+// like the context), as assumed when no run has measured them: 584 MiB,
+// measured with NCCL 2.28 on two NVLink H100s (NVLS off). A run measures and
+// prints its own ("NCCL's own buffers").
+int64_t default_nccl_bytes();
+inline constexpr const char* kDefaultNcclSource =
+    "measured with NCCL 2.28 on two NVLink H100s, NVLS off; a run prints its own; --nccl-memory to change";
+
 // A byte count as a user writes it: "1234" (bytes), "512MB" and "16GB"
 // (powers of 1000), "80000MiB", "16GiB", "1.5TiB" and "16G" (powers of 1024);
 // units in any case, a space before the unit allowed, fractions rounded to the
