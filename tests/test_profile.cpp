@@ -243,6 +243,9 @@ TEST(Profile, EveryRankOfALaunchProfilesItsSteps) {
   EXPECT_NE(r.output.find("[rank 1] Time anatomy of a step (mean of 2 profiled steps)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("communication waited for"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("[rank 1]   Top"), std::string::npos) << "rank 1 prints one line, not the whole table";
+  EXPECT_NE(r.output.find("[rank 0] Time per rank"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("longer than the fastest's"), std::string::npos) << r.output;
+  std::vector<nlohmann::json> profiles;
   for (const std::string rank_dir : {dir.file("out"), dir.file("out/rank-1")}) {
     std::ifstream in(rank_dir + "/profile.json");
     ASSERT_TRUE(in.good()) << rank_dir;
@@ -257,7 +260,20 @@ TEST(Profile, EveryRankOfALaunchProfilesItsSteps) {
         EXPECT_GE(op["calls"].get<double>(), 1.0);
       }
     EXPECT_TRUE(all_reduce) << rank_dir << ": no all_reduce row";
+    profiles.push_back(j);
   }
+  // Rank 0's summary carries every rank's step, each in its own slot: rank 1's figures are its own file's.
+  ASSERT_EQ(profiles.size(), 2u);
+  ASSERT_TRUE(profiles[0].contains("ranks")) << profiles[0].dump();
+  const nlohmann::json& ranks = profiles[0]["ranks"];
+  ASSERT_EQ(ranks.size(), 2u);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(ranks[k]["rank"], k);
+    EXPECT_EQ(ranks[k]["step_ms"].get<double>(), profiles[k]["step_ms"].get<double>()) << "rank " << k;
+    EXPECT_EQ(ranks[k]["communication_ms"].get<double>(),
+              profiles[k]["classes"]["communication"]["ms"].get<double>()) << "rank " << k;
+  }
+  EXPECT_FALSE(profiles[1].contains("ranks")) << "only rank 0 gathers the table";
 }
 
 }  // namespace

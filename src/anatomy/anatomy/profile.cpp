@@ -163,6 +163,33 @@ void print_profile_line(const ProfileSummary& s) {
              100.0 * comm / std::max(s.step_ms, 1e-9));
 }
 
+std::vector<double> rank_time_fields(const ProfileSummary& s) {
+  return {s.step_ms, s.forward_ms, s.backward_ms, s.optimizer_ms,
+          s.classes[static_cast<int>(OpClass::Communication)].ms};
+}
+
+RankTime rank_time_from_fields(int rank, const double* f) {
+  return RankTime{rank, f[0], f[1], f[2], f[3], f[4]};
+}
+
+std::string format_rank_time_table(const std::vector<RankTime>& ranks) {
+  if (ranks.empty()) return {};
+  std::string out = "Time per rank (mean of the profiled steps):\n";
+  out += fmt::format("  {:<6} {:>10} {:>10} {:>10} {:>10} {:>24}\n", "rank", "step ms", "forward", "backward",
+                     "optimizer", "communication waited");
+  double slowest = ranks[0].step_ms, fastest = ranks[0].step_ms;
+  for (const RankTime& r : ranks) {
+    out += fmt::format("  {:<6} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>15.2f} ({:>5.1f}%)\n", r.rank, r.step_ms,
+                       r.forward_ms, r.backward_ms, r.optimizer_ms, r.communication_ms,
+                       100.0 * r.communication_ms / std::max(r.step_ms, 1e-9));
+    slowest = std::max(slowest, r.step_ms);
+    fastest = std::min(fastest, r.step_ms);
+  }
+  out += fmt::format("  the slowest rank's step is {:.2f} ms ({:.1f}%) longer than the fastest's\n", slowest - fastest,
+                     100.0 * (slowest - fastest) / std::max(fastest, 1e-9));
+  return out;
+}
+
 std::string profile_json(const ProfileSummary& s) {
   nlohmann::json j;
   j["profiled_steps"] = s.steps;
@@ -197,6 +224,17 @@ std::string profile_json(const ProfileSummary& s) {
         {"fraction_of_ceiling",
          fraction_json(static_cast<OpClass>(c), s.classes[c].ms, s.classes[c].flops, s.classes[c].bytes)}};
   j["classes"] = classes;
+  if (!s.ranks.empty()) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const RankTime& r : s.ranks)
+      ranks.push_back({{"rank", r.rank},
+                       {"step_ms", r.step_ms},
+                       {"forward_ms", r.forward_ms},
+                       {"backward_ms", r.backward_ms},
+                       {"optimizer_ms", r.optimizer_ms},
+                       {"communication_ms", r.communication_ms}});
+    j["ranks"] = ranks;
+  }
   nlohmann::json rows = nlohmann::json::array();
   for (const ProfileRow& r : s.rows)
     rows.push_back({{"part", step_part_name(r.part)},

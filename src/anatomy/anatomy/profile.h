@@ -37,6 +37,12 @@ struct ClassShare {
   double ms = 0.0, flops = 0.0, bytes = 0.0;
 };
 
+// One rank's profiled step in a data-parallel run (the table across ranks).
+struct RankTime {
+  int rank = 0;
+  double step_ms = 0.0, forward_ms = 0.0, backward_ms = 0.0, optimizer_ms = 0.0, communication_ms = 0.0;
+};
+
 struct ProfileSummary {
   int steps = 0;               // profiled steps averaged over
   double step_ms = 0.0;        // mean measured step time
@@ -48,6 +54,7 @@ struct ProfileSummary {
   double model_flops = 0.0;                        // per step (BASELINES.md's count), 0 if unknown
   std::optional<double> peak_tflops;               // the GPU's dense bf16 peak
   std::optional<Ceilings> ceilings;                // measured matrix-product and copy rates
+  std::vector<RankTime> ranks;                     // every rank's step (rank 0 of a launch), else empty
   double executed_flops() const;
   // An op class's achieved rate as a fraction of the measured ceiling: FLOP
   // rate against the product's for tensor contractions, bandwidth against the
@@ -66,6 +73,15 @@ void print_profile(const ProfileSummary& summary, int top = 10);
 // One line: the step, its parts and the communication it waited for (the
 // other ranks of a data-parallel run, whose full report rank 0 prints).
 void print_profile_line(const ProfileSummary& summary);
+
+// A rank's figures as numbers, to pass through the communicator's sums, and
+// back: kRankTimeFields numbers per rank.
+inline constexpr size_t kRankTimeFields = 5;
+std::vector<double> rank_time_fields(const ProfileSummary& summary);
+RankTime rank_time_from_fields(int rank, const double* fields);
+// "Time per rank": a line per rank and the spread of the step between the
+// slowest and the fastest rank.
+std::string format_rank_time_table(const std::vector<RankTime>& ranks);
 
 // JSON (summary + rows) and Chrome trace-event JSON ("X" events in µs, one
 // track per profiled step); both written atomically.

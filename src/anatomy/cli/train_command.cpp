@@ -223,9 +223,21 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
                                   static_cast<double>(args.per_device_train_batch_size);
     ProfileSummary summary = summarize_profile(timings, flops_per_step, peak);
     summary.ceilings = run.ceilings;
+    if (run.comm && run.comm->world_size() > 1) {
+      // Every rank's step, gathered on every rank (a collective: all take part).
+      const auto world = static_cast<size_t>(run.comm->world_size()), rank = static_cast<size_t>(run.comm->rank());
+      std::vector<double> slots(world * kRankTimeFields, 0.0);
+      const std::vector<double> mine = rank_time_fields(summary);
+      std::copy(mine.begin(), mine.end(), slots.begin() + static_cast<std::ptrdiff_t>(rank * kRankTimeFields));
+      const std::vector<double> all = run.comm->sum_host(slots);
+      if (writer)
+        for (size_t r = 0; r < world; ++r)
+          summary.ranks.push_back(rank_time_from_fields(static_cast<int>(r), &all[r * kRankTimeFields]));
+    }
     if (writer) {
       fmt::print("(The profiled steps wait for their timings: the run's samples/second includes that.)\n");
       print_profile(summary);
+      if (!summary.ranks.empty()) fmt::print("{}", format_rank_time_table(summary.ranks));
     } else {
       print_profile_line(summary);  // rank 0 prints the whole anatomy; each rank writes its profile.json
     }
