@@ -276,5 +276,32 @@ TEST(Profile, EveryRankOfALaunchProfilesItsSteps) {
   EXPECT_FALSE(profiles[1].contains("ranks")) << "only rank 0 gathers the table";
 }
 
+// The floor: products at the product ceiling, the other computing classes at
+// the copy ceiling, data and communication as measured (worked out by hand);
+// no ceilings, no floor.
+TEST(Profile, FloorRunsEveryOperationAtItsCeiling) {
+  ProfileSummary s;
+  s.steps = 1;
+  s.step_ms = 10.0;
+  auto row = [](OpClass c, double ms, double flops, double bytes) {
+    ProfileRow r;
+    r.op_class = c;
+    r.ms = ms;
+    r.flops = flops;
+    r.bytes = bytes;
+    return r;
+  };
+  s.rows = {row(OpClass::Contraction, 4.0, 2e11, 1e9), row(OpClass::Elementwise, 2.0, 1e6, 1e9),
+            row(OpClass::Optimizer, 1.0, 0.0, 5e8), row(OpClass::Data, 0.5, 0.0, 1e6),
+            row(OpClass::Communication, 2.0, 0.0, 0.0)};
+  EXPECT_EQ(s.floor_ms(), 0.0) << "no ceilings measured";
+  s.ceilings = Ceilings{};
+  s.ceilings->matmul_tflops = 100.0;  // 2e11 FLOPs: 2 ms
+  s.ceilings->copy_gbps = 1000.0;     // 1e9 bytes: 1 ms; 5e8: 0.5 ms
+  EXPECT_NEAR(s.floor_ms(), 2.0 + 1.0 + 0.5 + 0.5 + 2.0, 1e-12);
+  const nlohmann::json j = nlohmann::json::parse(profile_json(s));
+  EXPECT_NEAR(j["floor_ms"].get<double>(), 6.0, 1e-12);
+}
+
 }  // namespace
 }  // namespace anatomy

@@ -54,6 +54,20 @@ std::optional<double> ProfileSummary::fraction_of_ceiling(OpClass c, double ms, 
   return ceilings->copy_gbps > 0 ? bytes / (ms * 1e6) / ceilings->copy_gbps : std::optional<double>();
 }
 
+double ProfileSummary::floor_ms() const {
+  if (!ceilings || ceilings->matmul_tflops <= 0 || ceilings->copy_gbps <= 0) return 0.0;
+  double ms = 0.0;
+  for (const ProfileRow& r : rows) {
+    if (r.op_class == OpClass::Contraction)
+      ms += r.flops / (ceilings->matmul_tflops * 1e9);
+    else if (r.op_class == OpClass::Data || r.op_class == OpClass::Communication)
+      ms += r.ms;
+    else
+      ms += r.bytes / (ceilings->copy_gbps * 1e6);
+  }
+  return ms;
+}
+
 std::optional<double> ProfileSummary::mfu() const {
   if (!peak_tflops || model_flops <= 0.0 || step_ms <= 0.0) return std::nullopt;
   return model_flops / (step_ms * 1e-3) / (*peak_tflops * 1e12);
@@ -133,6 +147,10 @@ void print_profile(const ProfileSummary& s, int top) {
                share.ms > 0 ? share.flops / (share.ms * 1e9) : 0.0, share.ms > 0 ? share.bytes / (share.ms * 1e6) : 0.0,
                ceiling_text(static_cast<OpClass>(c), share.ms, share.flops, share.bytes));
   }
+  if (const double floor = s.floor_ms(); floor > 0.0)
+    fmt::print("  at the ceilings (products at the product rate, the rest at the copy rate; data and communication as "
+               "measured) the operations would take {:.2f} ms: the step is {:.2f}x that\n",
+               floor, s.step_ms / floor);
   if (const ClassShare& comm = s.classes[static_cast<int>(OpClass::Communication)]; comm.ms > 0.0)
     fmt::print("  communication: the step waited {:.2f} ms ({:.1f}%) for exchanges between ranks that it could not "
                "overlap\n",
@@ -204,6 +222,7 @@ std::string profile_json(const ProfileSummary& s) {
   j["model_flops_per_step"] = s.model_flops;
   j["peak_tflops"] = s.peak_tflops ? nlohmann::json(*s.peak_tflops) : nlohmann::json(nullptr);
   j["mfu"] = s.mfu() ? nlohmann::json(*s.mfu()) : nlohmann::json(nullptr);
+  j["floor_ms"] = s.floor_ms() > 0.0 ? nlohmann::json(s.floor_ms()) : nlohmann::json(nullptr);
   if (s.ceilings)
     j["ceilings"] = {{"device", s.ceilings->device},
                      {"matmul_dtype", s.ceilings->matmul_dtype},

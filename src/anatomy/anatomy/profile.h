@@ -61,6 +61,12 @@ struct ProfileSummary {
   // copy's for the others.
   std::optional<double> fraction_of_ceiling(OpClass c, double ms, double flops, double bytes) const;
   std::optional<double> mfu() const;              // model FLOPs / step time / peak
+  // The operations' time if each ran at its class's measured ceiling (the
+  // products' FLOPs at the product rate, the other computing classes' bytes
+  // at the copy rate), with the data and communication rows at their measured
+  // time: a floor for this step on this device with these kernels' work. 0
+  // without ceilings.
+  double floor_ms() const;
 };
 
 // `model_flops_per_step`: the training FLOPs of one step's samples
