@@ -6,7 +6,9 @@ Throughput (bert-large-uncased, random init, dummy data of 512 tokens, bf16, dro
 per-GPU batch B, an unmeasured two-step run that fills the GEMM tuning cache (a cold cache costs the first
 run about 2 s), then `anatomy train` on GPU 0 with S sequences, then `anatomy launch --nproc-per-node N --
 train` with N·S sequences (each rank trains on S), so both runs take the same number of steps. Prints
-samples/s, the ratio and the scaling efficiency (ratio / N), and each run's "GPU memory occupied".
+samples/s, the ratio and the scaling efficiency (ratio / N), and each run's "GPU memory occupied". The
+"steady" columns take the rate from the runs' log windows of --logging-steps steps, leaving out the first
+(start-up, NCCL's set-up, the first step's one-time work): the efficiency of the steps themselves.
 
 Losses (--losses): `--steps` optimizer steps with global batch G: one GPU with batch G against N GPUs
 with G/N each, three times:
@@ -59,11 +61,39 @@ def warm_up(args, batch):
                                                                   "--dummy-size", str(2 * batch)]))
 
 
+def steady_rate(log_dir):
+    """Samples/s after the first log window (start-up, the first step's one-time work), from log.jsonl's
+    windows: the steps of the later windows over their summed time (each window's rate is its samples over its
+    time, and every step has the same samples)."""
+    records = [json.loads(line) for line in open(os.path.join(log_dir, "log.jsonl"))]
+    windows = [(r["step"], r["samples_per_second"]) for r in records if "samples_per_second" in r]
+    if len(windows) < 2:
+        return None
+    steps = time = 0.0
+    for (prev, _), (step, rate) in zip(windows, windows[1:]):
+        steps += step - prev
+        time += (step - prev) / rate
+    return steps / time
+
+
+def logged(args, out_dir):
+    """Log windows for the steady rate; the output directory (the model is saved there at the end, outside the
+    timed loop) in memory when /dev/shm exists."""
+    return ["--output-dir", out_dir, "--logging-steps", str(args.logging_steps)]
+
+
+def scratch_dir():
+    return tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+
+
 def one_gpu(args, batch):
-    out = run([args.anatomy] + train_args(args, precision_flags(args) + ["--per-device-train-batch-size", str(batch),
-                                                                        "--dummy-size", str(args.samples)]))
+    with scratch_dir() as tmp:
+        out = run([args.anatomy] + train_args(args, precision_flags(args) + ["--per-device-train-batch-size", str(batch),
+                                                                            "--dummy-size", str(args.samples)] +
+                                              logged(args, tmp)))
+        steady = steady_rate(tmp)
     return dict(samples_per_second=float(figure(r"^Samples/second: ([0-9.]+)", out, "Samples/second")[-1]),
-                memory_mb=int(figure("^" + memory_pattern(args), out, "memory")[-1]))
+                steady_samples_per_second=steady, memory_mb=int(figure("^" + memory_pattern(args), out, "memory")[-1]))
 
 
 def memory_pattern(args):
@@ -75,10 +105,12 @@ GIB = {"B": 1 / 2**30, "KiB": 1 / 2**20, "MiB": 1 / 2**10, "GiB": 1.0, "TiB": 2*
 
 def many_gpus(args, batch, gpus, stage):
     """N ranks on N GPUs, each with S sequences, so that the run takes the 1-GPU run's steps."""
-    out = run([args.anatomy, "launch", "--nproc-per-node", str(gpus), "--"] +
-              train_args(args, precision_flags(args) + ["--per-device-train-batch-size", str(batch),
-                                                        "--dummy-size", str(args.samples * gpus),
-                                                        "--zero-stage", str(stage)]))
+    with scratch_dir() as tmp:
+        out = run([args.anatomy, "launch", "--nproc-per-node", str(gpus), "--"] +
+                  train_args(args, precision_flags(args) + ["--per-device-train-batch-size", str(batch),
+                                                            "--dummy-size", str(args.samples * gpus),
+                                                            "--zero-stage", str(stage)] + logged(args, tmp)))
+        steady = steady_rate(tmp)  # rank 0's log: every rank's samples
     sn = float(figure(r"^\[rank 0\] Samples/second: ([0-9.]+)", out, "rank 0's Samples/second")[-1])
     memory = [int(m) for m in figure(r"^\[rank \d+\] " + memory_pattern(args), out, "memory")][-gpus:]
     # Each rank's prediction against its measurement (the plan before training, the anatomy after).
@@ -87,7 +119,7 @@ def many_gpus(args, batch, gpus, stage):
                       r"(B|KiB|MiB|GiB|TiB) \(error ([+-][0-9.]+)%\)", out, re.M)
     # NCCL's buffers, measured by each rank when its communicator starts (outside the ledger, inside the plan's context).
     nccl = re.findall(r"^\[rank \d+\] .*NCCL's own buffers ([0-9.]+) (B|KiB|MiB|GiB|TiB)", out, re.M)
-    return dict(samples_per_second=sn, memory_per_gpu_mb=memory, nccl_buffers_gib=[float(v) * GIB[u] for v, u in nccl],
+    return dict(samples_per_second=sn, steady_samples_per_second=steady, memory_per_gpu_mb=memory, nccl_buffers_gib=[float(v) * GIB[u] for v, u in nccl],
                 ledger_prediction_error_pct=[float(e) for e in ledger_err],
                 predicted_nvml_gib=[float(v) * GIB[u] for v, u, _, _, _ in nvml],
                 measured_nvml_gib=[float(v) * GIB[u] for _, _, v, u, _ in nvml],
@@ -151,6 +183,8 @@ def main():
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--batch", type=int, nargs="+", default=[32, 64])
     p.add_argument("--samples", type=int, default=2048, help="sequences per GPU in the throughput runs")
+    p.add_argument("--logging-steps", type=int, default=16,
+                   help="log window of the throughput runs; the steady rate leaves out the first window")
     p.add_argument("--losses", action="store_true", help="also compare the losses (bf16 and fp32)")
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--global-batch", type=int, default=16)
@@ -168,9 +202,11 @@ def main():
     result = dict(gpus=args.gpus, model=args.model, throughput=[], losses=[])
     if not args.no_throughput:
         print("| per-GPU batch | GPUs | ZeRO stage | samples/s | 1 GPU samples/s | ratio | efficiency | "
+              "steady samples/s | steady 1 GPU | steady efficiency | "
               "GPU memory occupied per GPU MB (largest rank) | 1 GPU MB | predicted NVML use per GPU (largest rank) | "
               "process's NVML use (largest rank) | NCCL's buffers (largest rank) | prediction error per rank: NVML; ledger |")
-        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+              "| --- |")
         for b in args.batch:
             warm_up(args, b)
             one = one_gpu(args, b)
@@ -178,13 +214,19 @@ def main():
                 for stage in args.zero_stage:
                     r = many_gpus(args, b, n, stage)
                     ratio = r["samples_per_second"] / one["samples_per_second"]
+                    steady_one, steady_n = one["steady_samples_per_second"], r["steady_samples_per_second"]
+                    steady_eff = steady_n / (n * steady_one) if steady_one and steady_n else None
                     row = dict(batch=b, gpus=n, zero_stage=stage, one_gpu=one["samples_per_second"],
+                               steady_one_gpu=steady_one, steady_efficiency=steady_eff,
                                memory_one_mb=one["memory_mb"], ratio=ratio, efficiency=ratio / n, **r)
                     result["throughput"].append(row)
+                    num = lambda v: "-" if v is None else f"{v:.1f}"
                     gib = lambda key: f"{max(r[key]):.2f} GiB" if r[key] else "-"
                     errors = lambda key: ", ".join(f"{e:+.2f}%" for e in r[key]) or "-"
                     print(f"| {b} | {n} | {stage} | {r['samples_per_second']:.1f} | {one['samples_per_second']:.1f} | "
-                          f"{ratio:.3f} | {ratio / n:.1%} | {max(r['memory_per_gpu_mb'])} | {one['memory_mb']} | "
+                          f"{ratio:.3f} | {ratio / n:.1%} | {num(steady_n)} | {num(steady_one)} | "
+                          f"{'-' if steady_eff is None else f'{steady_eff:.1%}'} | "
+                          f"{max(r['memory_per_gpu_mb'])} | {one['memory_mb']} | "
                           f"{gib('predicted_nvml_gib')} | {gib('measured_nvml_gib')} | {gib('nccl_buffers_gib')} | "
                           f"{errors('nvml_prediction_error_pct')}; "
                           f"{errors('ledger_prediction_error_pct')} |", flush=True)
