@@ -70,8 +70,8 @@ bool time_every_plan() {
 
 class CudnnAttentionImpl final : public CudnnAttention {
  public:
-  CudnnAttentionImpl(cudnnHandle_t handle, cudaStream_t stream, size_t version)
-      : handle_(handle), stream_(stream), version_(version) {}
+  CudnnAttentionImpl(cudnnHandle_t handle, cudaStream_t stream, size_t version, bool time_plans)
+      : handle_(handle), time_plans_(time_plans), stream_(stream), version_(version) {}
   ~CudnnAttentionImpl() override {
     forward_.clear();
     backward_.clear();
@@ -313,7 +313,7 @@ class CudnnAttentionImpl final : public CudnnAttention {
   }
 
   cudnnHandle_t handle_;
-  bool time_plans_ = time_every_plan();
+  bool time_plans_;
   cudaStream_t stream_;  // the handle's
   size_t version_;
   std::map<Key, Built> forward_, backward_;
@@ -327,6 +327,7 @@ std::unique_ptr<CudnnAttention> CudnnAttention::create(cudaStream_t stream, std:
     *why = fmt::format("cuDNN {} is older than 9.0", version);
     return nullptr;
   }
+  const bool time_plans = time_every_plan();  // a bad value ends the run before a handle exists
   cudnnHandle_t handle = nullptr;
   if (cudnnStatus_t st = cudnnCreate(&handle); st != CUDNN_STATUS_SUCCESS) {
     *why = fmt::format("cudnnCreate: {}", cudnnGetErrorString(st));
@@ -337,7 +338,7 @@ std::unique_ptr<CudnnAttention> CudnnAttention::create(cudaStream_t stream, std:
     cudnnDestroy(handle);
     return nullptr;
   }
-  return std::make_unique<CudnnAttentionImpl>(handle, stream, version);
+  return std::make_unique<CudnnAttentionImpl>(handle, stream, version, time_plans);
 }
 
 }  // namespace anatomy::cuda
