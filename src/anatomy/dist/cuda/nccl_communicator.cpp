@@ -57,6 +57,7 @@ class NcclCommunicator final : public Communicator {
     if (compute_ == nullptr || backend.device().is_cpu())
       fail("NCCL needs a CUDA backend; this one runs on {}", backend.device().str());
     ANATOMY_CUDA_CHECK(cudaSetDevice(backend.device().index));
+    const int priority = stream_priority();  // a bad value ends the run before NCCL starts
     ncclUniqueId id;
     if (store.rank() == 0) {
       nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -72,7 +73,7 @@ class NcclCommunicator final : public Communicator {
     size_t free_before = 0, free_after = 0, total = 0;
     ANATOMY_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
     nccl_check(ncclCommInitRank(&comm_, store.world_size(), id, store.rank()), "ncclCommInitRank");
-    ANATOMY_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, stream_priority()));
+    ANATOMY_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority));
     ANATOMY_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     ANATOMY_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     // One collective forces NCCL to set up its channels and buffers now, so that the
