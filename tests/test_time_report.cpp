@@ -43,6 +43,34 @@ TEST(TimeReport, BarsPerClassAndPerLayer) {
   EXPECT_NE(html.find("linear&lt;forward&gt;"), std::string::npos) << "operation names are escaped";
 }
 
+// The floor, the communication waited for and the ranks' table appear when the
+// summary has them, and not otherwise.
+TEST(TimeReport, FloorCommunicationAndRanksWhenThere) {
+  ProfileSummary s;
+  s.steps = 1;
+  s.step_ms = 10.0;
+  s.ops_ms = 10.0;
+  const std::string bare = time_report_section_html(s);
+  EXPECT_EQ(bare.find("ceilings"), std::string::npos);
+  EXPECT_EQ(bare.find("exchanges between ranks"), std::string::npos);
+  EXPECT_EQ(bare.find("rank-time"), std::string::npos);
+  ProfileRow product;
+  product.op_class = OpClass::Contraction;
+  product.flops = 5e11;  // 5 ms at 100 TFLOP/s
+  product.ms = 8.0;
+  s.rows.push_back(product);
+  s.ceilings = Ceilings{};
+  s.ceilings->matmul_tflops = 100.0;
+  s.ceilings->copy_gbps = 1000.0;
+  s.classes[static_cast<size_t>(OpClass::Communication)] = ClassShare{2.0, 0.0, 0.0};
+  s.ranks = {RankTime{0, 10.0, 3.0, 6.0, 1.0, 2.0}, RankTime{1, 10.5, 3.0, 6.5, 1.0, 2.5}};
+  const std::string html = time_report_section_html(s);
+  EXPECT_NE(html.find("would take 5.00 ms: the step is ×2.00 that"), std::string::npos) << html;
+  EXPECT_NE(html.find("waited 2.00 ms (20.0%)"), std::string::npos) << html;
+  EXPECT_EQ(count(html, "<tr><td>"), 2u + 1u) << "two ranks and the one top operation";
+  EXPECT_NE(html.find("<tr><td>1</td><td>10.50</td>"), std::string::npos) << html;
+}
+
 TEST(TimeReport, AProfiledRunPutsItIntoReportHtml) {
   test::TempDir dir;
   const auto r = test::run_anatomy("profile --device cpu --model bert-tiny --dummy-size 8 --dummy-seq-len 16 "

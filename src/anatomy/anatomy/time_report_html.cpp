@@ -117,7 +117,23 @@ std::string time_report_section_html(const ProfileSummary& s) {
                       s.steps, s.step_ms, s.ops_ms, s.forward_ms, s.backward_ms,
                       s.forward_ms > 0 ? s.backward_ms / s.forward_ms : 0.0, s.optimizer_ms, s.data_ms);
   if (const auto mfu = s.mfu()) html += fmt::format(" MFU {:.1f}%.", 100 * *mfu);
-  html += "</p>\n<h3>Share of FLOPs against share of time, by class of operation</h3>\n" + class_share_chart(s);
+  if (const double floor = s.floor_ms(); floor > 0.0)
+    html += fmt::format(" At the measured ceilings the operations would take {:.2f} ms: the step is ×{:.2f} that.",
+                        floor, s.step_ms / floor);
+  if (const double comm = s.classes[static_cast<size_t>(OpClass::Communication)].ms; comm > 0.0)
+    html += fmt::format(" The step waited {:.2f} ms ({:.1f}%) for exchanges between ranks that it could not overlap.",
+                        comm, 100.0 * comm / std::max(s.step_ms, 1e-9));
+  html += "</p>\n";
+  if (!s.ranks.empty()) {
+    html += "<h3>Time per rank</h3>\n<table id=\"rank-time\">\n<tr><th>rank</th><th>step ms</th><th>forward</th>"
+            "<th>backward</th><th>optimizer</th><th>communication waited</th></tr>\n";
+    for (const RankTime& r : s.ranks)
+      html += fmt::format("<tr><td>{}</td><td>{:.2f}</td><td>{:.2f}</td><td>{:.2f}</td><td>{:.2f}</td>"
+                          "<td>{:.2f}</td></tr>\n",
+                          r.rank, r.step_ms, r.forward_ms, r.backward_ms, r.optimizer_ms, r.communication_ms);
+    html += "</table>\n";
+  }
+  html += "<h3>Share of FLOPs against share of time, by class of operation</h3>\n" + class_share_chart(s);
   html += "<h3>Per layer</h3>\n" + layer_time_chart(s);
   html += "<h3>Top operations</h3>\n<table>\n<tr><th>part</th><th>operation</th><th>operand</th><th>class</th>"
           "<th>ms</th><th>TFLOP/s</th><th>GB/s</th></tr>\n";
