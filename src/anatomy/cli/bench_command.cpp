@@ -103,7 +103,9 @@ void check_passthrough(const std::vector<std::string>& flags) {
       fail("after --: {} is set by the bench for every row; give it to anatomy bench itself (before --)", name);
   }
   CLI::App train;
-  (void)add_train_command(train);  // registers train's flags; the command is never run
+  // Registers train's flags. The command is never run, but it owns the flags'
+  // storage that parsing writes into, so it must live until the parse is done.
+  const Command command = add_train_command(train);
   std::vector<std::string> args(flags.rbegin(), flags.rend());  // CLI11 takes them last first
   try {
     train.parse(args);
