@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "anatomy/core/dtype.h"
+#include "anatomy/core/env.h"
 #include "anatomy/core/error.h"
 #include "anatomy/kernels/backend.h"
 
@@ -149,10 +150,7 @@ constexpr size_t cudnn_attention_backward_scratch_bytes(int64_t B, int64_t L, in
 // variable ANATOMY_ATTENTION is not "anatomy" (our own flash kernels); any
 // value but "cudnn" and "anatomy" is refused.
 inline bool cudnn_attention_selected() {
-  const char* choice = std::getenv("ANATOMY_ATTENTION");
-  const std::string_view want = choice ? choice : "";
-  if (!want.empty() && want != "cudnn" && want != "anatomy")
-    fail("ANATOMY_ATTENTION={}: expected cudnn or anatomy", want);
+  const std::string_view want = env_choice("ANATOMY_ATTENTION", {"cudnn", "anatomy"}, "cudnn or anatomy");
 #ifdef ANATOMY_HAVE_CUDNN
   return want != "anatomy";
 #else

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "anatomy/core/env.h"
 #include "anatomy/core/error.h"
 #include "anatomy/io/files.h"
 
@@ -29,12 +30,8 @@ constexpr int64_t kMaxIndex = 1 << 16;
 }  // namespace
 
 bool gemm_tuning_enabled() {
-  const char* value = std::getenv("ANATOMY_GEMM_TUNING");
-  const std::string_view v = value ? value : "";
-  if (v.empty() || v == "1") return true;
-  if (v == "0") return false;
-  fail("ANATOMY_GEMM_TUNING={}: expected 1 (time cuBLASLt's candidate algorithms, the default) or 0 (take its first)",
-       v);
+  return env_choice("ANATOMY_GEMM_TUNING", {"1", "0"},
+                    "1 (time cuBLASLt's candidate algorithms, the default) or 0 (take its first)") != "0";
 }
 
 std::string gemm_tuning_cache_path() { return io::user_cache_file("gemm_algos.json"); }

@@ -4,12 +4,11 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 
 #include <fmt/format.h>
 
+#include "anatomy/core/env.h"
 #include "anatomy/core/error.h"
 #include "anatomy/dist/store.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
@@ -40,11 +39,7 @@ ncclDataType_t nccl_type(DType dtype) {
 // device's greatest, so that the blocks of a collective are scheduled ahead
 // of the compute kernels' waiting blocks.
 int stream_priority() {
-  const char* e = std::getenv("ANATOMY_NCCL_STREAM_PRIORITY");
-  const std::string_view want = e ? e : "";
-  if (!want.empty() && want != "default" && want != "high")
-    fail("ANATOMY_NCCL_STREAM_PRIORITY={}: expected default or high", want);
-  if (want != "high") return 0;
+  if (env_choice("ANATOMY_NCCL_STREAM_PRIORITY", {"default", "high"}, "default or high") != "high") return 0;
   int least = 0, greatest = 0;
   ANATOMY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   return greatest;

@@ -7,12 +7,11 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <string_view>
 #include <tuple>
 
+#include "anatomy/core/env.h"
 #include "anatomy/core/error.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda_memory.h"
@@ -62,10 +61,7 @@ struct Built {
 // "time", every plan of modes A, B and the fallback, timed on the first call,
 // with each one's time printed to stderr.
 bool time_every_plan() {
-  const char* e = std::getenv("ANATOMY_CUDNN_ATTENTION_PLANS");
-  const std::string_view want = e ? e : "";
-  if (!want.empty() && want != "time") fail("ANATOMY_CUDNN_ATTENTION_PLANS={}: expected time (or unset)", want);
-  return want == "time";
+  return env_choice("ANATOMY_CUDNN_ATTENTION_PLANS", {"time"}, "time (or unset)") == "time";
 }
 
 class CudnnAttentionImpl final : public CudnnAttention {
