@@ -52,11 +52,8 @@ void write_memory_reports(const MemoryAnatomy& anatomy, const std::string& dir, 
 }
 
 std::vector<RankMemory> gather_rank_memory(dist::Communicator& comm, const LedgerSnapshot& ledger) {
-  const auto world = static_cast<size_t>(comm.world_size()), rank = static_cast<size_t>(comm.rank());
-  const std::vector<double> mine = rank_memory_fields(ledger);
-  std::vector<double> slots(world * kRankMemoryFields, 0.0);
-  std::copy(mine.begin(), mine.end(), slots.begin() + static_cast<std::ptrdiff_t>(rank * kRankMemoryFields));
-  const std::vector<double> all = comm.sum_host(slots);
+  const auto world = static_cast<size_t>(comm.world_size());
+  const std::vector<double> all = dist::gather_host(comm, rank_memory_fields(ledger));
   std::vector<RankMemory> out;
   for (size_t r = 0; r < world; ++r) out.push_back(rank_memory_from_fields(static_cast<int>(r), &all[r * kRankMemoryFields]));
   return out;

@@ -225,13 +225,9 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
     summary.ceilings = run.ceilings;
     if (run.comm && run.comm->world_size() > 1) {
       // Every rank's step, gathered on every rank (a collective: all take part).
-      const auto world = static_cast<size_t>(run.comm->world_size()), rank = static_cast<size_t>(run.comm->rank());
-      std::vector<double> slots(world * kRankTimeFields, 0.0);
-      const std::vector<double> mine = rank_time_fields(summary);
-      std::copy(mine.begin(), mine.end(), slots.begin() + static_cast<std::ptrdiff_t>(rank * kRankTimeFields));
-      const std::vector<double> all = run.comm->sum_host(slots);
+      const std::vector<double> all = dist::gather_host(*run.comm, rank_time_fields(summary));
       if (writer)
-        for (size_t r = 0; r < world; ++r)
+        for (size_t r = 0; r < static_cast<size_t>(run.comm->world_size()); ++r)
           summary.ranks.push_back(rank_time_from_fields(static_cast<int>(r), &all[r * kRankTimeFields]));
     }
     if (writer) {

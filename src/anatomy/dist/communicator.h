@@ -12,6 +12,8 @@
 // collectives in the same order with the same sizes.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -53,6 +55,15 @@ class Communicator {
   // rank); blocks until every rank has given its own.
   virtual std::vector<double> sum_host(const std::vector<double>& values) = 0;
 };
+
+// Every rank's `mine` (the same count on each rank), concatenated in rank
+// order, on every rank: one sum_host with each rank's values in its own slot
+// and zeros in the others' (x + 0 is x, so the values come back unchanged).
+inline std::vector<double> gather_host(Communicator& comm, const std::vector<double>& mine) {
+  std::vector<double> slots(static_cast<size_t>(comm.world_size()) * mine.size(), 0.0);
+  std::copy(mine.begin(), mine.end(), slots.begin() + static_cast<std::ptrdiff_t>(comm.rank() * mine.size()));
+  return comm.sum_host(slots);
+}
 
 // Collectives through the store, for tensors in host memory (the CPU backend).
 std::unique_ptr<Communicator> make_store_communicator(Backend& backend, StoreClient& store, double timeout_seconds);

@@ -296,9 +296,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
            state.global_step, total_steps_);
     if (ranks.comm) {
       // Every rank must continue from the same step: the same checkpoint, seen by all.
-      std::vector<double> mine(static_cast<size_t>(world_), 0.0);
-      mine[static_cast<size_t>(comm_->rank())] = static_cast<double>(state.global_step);
-      const std::vector<double> all = comm_->sum_host(mine);
+      const std::vector<double> all = dist::gather_host(*comm_, {static_cast<double>(state.global_step)});
       for (int r = 1; r < world_; ++r)
         if (all[static_cast<size_t>(r)] != all[0])
           fail("--resume-from-checkpoint {}: rank 0 resumed from step {} and rank {} from step {}: every rank must "
