@@ -151,10 +151,10 @@ void print_profile(const ProfileSummary& s, int top) {
     fmt::print("  at the ceilings (products at the product rate, the rest at the copy rate; data and communication as "
                "measured) the operations would take {:.2f} ms: the step is {:.2f}x that\n",
                floor, s.step_ms / floor);
-  if (const ClassShare& comm = s.classes[static_cast<int>(OpClass::Communication)]; comm.ms > 0.0)
+  if (const double comm = s.communication_ms(); comm > 0.0)
     fmt::print("  communication: the step waited {:.2f} ms ({:.1f}%) for exchanges between ranks that it could not "
                "overlap\n",
-               comm.ms, 100.0 * comm.ms / std::max(s.step_ms, 1e-9));
+               comm, 100.0 * comm / std::max(s.step_ms, 1e-9));
   if (const auto mfu = s.mfu())
     fmt::print("  MFU {:.1f}% ({:.1f} TFLOP/s of model FLOPs against a {:.1f} TFLOP/s bf16 peak)\n", 100.0 * *mfu,
                s.model_flops / (s.step_ms * 1e9), *s.peak_tflops);
@@ -174,7 +174,7 @@ void print_profile_line(const ProfileSummary& s) {
     fmt::print("Profile: no step was profiled.\n");
     return;
   }
-  const double comm = s.classes[static_cast<int>(OpClass::Communication)].ms;
+  const double comm = s.communication_ms();
   fmt::print("Time anatomy of a step (mean of {} profiled step{}): {:.2f} ms measured; forward {:.2f} ms, backward "
              "{:.2f} ms, optimizer {:.2f} ms; communication waited for {:.2f} ms ({:.1f}%)\n",
              s.steps, s.steps == 1 ? "" : "s", s.step_ms, s.forward_ms, s.backward_ms, s.optimizer_ms, comm,
@@ -183,7 +183,7 @@ void print_profile_line(const ProfileSummary& s) {
 
 std::vector<double> rank_time_fields(const ProfileSummary& s) {
   return {s.step_ms, s.forward_ms, s.backward_ms, s.optimizer_ms,
-          s.classes[static_cast<int>(OpClass::Communication)].ms};
+          s.communication_ms()};
 }
 
 RankTime rank_time_from_fields(int rank, const double* f) {

@@ -61,6 +61,8 @@ struct ProfileSummary {
   // copy's for the others.
   std::optional<double> fraction_of_ceiling(OpClass c, double ms, double flops, double bytes) const;
   std::optional<double> mfu() const;              // model FLOPs / step time / peak
+  // The time the step waited for exchanges between ranks (the communication class).
+  double communication_ms() const { return classes[static_cast<size_t>(OpClass::Communication)].ms; }
   // The operations' time if each ran at its class's measured ceiling (the
   // products' FLOPs at the product rate, the other computing classes' bytes
   // at the copy rate), with the data and communication rows at their measured

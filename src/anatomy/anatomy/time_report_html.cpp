@@ -120,7 +120,7 @@ std::string time_report_section_html(const ProfileSummary& s) {
   if (const double floor = s.floor_ms(); floor > 0.0)
     html += fmt::format(" At the measured ceilings the operations would take {:.2f} ms: the step is ×{:.2f} that.",
                         floor, s.step_ms / floor);
-  if (const double comm = s.classes[static_cast<size_t>(OpClass::Communication)].ms; comm > 0.0)
+  if (const double comm = s.communication_ms(); comm > 0.0)
     html += fmt::format(" The step waited {:.2f} ms ({:.1f}%) for exchanges between ranks that it could not overlap.",
                         comm, 100.0 * comm / std::max(s.step_ms, 1e-9));
   html += "</p>\n";

@@ -56,7 +56,7 @@ class ProfilingBackend final : public Backend {
   // Times `call`, work that is not one of this backend's ops but runs on its
   // stream or holds it up (a collective queued or waited for, numbers the
   // ranks exchange through the host), as an op of class `c` with no FLOPs or
-  // bytes counted. Only calls it while not recording.
+  // bytes counted. While not recording it only calls it.
   void time_call(const char* op, std::string operand, OpClass c, const std::function<void()>& call);
 
   Device device() const override { return inner_.device(); }
