@@ -53,12 +53,17 @@ def precision_flags(args):
     return [] if args.precision == "fp32" else ["--" + args.precision]
 
 
+def batch_args(args, batch, sequences):
+    """`anatomy train`'s flags for `sequences` dummy sequences at this per-GPU batch."""
+    return train_args(args, precision_flags(args) + ["--per-device-train-batch-size", str(batch),
+                                                     "--dummy-size", str(sequences)])
+
+
 def warm_up(args, batch):
     """Two steps on one GPU at this batch, unmeasured: the first run on a machine times cuBLASLt's candidates for
     every GEMM shape (seconds) and records its choices in the tuning cache; every measured run after it, on one GPU
     or on N, then starts from the same cache."""
-    run([args.anatomy] + train_args(args, precision_flags(args) + ["--per-device-train-batch-size", str(batch),
-                                                                  "--dummy-size", str(2 * batch)]))
+    run([args.anatomy] + batch_args(args, batch, 2 * batch))
 
 
 def steady_rate(log_dir):
@@ -77,20 +82,19 @@ def steady_rate(log_dir):
 
 
 def logged(args, out_dir):
-    """Log windows for the steady rate; the output directory (the model is saved there at the end, outside the
-    timed loop) in memory when /dev/shm exists."""
+    """Log windows for the steady rate, in `out_dir`."""
     return ["--output-dir", out_dir, "--logging-steps", str(args.logging_steps)]
 
 
 def scratch_dir():
+    """The runs' output directory, in memory when /dev/shm exists (the model is saved there at the end, outside the
+    timed loop)."""
     return tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
 
 
 def one_gpu(args, batch):
     with scratch_dir() as tmp:
-        out = run([args.anatomy] + train_args(args, precision_flags(args) + ["--per-device-train-batch-size", str(batch),
-                                                                            "--dummy-size", str(args.samples)] +
-                                              logged(args, tmp)))
+        out = run([args.anatomy] + batch_args(args, batch, args.samples) + logged(args, tmp))
         steady = steady_rate(tmp)
     return dict(samples_per_second=float(figure(r"^Samples/second: ([0-9.]+)", out, "Samples/second")[-1]),
                 steady_samples_per_second=steady, memory_mb=int(figure("^" + memory_pattern(args), out, "memory")[-1]))
@@ -101,24 +105,23 @@ def memory_pattern(args):
 
 
 GIB = {"B": 1 / 2**30, "KiB": 1 / 2**20, "MiB": 1 / 2**10, "GiB": 1.0, "TiB": 2**10}
+SIZE = r"([0-9.]+) (" + "|".join(GIB) + ")"  # a size as anatomy prints it: number, unit
 
 
 def many_gpus(args, batch, gpus, stage):
     """N ranks on N GPUs, each with S sequences, so that the run takes the 1-GPU run's steps."""
     with scratch_dir() as tmp:
         out = run([args.anatomy, "launch", "--nproc-per-node", str(gpus), "--"] +
-                  train_args(args, precision_flags(args) + ["--per-device-train-batch-size", str(batch),
-                                                            "--dummy-size", str(args.samples * gpus),
-                                                            "--zero-stage", str(stage)] + logged(args, tmp)))
+                  batch_args(args, batch, args.samples * gpus) + ["--zero-stage", str(stage)] + logged(args, tmp))
         steady = steady_rate(tmp)  # rank 0's log: every rank's samples
     sn = float(figure(r"^\[rank 0\] Samples/second: ([0-9.]+)", out, "rank 0's Samples/second")[-1])
     memory = [int(m) for m in figure(r"^\[rank \d+\] " + memory_pattern(args), out, "memory")][-gpus:]
     # Each rank's prediction against its measurement (the plan before training, the anatomy after).
     ledger_err = re.findall(r"^\[rank \d+\] Predicted ledger peak .*?, measured .*? \(error ([+-][0-9.]+)%\)", out, re.M)
-    nvml = re.findall(r"^\[rank \d+\] Predicted NVML use ([0-9.]+) (B|KiB|MiB|GiB|TiB), measured ([0-9.]+) "
-                      r"(B|KiB|MiB|GiB|TiB) \(error ([+-][0-9.]+)%\)", out, re.M)
+    nvml = re.findall(r"^\[rank \d+\] Predicted NVML use " + SIZE + ", measured " + SIZE +
+                      r" \(error ([+-][0-9.]+)%\)", out, re.M)
     # NCCL's buffers, measured by each rank when its communicator starts (outside the ledger, inside the plan's context).
-    nccl = re.findall(r"^\[rank \d+\] .*NCCL's own buffers ([0-9.]+) (B|KiB|MiB|GiB|TiB)", out, re.M)
+    nccl = re.findall(r"^\[rank \d+\] .*NCCL's own buffers " + SIZE, out, re.M)
     return dict(samples_per_second=sn, steady_samples_per_second=steady, memory_per_gpu_mb=memory, nccl_buffers_gib=[float(v) * GIB[u] for v, u in nccl],
                 ledger_prediction_error_pct=[float(e) for e in ledger_err],
                 predicted_nvml_gib=[float(v) * GIB[u] for v, u, _, _, _ in nvml],
