@@ -148,8 +148,9 @@ Command add_estimate_command(CLI::App& app) {
   app.add_option("--context-memory", flags->context_memory,
                  "The CUDA context and kernels' memory to assume, e.g. 500MiB (default: the GPU's known figure)");
   app.add_option("--nccl-memory", flags->nccl_memory,
-                 "NCCL's own buffers per GPU to assume with --nproc N >= 2, e.g. 600MiB (default: 584 MiB, measured "
-                 "on two H100s; a run prints its own)");
+                 fmt::format("NCCL's own buffers per GPU to assume with --nproc N >= 2, e.g. 600MiB (default: {}, "
+                             "measured on two H100s; a run prints its own)",
+                             format_bytes(gpu::default_nccl_bytes())));
   app.add_option("--nproc", flags->nproc, "Data-parallel ranks (GPUs) to plan for, with --zero-stage; the plan is "
                                           "per GPU")
       ->capture_default_str()->check(CLI::Range(1, 65536));
