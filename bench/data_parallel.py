@@ -34,7 +34,7 @@ import re
 import sys
 import tempfile
 
-from bench_util import run
+from bench_util import run, scratch_dir, steady_rate
 
 
 def figure(pattern, text, what):
@@ -66,30 +66,9 @@ def warm_up(args, batch):
     run([args.anatomy] + batch_args(args, batch, 2 * batch))
 
 
-def steady_rate(log_dir):
-    """Samples/s after the first log window (start-up, the first step's one-time work), from log.jsonl's
-    windows: the steps of the later windows over their summed time (each window's rate is its samples over its
-    time, and every step has the same samples)."""
-    records = [json.loads(line) for line in open(os.path.join(log_dir, "log.jsonl"))]
-    windows = [(r["step"], r["samples_per_second"]) for r in records if "samples_per_second" in r]
-    if len(windows) < 2:
-        return None
-    steps = time = 0.0
-    for (prev, _), (step, rate) in zip(windows, windows[1:]):
-        steps += step - prev
-        time += (step - prev) / rate
-    return steps / time
-
-
 def logged(args, out_dir):
     """Log windows for the steady rate, in `out_dir`."""
     return ["--output-dir", out_dir, "--logging-steps", str(args.logging_steps)]
-
-
-def scratch_dir():
-    """The runs' output directory, in memory when /dev/shm exists (the model is saved there at the end, outside the
-    timed loop)."""
-    return tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
 
 
 def one_gpu(args, batch):

@@ -4,8 +4,10 @@
 For each batch, `anatomy profile` (5 steps after 3 of warm-up) gives the measured step and the sum of its
 operations' CUDA-event times: the difference is time in which the GPU ran none of the step's operations (waiting
 for the host to launch the next one, or for a host read-back). Then `anatomy train` at the same batch, unprofiled,
-gives the step time the user sees (samples/s over a run of --steps steps). A step whose operations cover most of
-it, and whose unprofiled time matches the profiled one, is not launch-bound.
+gives the step time the user sees: the run's samples/s (start-up included), and the steady step from its log
+windows of --logging-steps steps after the first (as bench/data_parallel.py's steady columns). A step whose
+operations cover most of it, and whose unprofiled steady time is no longer than the profiled one, is not
+launch-bound: the host queues the kernels faster than the GPU runs them.
 
     python3 bench/launch_bound.py --anatomy build/anatomy [--batch 1 2 4 8] [--precision bf16] [--steps 50]
 
@@ -16,9 +18,8 @@ import json
 import os
 import re
 import sys
-import tempfile
 
-from bench_util import run
+from bench_util import run, scratch_dir, steady_rate
 
 
 def main():
@@ -30,6 +31,7 @@ def main():
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"])
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a dry run of this script")
     p.add_argument("--steps", type=int, default=50, help="steps of each unprofiled run")
+    p.add_argument("--logging-steps", type=int, default=10, help="log window of the unprofiled runs")
     p.add_argument("--json")
     args = p.parse_args()
     common = ["--model", args.model, "--dummy-seq-len", str(args.seq_len), "--device", args.device, "--no-progress"]
@@ -39,25 +41,30 @@ def main():
     print(f"{args.model}, {args.precision}, {args.seq_len} tokens")
     print()
     print("| batch | profiled step ms | in operations ms | GPU without an operation ms (%) | unprofiled step ms | "
-          "unprofiled samples/s |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+          "unprofiled samples/s | unprofiled steady step ms |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for b in args.batch:
-        with tempfile.TemporaryDirectory() as tmp:
+        with scratch_dir() as tmp:  # the run saves the model there at its end
             run([args.anatomy, "profile"] + common + ["--per-device-train-batch-size", str(b), "--output-dir", tmp])
             with open(os.path.join(tmp, "profile.json")) as f:
                 prof = json.load(f)
-        out = run([args.anatomy, "train"] + common + ["--per-device-train-batch-size", str(b), "--dummy-size",
-                                                       str(b * args.steps)])
+            out = run([args.anatomy, "train"] + common + ["--per-device-train-batch-size", str(b), "--dummy-size",
+                                                           str(b * args.steps), "--output-dir", tmp, "--logging-steps",
+                                                           str(args.logging_steps)])
+            steady = steady_rate(tmp)
         sps = float(re.findall(r"^Samples/second: ([0-9.]+)", out, re.M)[-1])
         step, ops = prof["step_ms"], prof["ops_ms"]
+        steady_ms = 1000 * b / steady if steady else None
         row = dict(batch=b, profiled_step_ms=step, ops_ms=ops, gap_ms=step - ops, unprofiled_step_ms=1000 * b / sps,
-                   samples_per_second=sps)
+                   samples_per_second=sps, steady_step_ms=steady_ms)
         rows.append(row)
         print(f"| {b} | {step:.2f} | {ops:.2f} | {step - ops:.2f} ({100 * (step - ops) / step:.1f}%) | "
-              f"{row['unprofiled_step_ms']:.2f} | {sps:.2f} |", flush=True)
+              f"{row['unprofiled_step_ms']:.2f} | {sps:.2f} | "
+              f"{'-' if steady_ms is None else f'{steady_ms:.2f}'} |", flush=True)
     print()
     print("The unprofiled step includes the run's start-up spread over its steps (and the first step's one-time "
-          "work); the profiled one is a steady-state step that also waits for its event timings.")
+          "work); the steady step leaves out the first log window; the profiled one is a steady-state step that "
+          "also waits for its event timings.")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(args=vars(args), rows=rows), f, indent=1)
