@@ -13,10 +13,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <ostream>
 #include <random>
@@ -26,6 +30,7 @@
 #include "anatomy/core/dtype.h"
 #include "anatomy/kernels/backend.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "../test_util.h"
 #include "device_buffer.h"
 #include "anatomy/kernels/cuda_memory.h"
 #include "anatomy/kernels/cuda/flash_attention.cuh"
@@ -309,6 +314,158 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaCudnnAttention, ::testing::ValuesIn(all_cas
 
 // Timing only (--gtest_also_run_disabled_tests): cuDNN against our flash
 // kernels, forward + backward at bert-large's attention, batch 32, dropout 0.1.
+// The plan files (cudnn_attention.cpp): a new instance loads the plans the
+// first one built and wrote, and computes the same bits with them; a damaged
+// file, or one whose first line is another key, is ignored and rewritten.
+TEST(CudaCudnnAttentionPlanCache, ALoadedPlanGivesTheBuiltPlansBits) {
+  SKIP_WITHOUT_GPU();
+  namespace fs = std::filesystem;
+  anatomy::test::TempDir cache;
+  anatomy::test::ScopedEnv xdg("XDG_CACHE_HOME", cache.path().c_str());
+  anatomy::test::ScopedEnv switch_("ANATOMY_CUDNN_PLAN_CACHE", nullptr);
+  anatomy::test::ScopedEnv timing("ANATOMY_CUDNN_ATTENTION_PLANS", nullptr);
+  cudaStream_t stream;
+  ANATOMY_CUDA_CHECK(cudaStreamCreate(&stream));
+  CudnnAttentionShape s;
+  s.B = 2;
+  s.L = 128;
+  s.heads = 4;
+  s.D = 64;
+  s.masked = true;
+  s.dropout = 0.1f;
+  s.scale = 0.125f;
+  const size_t n = static_cast<size_t>(s.B * s.L * s.heads * s.D), bytes = n * 2;
+  DeviceBuffer q(bytes), k(bytes), v(bytes), o(bytes), dout(bytes), dq(bytes), dk(bytes), dv(bytes);
+  DeviceBuffer lse(static_cast<size_t>(s.B * s.heads * s.L) * 4), mask(static_cast<size_t>(s.B * s.L) * 8);
+  q.upload(random_rounded(true, n, 1.5f, 41).bits);
+  k.upload(random_rounded(true, n, 1.5f, 42).bits);
+  v.upload(random_rounded(true, n, 1.0f, 43).bits);
+  dout.upload(random_rounded(true, n, 1.0f, 44).bits);
+  std::vector<int64_t> m(static_cast<size_t>(s.B * s.L), 1);
+  for (int64_t j = 100; j < s.L; ++j) m[static_cast<size_t>(s.L + j)] = 0;  // entry 1: 100 keys
+  mask.upload(m);
+  const DropoutSpec dropout{s.dropout, 0x5eedULL, 9};
+  // Forward and backward with a new instance; every output, as bytes.
+  auto run = [&] {
+    auto cudnn = make_cudnn(stream);
+    EXPECT_TRUE(cudnn && cudnn->supports(s));
+    if (!cudnn) return std::vector<uint16_t>();
+    DeviceBuffer scratch(std::max(cudnn->forward_scratch_bytes(s), cudnn->backward_scratch_bytes(s)));
+    for (DeviceBuffer* b : {&o, &dq, &dk, &dv, &lse}) b->poison();
+    cudnn->forward(s, q.as<void>(), k.as<void>(), v.as<void>(), mask.as<int64_t>(), dropout, o.as<void>(),
+                   lse.as<float>(), scratch.as<void>());
+    cudnn->backward(s, dout.as<void>(), q.as<void>(), k.as<void>(), v.as<void>(), o.as<void>(), lse.as<float>(),
+                    mask.as<int64_t>(), dropout, dq.as<void>(), dk.as<void>(), dv.as<void>(), scratch.as<void>());
+    ANATOMY_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<uint16_t> all;
+    for (DeviceBuffer* b : {&o, &dq, &dk, &dv}) {
+      const auto part = b->download<uint16_t>();
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    const auto l = lse.download<uint16_t>();
+    all.insert(all.end(), l.begin(), l.end());
+    return all;
+  };
+  const fs::path dir = cache.path() / "anatomy" / "cudnn_plans";
+  auto files = [&] {
+    std::vector<fs::path> found;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) found.push_back(e.path());
+    std::sort(found.begin(), found.end());
+    return found;
+  };
+  auto read = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  auto write = [](const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; };
+
+  const std::vector<uint16_t> built = run();
+  const auto plans = files();
+  ASSERT_EQ(plans.size(), 2u) << "one plan file for the forward graph, one for the backward";
+  std::vector<std::string> written;
+  for (const auto& p : plans) {
+    written.push_back(read(p));
+    const std::string first_line = written.back().substr(0, written.back().find('\n'));
+    EXPECT_EQ(first_line.rfind("cuDNN ", 0), 0u) << first_line;
+    EXPECT_NE(first_line.find("B=2 L=128 heads=4 D=64 bf16 masked=1 training=1"), std::string::npos) << first_line;
+  }
+  const auto stamp = fs::last_write_time(plans[0]);
+
+  // Loaded, not built again: the same bits, and the files are not rewritten.
+  EXPECT_EQ(run(), built);
+  EXPECT_EQ(fs::last_write_time(plans[0]), stamp);
+  EXPECT_EQ(read(plans[0]), written[0]);
+
+  // A damaged plan (its key, then garbage) and another key's plan: built again, same bits, rewritten.
+  const std::string key0 = written[0].substr(0, written[0].find('\n') + 1);
+  write(plans[0], key0 + "not a plan");
+  write(plans[1], "another key\n" + written[1].substr(written[1].find('\n') + 1));
+  EXPECT_EQ(run(), built);
+  EXPECT_EQ(read(plans[0]).substr(0, key0.size()), key0);
+  EXPECT_GT(read(plans[0]).size(), key0.size() + 10);
+  EXPECT_EQ(read(plans[1]).substr(0, 6), "cuDNN ");
+  EXPECT_EQ(files().size(), 2u);
+
+  // ANATOMY_CUDNN_PLAN_CACHE=0: neither read nor written.
+  fs::remove_all(dir);
+  {
+    anatomy::test::ScopedEnv off("ANATOMY_CUDNN_PLAN_CACHE", "0");
+    EXPECT_EQ(run(), built);
+  }
+  EXPECT_TRUE(files().empty());
+  (void)cudaStreamDestroy(stream);
+}
+
+// What the plan files save at bert-large's batch-64 shape: the time to get
+// both graphs (supports() builds or loads them) and the first forward and
+// backward, built, loaded, and with the files off.
+TEST(CudaCudnnAttentionPlanCacheTiming, DISABLED_BuildAgainstLoad) {
+  SKIP_WITHOUT_GPU();
+  anatomy::test::TempDir cache;
+  anatomy::test::ScopedEnv xdg("XDG_CACHE_HOME", cache.path().c_str());
+  anatomy::test::ScopedEnv timing("ANATOMY_CUDNN_ATTENTION_PLANS", nullptr);
+  cudaStream_t stream;
+  ANATOMY_CUDA_CHECK(cudaStreamCreate(&stream));
+  CudnnAttentionShape s;
+  s.B = 64;
+  s.L = 512;
+  s.heads = 16;
+  s.D = 64;
+  s.dropout = 0.1f;
+  s.scale = 0.125f;
+  const size_t bytes = static_cast<size_t>(s.B * s.L * s.heads * s.D) * 2;
+  DeviceBuffer q(bytes), k(bytes), v(bytes), o(bytes), dout(bytes), dq(bytes), dk(bytes), dv(bytes);
+  DeviceBuffer lse(static_cast<size_t>(s.B * s.heads * s.L) * 4);
+  for (DeviceBuffer* b : {&q, &k, &v, &dout}) ANATOMY_CUDA_CHECK(cudaMemset(b->as<void>(), 0x3c, bytes));
+  const DropoutSpec dropout{0.1f, 1, 2};
+  auto once = [&](const char* what, const char* cache_switch) {
+    anatomy::test::ScopedEnv sw("ANATOMY_CUDNN_PLAN_CACHE", cache_switch);
+    ANATOMY_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto t0 = std::chrono::steady_clock::now();
+    auto cudnn = make_cudnn(stream);
+    ASSERT_TRUE(cudnn && cudnn->supports(s));
+    const auto t1 = std::chrono::steady_clock::now();
+    DeviceBuffer scratch(std::max(cudnn->forward_scratch_bytes(s), cudnn->backward_scratch_bytes(s)));
+    const auto t2 = std::chrono::steady_clock::now();
+    cudnn->forward(s, q.as<void>(), k.as<void>(), v.as<void>(), nullptr, dropout, o.as<void>(), lse.as<float>(),
+                   scratch.as<void>());
+    cudnn->backward(s, dout.as<void>(), q.as<void>(), k.as<void>(), v.as<void>(), o.as<void>(), lse.as<float>(),
+                    nullptr, dropout, dq.as<void>(), dk.as<void>(), dv.as<void>(), scratch.as<void>());
+    ANATOMY_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const auto t3 = std::chrono::steady_clock::now();
+    const auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    std::printf("%s: both graphs %.1f ms, first forward + backward %.1f ms\n", what, ms(t0, t1), ms(t2, t3));
+  };
+  for (int round = 0; round < 2; ++round) {
+    std::filesystem::remove_all(cache.path() / "anatomy" / "cudnn_plans");
+    once("built and written", nullptr);
+    once("loaded", nullptr);
+    once("files off", "0");
+  }
+  (void)cudaStreamDestroy(stream);
+}
+
 TEST(CudaCudnnAttentionTiming, DISABLED_AgainstFlashKernels) {
   SKIP_WITHOUT_GPU();
   const int64_t B = 32, L = 512, heads = 16, D = 64;

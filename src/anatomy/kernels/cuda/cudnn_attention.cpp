@@ -1,5 +1,16 @@
 // cudnn_attention.cpp: CudnnAttention through the cuDNN frontend's graph API.
 // One forward and one backward graph per shape, built on first use and kept.
+//
+// Building a graph runs cuDNN's heuristics and compiles its kernels at run
+// time: about 110 ms for bert-large's two graphs on an H100, paid inside the
+// first training step. So the built plan is also written to a file,
+// $XDG_CACHE_HOME/anatomy/cudnn_plans/sdpa-<hash>.plan (~/.cache when unset):
+// a first line with the whole key (cuDNN and frontend versions, GPU and SM
+// count, the graph's shape and options), then the frontend's serialized plan.
+// A later process with the same key loads the plan instead of building it:
+// the same engine and configuration, so the same bits. A file whose first line
+// is not the key, or that does not load, is ignored and rewritten.
+// ANATOMY_CUDNN_PLAN_CACHE=0 neither reads nor writes the files.
 #include "anatomy/kernels/cuda/cudnn_attention.h"
 
 #include <cudnn.h>
@@ -7,12 +18,17 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <map>
 #include <mutex>
+#include <string>
+#include <system_error>
 #include <tuple>
+#include <vector>
 
 #include "anatomy/core/env.h"
 #include "anatomy/core/error.h"
+#include "anatomy/io/files.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda_memory.h"
 
@@ -64,10 +80,34 @@ bool time_every_plan() {
   return env_choice("ANATOMY_CUDNN_ATTENTION_PLANS", {"time"}, "time (or unset)") == "time";
 }
 
+// ANATOMY_CUDNN_PLAN_CACHE: unset, empty or "1" reads and writes the plan
+// files; "0" does neither.
+bool plan_cache_enabled() {
+  return env_choice("ANATOMY_CUDNN_PLAN_CACHE", {"0", "1"}, "0 or 1 (or unset)") != "0";
+}
+
+uint64_t fnv1a64(std::string_view text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// "<GPU name> (<SMs> SMs)" of the current device.
+std::string current_gpu() {
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "?";
+  return fmt::format("{} ({} SMs)", prop.name, prop.multiProcessorCount);
+}
+
 class CudnnAttentionImpl final : public CudnnAttention {
  public:
-  CudnnAttentionImpl(cudnnHandle_t handle, cudaStream_t stream, size_t version, bool time_plans)
-      : handle_(handle), time_plans_(time_plans), stream_(stream), version_(version) {}
+  CudnnAttentionImpl(cudnnHandle_t handle, cudaStream_t stream, size_t version, bool time_plans, bool plan_cache)
+      : handle_(handle), time_plans_(time_plans), plan_cache_(plan_cache && !time_plans), stream_(stream),
+        version_(version) {
+    if (plan_cache_)
+      cache_prefix_ = fmt::format("cuDNN {} | frontend {} | {}", version_, CUDNN_FRONTEND_VERSION, current_gpu());
+  }
   ~CudnnAttentionImpl() override {
     forward_.clear();
     backward_.clear();
@@ -169,17 +209,73 @@ class CudnnAttentionImpl final : public CudnnAttention {
   // The graph of `key` in `cache`, built by `build` on first use; a build that
   // fails (cuDNN has no engine for it) is remembered with the reason.
   template <typename Build>
-  Built& cached(std::map<Key, Built>& cache, const Key& key, const CudnnAttentionShape& s, Build&& build) {
+  Built& cached(std::map<Key, Built>& cache, const Key& key, const CudnnAttentionShape& s, const char* what,
+                Build&& build) {
     if (auto it = cache.find(key); it != cache.end()) return it->second;
-    Built built;
-    try {
-      auto g = new_graph(s);
-      build(*g);
-      built = finish(std::move(g));
-    } catch (const std::exception& e) {
-      built = Built{nullptr, 0, e.what()};
+    const std::string file_key = plan_cache_ ? plan_key(key, what) : std::string();
+    Built built = plan_cache_ ? load_plan(file_key) : Built{};
+    if (!built.graph) {
+      try {
+        auto g = new_graph(s);
+        build(*g);
+        built = finish(std::move(g));
+      } catch (const std::exception& e) {
+        built = Built{nullptr, 0, e.what()};
+      }
+      if (plan_cache_ && built.graph) store_plan(file_key, *built.graph);
     }
     return cache.emplace(key, std::move(built)).first->second;
+  }
+
+  // The plan file's first line: everything the plan depends on.
+  std::string plan_key(const Key& k, const char* what) const {
+    return fmt::format("{} | sdpa {} | B={} L={} heads={} D={} {} masked={} training={} dump={} dropout={} "
+                       "scale={} deterministic=1",
+                       cache_prefix_, what, k.B, k.L, k.heads, k.D, k.bf16 ? "bf16" : "fp16", k.masked ? 1 : 0,
+                       k.training ? 1 : 0, k.dump ? 1 : 0, k.dropout, k.scale);
+  }
+  static std::string plan_path(const std::string& file_key) {
+    return io::user_cache_file(fmt::format("cudnn_plans/sdpa-{:016x}.plan", fnv1a64(file_key)));
+  }
+
+  // The plan of `file_key` from its file; no graph when there is none, or it
+  // is another key's (a hash collision), or it does not load.
+  Built load_plan(const std::string& file_key) {
+    const std::string path = plan_path(file_key);
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return {};
+    try {
+      const std::vector<uint8_t> bytes = io::read_file_bytes(path);
+      const std::string head = file_key + "\n";
+      if (bytes.size() <= head.size() || !std::equal(head.begin(), head.end(), bytes.begin())) return {};
+      const std::vector<uint8_t> data(bytes.begin() + static_cast<std::ptrdiff_t>(head.size()), bytes.end());
+      auto g = std::make_shared<fe::graph::Graph>();
+      Built b;
+      if (!g->deserialize(handle_, data, /*enforce_precompiled=*/true, /*run_warmup=*/false).is_good() ||
+          !g->get_workspace_size(b.workspace).is_good())
+        return {};
+      b.graph = std::move(g);
+      return b;
+    } catch (const std::exception&) {  // unreadable, or not the frontend's format
+      return {};
+    }
+  }
+
+  // Writes the built plan to its file (through a temp file and a rename);
+  // the cache is an optimisation, so a failure to write is ignored.
+  static void store_plan(const std::string& file_key, fe::graph::Graph& g) {
+    try {
+      std::vector<uint8_t> data;
+      if (!g.serialize(data, /*serialize_structure=*/false).is_good()) return;
+      const std::string path = plan_path(file_key);
+      std::error_code ec;
+      std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+      io::AtomicFile file(path);
+      file.write(file_key + "\n");
+      file.write(data.data(), data.size());
+      file.commit();
+    } catch (const std::exception&) {
+    }
   }
 
   Built finish(std::shared_ptr<fe::graph::Graph> g) {
@@ -211,7 +307,7 @@ class CudnnAttentionImpl final : public CudnnAttention {
   }
 
   Built& forward_graph(const CudnnAttentionShape& s, bool dump) {
-    return cached(forward_, key_of(s, dump), s, [&](fe::graph::Graph& g) {
+    return cached(forward_, key_of(s, dump), s, "forward", [&](fe::graph::Graph& g) {
       auto q = qkv(g, s, "q", kQ), k = qkv(g, s, "k", kK), v = qkv(g, s, "v", kV);
       auto options = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(s.training).set_attn_scale(
           s.scale);
@@ -230,7 +326,7 @@ class CudnnAttentionImpl final : public CudnnAttention {
   }
 
   Built& backward_graph(const CudnnAttentionShape& s) {
-    return cached(backward_, key_of(s, false), s, [&](fe::graph::Graph& g) {
+    return cached(backward_, key_of(s, false), s, "backward", [&](fe::graph::Graph& g) {
       auto q = qkv(g, s, "q", kQ), k = qkv(g, s, "k", kK), v = qkv(g, s, "v", kV);
       auto o = qkv(g, s, "o", kO), dO = qkv(g, s, "dO", kDO);
       fe::graph::Tensor_attributes stats_attributes;
@@ -310,6 +406,8 @@ class CudnnAttentionImpl final : public CudnnAttention {
 
   cudnnHandle_t handle_;
   bool time_plans_;
+  bool plan_cache_;           // read and write the plan files (not while timing every plan)
+  std::string cache_prefix_;  // the plan files' key: versions and GPU
   cudaStream_t stream_;  // the handle's
   size_t version_;
   std::map<Key, Built> forward_, backward_;
@@ -324,6 +422,7 @@ std::unique_ptr<CudnnAttention> CudnnAttention::create(cudaStream_t stream, std:
     return nullptr;
   }
   const bool time_plans = time_every_plan();  // a bad value ends the run before a handle exists
+  const bool plan_cache = plan_cache_enabled();
   cudnnHandle_t handle = nullptr;
   if (cudnnStatus_t st = cudnnCreate(&handle); st != CUDNN_STATUS_SUCCESS) {
     *why = fmt::format("cudnnCreate: {}", cudnnGetErrorString(st));
@@ -334,7 +433,7 @@ std::unique_ptr<CudnnAttention> CudnnAttention::create(cudaStream_t stream, std:
     cudnnDestroy(handle);
     return nullptr;
   }
-  return std::make_unique<CudnnAttentionImpl>(handle, stream, version, time_plans);
+  return std::make_unique<CudnnAttentionImpl>(handle, stream, version, time_plans, plan_cache);
 }
 
 }  // namespace anatomy::cuda
