@@ -9,7 +9,8 @@
 // count, the graph's shape and options), then the frontend's serialized plan.
 // A later process with the same key loads the plan instead of building it:
 // the same engine and configuration, so the same bits. A file whose first line
-// is not the key, or that does not load, is ignored and rewritten.
+// is not the key, or that does not load, is ignored and rewritten. At most
+// kMaxPlanFiles files are written (dynamic padding makes a graph per length).
 // ANATOMY_CUDNN_PLAN_CACHE=0 neither reads nor writes the files.
 #include "anatomy/kernels/cuda/cudnn_attention.h"
 
@@ -85,6 +86,8 @@ bool time_every_plan() {
 bool plan_cache_enabled() {
   return env_choice("ANATOMY_CUDNN_PLAN_CACHE", {"0", "1"}, "0 or 1 (or unset)") != "0";
 }
+
+constexpr int64_t kMaxPlanFiles = 512;
 
 uint64_t fnv1a64(std::string_view text) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -268,8 +271,16 @@ class CudnnAttentionImpl final : public CudnnAttention {
       std::vector<uint8_t> data;
       if (!g.serialize(data, /*serialize_structure=*/false).is_good()) return;
       const std::string path = plan_path(file_key);
+      const std::filesystem::path dir = std::filesystem::path(path).parent_path();
       std::error_code ec;
-      std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+      std::filesystem::create_directories(dir, ec);
+      // Dynamic padding builds a graph per length: at most kMaxPlanFiles files
+      // (about 100 KiB each) are kept; past that, new plans are not written.
+      int64_t files = 0;
+      for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
+           it.increment(ec))
+        ++files;
+      if (ec || files >= kMaxPlanFiles) return;
       io::AtomicFile file(path);
       file.write(file_key + "\n");
       file.write(data.data(), data.size());
