@@ -180,6 +180,20 @@ std::unique_ptr<CudnnAttention> make_cudnn(cudaStream_t stream) {
   return c;
 }
 
+// A bf16 training shape.
+CudnnAttentionShape training_shape(int64_t B, int64_t L, int64_t heads, int64_t D, bool masked, float dropout,
+                                   float scale) {
+  CudnnAttentionShape s;
+  s.B = B;
+  s.L = L;
+  s.heads = heads;
+  s.D = D;
+  s.masked = masked;
+  s.dropout = dropout;
+  s.scale = scale;
+  return s;
+}
+
 class CudaCudnnAttention : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaCudnnAttention, MatchesFloat64ReferenceOnItsOwnDropoutMask) {
@@ -326,14 +340,7 @@ TEST(CudaCudnnAttentionPlanCache, ALoadedPlanGivesTheBuiltPlansBits) {
   anatomy::test::ScopedEnv timing("ANATOMY_CUDNN_ATTENTION_PLANS", nullptr);
   cudaStream_t stream;
   ANATOMY_CUDA_CHECK(cudaStreamCreate(&stream));
-  CudnnAttentionShape s;
-  s.B = 2;
-  s.L = 128;
-  s.heads = 4;
-  s.D = 64;
-  s.masked = true;
-  s.dropout = 0.1f;
-  s.scale = 0.125f;
+  const CudnnAttentionShape s = training_shape(2, 128, 4, 64, /*masked=*/true, 0.1f, 0.125f);
   const size_t n = static_cast<size_t>(s.B * s.L * s.heads * s.D), bytes = n * 2;
   DeviceBuffer q(bytes), k(bytes), v(bytes), o(bytes), dout(bytes), dq(bytes), dk(bytes), dv(bytes);
   DeviceBuffer lse(static_cast<size_t>(s.B * s.heads * s.L) * 4), mask(static_cast<size_t>(s.B * s.L) * 8);
@@ -427,13 +434,7 @@ TEST(CudaCudnnAttentionPlanCacheTiming, DISABLED_BuildAgainstLoad) {
   anatomy::test::ScopedEnv timing("ANATOMY_CUDNN_ATTENTION_PLANS", nullptr);
   cudaStream_t stream;
   ANATOMY_CUDA_CHECK(cudaStreamCreate(&stream));
-  CudnnAttentionShape s;
-  s.B = 64;
-  s.L = 512;
-  s.heads = 16;
-  s.D = 64;
-  s.dropout = 0.1f;
-  s.scale = 0.125f;
+  const CudnnAttentionShape s = training_shape(64, 512, 16, 64, /*masked=*/false, 0.1f, 0.125f);
   const size_t bytes = static_cast<size_t>(s.B * s.L * s.heads * s.D) * 2;
   DeviceBuffer q(bytes), k(bytes), v(bytes), o(bytes), dout(bytes), dq(bytes), dk(bytes), dv(bytes);
   DeviceBuffer lse(static_cast<size_t>(s.B * s.heads * s.L) * 4);
@@ -473,13 +474,7 @@ TEST(CudaCudnnAttentionTiming, DISABLED_AgainstFlashKernels) {
   ANATOMY_CUDA_CHECK(cudaStreamCreate(&stream));
   auto cudnn = make_cudnn(stream);
   ASSERT_TRUE(cudnn);
-  CudnnAttentionShape s;
-  s.B = B;
-  s.L = L;
-  s.heads = heads;
-  s.D = D;
-  s.dropout = 0.1f;
-  s.scale = 0.125f;
+  const CudnnAttentionShape s = training_shape(B, L, heads, D, /*masked=*/false, 0.1f, 0.125f);
   ASSERT_TRUE(cudnn->supports(s));
   const DropoutSpec dropout{0.1f, 1, 2};
   const size_t bytes = static_cast<size_t>(B * L * heads * D) * 2;
