@@ -15,6 +15,7 @@
 
 #include "anatomy/model/config.h"
 #include "anatomy/optim/optimizer.h"
+#include "optim_fixture.h"
 #include "test_util.h"
 
 namespace anatomy {
@@ -23,68 +24,23 @@ namespace {
 constexpr double kEps = std::numeric_limits<float>::epsilon();  // 2^-23
 
 // tests/fixtures/optim/adafactor_steps.txt (format in make_adafactor_fixture.py).
-struct AdafactorFixture {
-  double weight_decay = 0.0;
-  std::vector<double> lrs;
-  std::vector<ParamSpec> specs;
-  std::vector<float> param0;
-  std::vector<std::vector<float>> grads, steps, states;  // per step, every tensor concatenated
+struct AdafactorFixture : test::OptimizerFixture {
+  std::vector<std::vector<float>> steps, states;  // per step, every tensor concatenated
 };
-
-std::vector<float> hex_floats(std::istringstream& words) {
-  std::vector<float> out;
-  for (std::string w; words >> w;) out.push_back(std::bit_cast<float>(static_cast<uint32_t>(std::stoul(w, nullptr, 16))));
-  return out;
-}
 
 AdafactorFixture read_fixture() {
   AdafactorFixture f;
-  std::ifstream in(test::fixture("optim/adafactor_steps.txt"));
-  EXPECT_TRUE(in) << "missing fixture optim/adafactor_steps.txt";
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream words(line);
-    std::string key;
-    words >> key;
-    if (key == "weight_decay") {
-      words >> f.weight_decay;
-    } else if (key == "lr") {
-      for (double lr; words >> lr;) f.lrs.push_back(lr);
-    } else if (key == "tensor") {
-      ParamSpec spec{"", {}, false, ParamInit::Zeros};
-      int decays = 0;
-      words >> spec.name >> decays;
-      spec.weight_decay = decays != 0;
-      for (int64_t d; words >> d;) spec.shape.push_back(d);
-      f.specs.push_back(spec);
-    } else if (key == "param0") {
-      f.param0 = hex_floats(words);
-    } else if (key == "grad") {
-      f.grads.push_back(hex_floats(words));
-    } else if (key == "step") {
-      f.steps.push_back(hex_floats(words));
-    } else if (key == "state") {
-      f.states.push_back(hex_floats(words));
-    } else {
-      ADD_FAILURE() << "adafactor_steps.txt: unknown record " << key;
-    }
-  }
+  test::read_optimizer_fixture("optim/adafactor_steps.txt", f, [&f](const std::string& key, std::istringstream& words) {
+    if (key == "step") f.steps.push_back(test::hex_floats(words));
+    else if (key == "state") f.states.push_back(test::hex_floats(words));
+    else return false;
+    return true;
+  });
   return f;
 }
 
-void scatter(const ParameterSet& set, const std::vector<float>& values) {
-  size_t at = 0;
-  for (const Tensor& t : set.tensors()) {
-    std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(at), t.numel(), t.data<float>());
-    at += static_cast<size_t>(t.numel());
-  }
-  ASSERT_EQ(at, values.size());
-}
-std::vector<float> gather(const ParameterSet& set) {
-  std::vector<float> out;
-  for (const Tensor& t : set.tensors()) out.insert(out.end(), t.data<float>(), t.data<float>() + t.numel());
-  return out;
-}
+using test::gather;
+using test::scatter;
 
 float ulp(float x) {
   const float a = std::fabs(x);

@@ -9,12 +9,12 @@
 
 #include <bit>
 #include <cmath>
-#include <fstream>
 #include <random>
 #include <regex>
 #include <sstream>
 
 #include "anatomy/optim/optimizer.h"
+#include "optim_fixture.h"
 #include "test_util.h"
 
 namespace anatomy {
@@ -54,12 +54,7 @@ SgdRun run_sgd(const std::vector<float>& p0, const std::vector<std::vector<float
 }
 
 // tests/fixtures/optim/sgd_steps.txt (format in make_sgd_fixture.py).
-struct TorchSgdFixture {
-  double weight_decay = 0.0;
-  std::vector<double> lrs;
-  std::vector<ParamSpec> specs;
-  std::vector<float> param0;
-  std::vector<std::vector<float>> grads;  // per step, every tensor concatenated
+struct TorchSgdFixture : test::OptimizerFixture {
   struct Config {
     double momentum = 0.0, dampening = 0.0;
     bool nesterov = false;
@@ -68,37 +63,10 @@ struct TorchSgdFixture {
   std::vector<Config> configs;
 };
 
-std::vector<float> hex_floats(std::istringstream& words) {
-  std::vector<float> out;
-  for (std::string w; words >> w;) out.push_back(std::bit_cast<float>(static_cast<uint32_t>(std::stoul(w, nullptr, 16))));
-  return out;
-}
-
 TorchSgdFixture read_torch_sgd_fixture() {
   TorchSgdFixture f;
-  std::ifstream in(test::fixture("optim/sgd_steps.txt"));
-  EXPECT_TRUE(in) << "missing fixture optim/sgd_steps.txt";
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream words(line);
-    std::string key;
-    words >> key;
-    if (key == "weight_decay") {
-      words >> f.weight_decay;
-    } else if (key == "lr") {
-      for (double lr; words >> lr;) f.lrs.push_back(lr);
-    } else if (key == "tensor") {
-      ParamSpec spec{"", {}, false, ParamInit::Zeros};
-      int decays = 0;
-      words >> spec.name >> decays;
-      spec.weight_decay = decays != 0;
-      for (int64_t d; words >> d;) spec.shape.push_back(d);
-      f.specs.push_back(spec);
-    } else if (key == "param0") {
-      f.param0 = hex_floats(words);
-    } else if (key == "grad") {
-      f.grads.push_back(hex_floats(words));
-    } else if (key == "config") {
+  test::read_optimizer_fixture("optim/sgd_steps.txt", f, [&f](const std::string& key, std::istringstream& words) {
+    if (key == "config") {
       TorchSgdFixture::Config c;
       int nesterov = 0;
       words >> c.momentum >> c.dampening >> nesterov;
@@ -106,28 +74,17 @@ TorchSgdFixture read_torch_sgd_fixture() {
       f.configs.push_back(c);
     } else if (key == "step") {
       EXPECT_FALSE(f.configs.empty()) << "a step before any config";
-      if (!f.configs.empty()) f.configs.back().steps.push_back(hex_floats(words));
+      if (!f.configs.empty()) f.configs.back().steps.push_back(test::hex_floats(words));
     } else {
-      ADD_FAILURE() << "sgd_steps.txt: unknown record " << key;
+      return false;
     }
-  }
+    return true;
+  });
   return f;
 }
 
-// Copies a concatenation of every tensor's values into (or out of) a set, tensor by tensor.
-void scatter(const ParameterSet& set, const std::vector<float>& values) {
-  size_t at = 0;
-  for (const Tensor& t : set.tensors()) {
-    std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(at), t.numel(), t.data<float>());
-    at += static_cast<size_t>(t.numel());
-  }
-  ASSERT_EQ(at, values.size());
-}
-std::vector<float> gather(const ParameterSet& set) {
-  std::vector<float> out;
-  for (const Tensor& t : set.tensors()) out.insert(out.end(), t.data<float>(), t.data<float>() + t.numel());
-  return out;
-}
+using test::gather;
+using test::scatter;
 
 TEST(Sgd, FollowsTorchOptimSgdOverFiveSteps) {
   const TorchSgdFixture f = read_torch_sgd_fixture();
