@@ -28,6 +28,7 @@
 #include "anatomy/kernels/cuda/half_types.cuh"
 #include "anatomy/kernels/cuda/optimizer_kernels.cuh"
 #include "anatomy/kernels/cuda_memory.h"
+#include "anatomy/kernels/cuda/reductions.cuh"
 
 namespace anatomy::cuda {
 
@@ -51,25 +52,6 @@ struct Scalars {
   float row_mean;      // exp_avg_sq_row.mean()
   float clip_divisor;  // max(1, RMS(update) / clip_threshold)
 };
-
-__device__ __forceinline__ double warp_sum(double v) {
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// Block-wide sum, warps added in order; valid in thread 0.
-template <int kBlock>
-__device__ double block_sum(double v) {
-  __shared__ double warps[kBlock / kWarp];
-  v = warp_sum(v);
-  if (threadIdx.x % kWarp == 0) warps[threadIdx.x / kWarp] = v;
-  __syncthreads();
-  double total = 0.0;
-  if (threadIdx.x == 0)
-    for (int w = 0; w < kBlock / kWarp; ++w) total += warps[w];
-  return total;
-}
 
 __device__ __forceinline__ float sq_plus_eps(float g, float eps1) { return __fadd_rn(__fmul_rn(g, g), eps1); }
 __device__ __forceinline__ float rsqrt_rn(float x) { return __fdiv_rn(1.0f, __fsqrt_rn(x)); }

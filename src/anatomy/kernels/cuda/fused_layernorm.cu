@@ -31,6 +31,7 @@
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda/fused.cuh"
 #include "anatomy/kernels/cuda/half_types.cuh"
+#include "anatomy/kernels/cuda/reductions.cuh"
 
 namespace anatomy::cuda {
 
@@ -43,12 +44,6 @@ static_assert(kMaxGroups == kFusedLayerNormMaxGroups, "fused_layernorm_supported
 
 // Pack8 / load_pack (packed 16-byte loads), load8 / store8 (widening and
 // rounding 16-byte accesses): half_types.cuh.
-
-__device__ __forceinline__ double warp_sum(double v) {
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
 
 // Keep bits of the 8 elements index .. index + 7 (index a multiple of 8): bit j for element index + j.
 __device__ __forceinline__ uint32_t keep_bits8(const DropoutSpec& d, uint64_t index) {

@@ -30,6 +30,7 @@
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda/half_types.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
+#include "anatomy/kernels/cuda/reductions.cuh"
 
 namespace anatomy::cuda {
 
@@ -75,12 +76,6 @@ __device__ __forceinline__ void store_vec(T* p, const float (&v)[V]) {
 
 int64_t chunk_count(int64_t rows) { return layernorm_partial_chunks(rows); }
 
-// All lanes end with the same, order-fixed sum.
-__device__ __forceinline__ double warp_sum(double v) {
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
 
 // A lane takes elements h, h + 1, ..., h + V − 1 for h = V·lane + 32·V·k
 // (H % V == 0); with V = 1 that is every 32nd element from its lane.

@@ -29,12 +29,12 @@
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda/fused.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
+#include "anatomy/kernels/cuda/reductions.cuh"
 
 namespace anatomy::cuda {
 
 namespace {
 
-constexpr int kWarp = 32;
 constexpr int kThreads = 256;
 constexpr int kFinishThreads = 1024;
 // The number of first-level blocks depends on n alone (not on the GPU), so
@@ -47,25 +47,6 @@ static_assert(kThreads == kReductionThreads && kItemsPerThread == kReductionItem
               "cuda_memory.h sizes the reductions' scratch with these");
 
 int64_t square_blocks(int64_t n) { return reduction_blocks(n); }
-
-__device__ __forceinline__ double warp_sum(double v) {
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// Block-wide sum, warps added in order; valid in thread 0.
-template <int kBlock>
-__device__ double block_sum(double v) {
-  __shared__ double warps[kBlock / kWarp];
-  v = warp_sum(v);
-  if (threadIdx.x % kWarp == 0) warps[threadIdx.x / kWarp] = v;
-  __syncthreads();
-  double total = 0.0;
-  if (threadIdx.x == 0)
-    for (int w = 0; w < kBlock / kWarp; ++w) total += warps[w];
-  return total;
-}
 
 // Each thread takes the groups of four elements blockIdx·blockDim + tid +
 // k·(grid·blockDim), adding a group's squares in element order. Whether a group
