@@ -63,6 +63,7 @@
 #include "anatomy/core/error.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda/dropout_keys.cuh"
+#include "anatomy/kernels/cuda/shared_memory_config.cuh"
 
 namespace anatomy::cuda {
 
@@ -1098,32 +1099,12 @@ void check_args(const char* what, int64_t B, int64_t L, int64_t heads, int64_t D
     if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) fail("{}: tensors must be 16-byte aligned", what);
 }
 
-// Opt-in to the kernel's dynamic shared memory, and all of the unified
-// L1/shared memory as shared memory (otherwise a smaller default carveout may
-// fit fewer blocks per SM than the registers allow). Once per device: the
-// calls cost microseconds, which would show in every launch on an idle GPU.
-// `done` (one bit per device) must belong to this one kernel: callers keep it
-// as a static of their own template instantiation, one per kernel. `bytes` is
-// the most the kernel ever asks for (kMaxSmem for the resident backward, whose
-// size depends on L).
-template <typename K>
-void configure(K kernel, int bytes, std::atomic<uint64_t>& done) {
-  int device = 0;
-  ANATOMY_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;  // devices past 64: every time
-  if (done.load(std::memory_order_acquire) & bit) return;
-  ANATOMY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  ANATOMY_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-  done.fetch_or(bit, std::memory_order_acq_rel);
-}
-
 template <typename T, int D, int kDrop>
 void launch_forward(cudaStream_t s, const FwdParams& p, int64_t B) {
   constexpr int bytes = fwd_smem_bytes<D>();
   auto kernel = flash_fwd_kernel<T, D, kDrop>;
   static std::atomic<uint64_t> configured{0};  // per <T, D, kDrop>, i.e. per kernel
-  configure(kernel, bytes, configured);
+  configure_shared_memory(kernel, bytes, configured);
   const dim3 grid(static_cast<unsigned>((p.L + fwd_rows<D>() - 1) / fwd_rows<D>()), static_cast<unsigned>(B * p.heads));
   kernel<<<grid, kThreads, bytes, s>>>(p);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
@@ -1146,7 +1127,7 @@ void launch_backward(cudaStream_t s, const BwdParams& p, const void* dctx, const
     // One block per (batch entry, head); dq written by the kernel.
     auto kernel = flash_bwd_kernel<T, D, kDrop, true>;
     static std::atomic<uint64_t> configured{0};
-    configure(kernel, static_cast<int>(kMaxSmem), configured);
+    configure_shared_memory(kernel, static_cast<int>(kMaxSmem), configured);
     const int bytes = static_cast<int>(resident_bytes(p.L, D));
     kernel<<<dim3(1, static_cast<unsigned>(p.bh_count)), threads, bytes, s>>>(p);
     ANATOMY_CUDA_CHECK(cudaGetLastError());
@@ -1156,7 +1137,7 @@ void launch_backward(cudaStream_t s, const BwdParams& p, const void* dctx, const
     constexpr int bytes = bwd_base_bytes<D>() + 2 * kTile * (D + 8) * static_cast<int>(sizeof(float));
     auto kernel = flash_bwd_kernel<T, D, kDrop, false>;
     static std::atomic<uint64_t> configured{0};
-    configure(kernel, bytes, configured);
+    configure_shared_memory(kernel, bytes, configured);
     const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.bh_count));
     kernel<<<grid, threads, bytes, s>>>(p);
     ANATOMY_CUDA_CHECK(cudaGetLastError());

@@ -62,6 +62,7 @@
 #include "anatomy/core/error.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda/dropout_keys.cuh"
+#include "anatomy/kernels/cuda/shared_memory_config.cuh"
 
 namespace anatomy::cuda {
 
@@ -867,27 +868,12 @@ void check_args(const char* what, int64_t B, int64_t L, int64_t heads, int64_t D
   if (!(dropout.p >= 0.0f && dropout.p < 1.0f)) fail("{}: dropout probability {} not in [0, 1)", what, dropout.p);
 }
 
-// Opt-in to the kernel's dynamic shared memory and to all of the unified
-// L1/shared memory as shared memory, once per device (`done`: one bit per
-// device, a static of the caller's kernel instantiation).
-template <typename K>
-void configure(K kernel, int bytes, std::atomic<uint64_t>& done) {
-  int device = 0;
-  ANATOMY_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;  // devices past 64: every time
-  if (done.load(std::memory_order_acquire) & bit) return;
-  ANATOMY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  ANATOMY_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-  done.fetch_or(bit, std::memory_order_acq_rel);
-}
-
 template <int D, bool kDropout>
 void launch_forward(cudaStream_t s, const FwdParams& p, int64_t B) {
   constexpr int bytes = fwd_smem_bytes<D>();
   auto kernel = f32_fwd_kernel<D, kDropout>;
   static std::atomic<uint64_t> configured{0};
-  configure(kernel, bytes, configured);
+  configure_shared_memory(kernel, bytes, configured);
   const dim3 grid(static_cast<unsigned>((p.L + kFwdRows - 1) / kFwdRows), static_cast<unsigned>(B * p.heads));
   kernel<<<grid, kThreads, bytes, s>>>(p);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
@@ -907,7 +893,7 @@ void launch_backward(cudaStream_t s, const BwdParams& p, const float* dctx, cons
     constexpr int bytes = bwd_smem_bytes<D>();
     auto kernel = f32_bwd_kernel<D, kDropout>;
     static std::atomic<uint64_t> configured{0};
-    configure(kernel, bytes, configured);
+    configure_shared_memory(kernel, bytes, configured);
     const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(B * p.heads));
     kernel<<<grid, kThreads, bytes, s>>>(p);
     ANATOMY_CUDA_CHECK(cudaGetLastError());
