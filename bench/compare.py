@@ -11,7 +11,7 @@ peak memory used, and prints one table: samples/s, peak NVML MB, MFU and our/the
 
 With --repeats R (default 1) each configuration runs R times on each side, alternating (anatomy, Trainer,
 anatomy, ...), and the table gives each side's median samples/s and its largest peak memory: Trainer's
-rate moved by up to 6% between calls in docs/BENCHMARKS.md, and the median of alternating runs keeps a
+rate moved by up to 6.5% between calls in docs/BENCHMARKS.md, and the median of alternating runs keeps a
 slow or fast moment of the GPU from deciding the ratio. Every run's figures go to --json.
 
 MFU = samples/s x training FLOPs per sample (matrix products only, BASELINES.md's count)
