@@ -105,12 +105,10 @@ def main():
                   f"({hf_wall:.0f}s wall)", flush=True)
         ours = statistics.median(r["samples_per_second"] for r in ours_runs)
         theirs = statistics.median(r["samples_per_second"] for r in hf_runs)
-        ours_mem = max(r["peak_mb"] for r in ours_runs)
-        hf_mem = max(r["peak_mb"] for r in hf_runs)
         mfu = lambda s: 100 * s * flops_per_sample() / (a.peak_tflops * 1e12)
-        rows.append(dict(config=name, samples=samples, repeats=a.repeats, ours=ours, theirs=theirs, ours_mb=ours_mem,
-                         theirs_mb=hf_mem, ours_mfu=mfu(ours), theirs_mfu=mfu(theirs), ours_runs=ours_runs,
-                         theirs_runs=hf_runs))
+        rows.append(dict(config=name, samples=samples, repeats=a.repeats, ours=ours, theirs=theirs,
+                         ours_mb=max(r["peak_mb"] for r in ours_runs), theirs_mb=max(r["peak_mb"] for r in hf_runs),
+                         ours_mfu=mfu(ours), theirs_mfu=mfu(theirs), ours_runs=ours_runs, theirs_runs=hf_runs))
     print()
     print("| configuration | samples | anatomy samples/s | HF samples/s | ratio | anatomy peak NVML MB | HF peak NVML MB | "
           "memory ratio | anatomy MFU % | HF MFU % |")
