@@ -40,6 +40,9 @@ FUSED = dict(optim="adamw_torch_fused")
 CONFIGS = {
     # name: (anatomy flags, HF TrainingArguments overrides, HF attention, samples, batch)
     "fp32-b4-eager": ([], dict(), "eager", 1024, 4),      # the seed's vanilla run
+    # the seed's run with our float32 products in split TF32 (--split-tf32: about 22 of float32's 24 bits);
+    # Trainer's in plain float32, as in fp32-b4-eager
+    "fp32-b4-eager-split": (["--split-tf32"], dict(), "eager", 1024, 4),
     "fp32-b4-sdpa": ([], dict(), "sdpa", 1024, 4),
     "tf32-b4-sdpa": (["--tf32"], dict(tf32=True), "sdpa", 1024, 4),
     "bf16-b4-sdpa": (["--bf16"], dict(bf16=True), "sdpa", 1024, 4),

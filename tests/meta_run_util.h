@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "anatomy/data/dataset.h"
+#include "anatomy/kernels/fp32_products.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/trainer.h"
 
@@ -24,6 +25,7 @@ struct RunCase {
   bool padding = true;      // an attention mask with padded tails
   bool token_types = false; // token_type_ids given
   DType compute = DType::F32;
+  Fp32Products fp32_products = Fp32Products::Float32;  // the CUDA backend's and the meta backend's
 };
 // GoogleTest names a case by this (not by its bytes).
 inline void PrintTo(const RunCase& c, std::ostream* os) { *os << c.name; }

@@ -259,6 +259,18 @@ TEST_F(CliErrors, UnknownDevice) {
   EXPECT_TRUE(nothing_at(out_));
 }
 
+TEST_F(CliErrors, SplitTf32OnTheCpu) {
+  const auto r = train_with_flags("--split-tf32");
+  EXPECT_TRUE(failed_cleanly(r, {"--split-tf32", "GPU", "CPU"}));
+  EXPECT_TRUE(nothing_at(out_));
+}
+
+TEST_F(CliErrors, Tf32AndSplitTf32Together) {
+  const auto r = train_with_flags("--tf32 --split-tf32");
+  EXPECT_TRUE(failed_cleanly(r, {"--tf32", "--split-tf32"}));
+  EXPECT_TRUE(nothing_at(out_));
+}
+
 TEST_F(CliErrors, MaxGradNormNotANumber) {
   const auto r = train_with_flags("--max-grad-norm abc");
   EXPECT_TRUE(failed_cleanly(r, {"--max-grad-norm", "number", "abc"}));

@@ -170,12 +170,12 @@ TEST(Profile, CeilingsAreMeasuredThenCached) {
   test::TempDir dir;
   setenv("XDG_CACHE_HOME", dir.path().c_str(), 1);
   auto cpu = make_cpu_backend(1);
-  const Ceilings first = device_ceilings(*cpu, "cpu", DType::F32, false);
+  const Ceilings first = device_ceilings(*cpu, "cpu", DType::F32, Fp32Products::Float32);
   EXPECT_GT(first.matmul_tflops, 0.0);
   EXPECT_GT(first.copy_gbps, 0.0);
   EXPECT_EQ(first.matmul_dtype, "float32");
   ASSERT_TRUE(std::filesystem::exists(ceilings_cache_path()));
-  const Ceilings again = device_ceilings(*cpu, "cpu", DType::F32, false);
+  const Ceilings again = device_ceilings(*cpu, "cpu", DType::F32, Fp32Products::Float32);
   EXPECT_EQ(again.matmul_tflops, first.matmul_tflops) << "read from the cache, not measured again";
   EXPECT_EQ(again.copy_gbps, first.copy_gbps);
   EXPECT_EQ(cpu->ledger().snapshot().live_total, 0) << "the benchmark's buffers are released";
@@ -183,7 +183,7 @@ TEST(Profile, CeilingsAreMeasuredThenCached) {
     std::ofstream damaged(ceilings_cache_path());
     damaged << "{ not json";
   }
-  const Ceilings remeasured = device_ceilings(*cpu, "cpu", DType::F32, false);
+  const Ceilings remeasured = device_ceilings(*cpu, "cpu", DType::F32, Fp32Products::Float32);
   EXPECT_GT(remeasured.matmul_tflops, 0.0);
   std::ifstream in(ceilings_cache_path());
   EXPECT_NO_THROW({ const auto parsed = nlohmann::json::parse(in); EXPECT_TRUE(parsed.is_object()); });

@@ -73,7 +73,7 @@ void expect_states_close(const std::vector<float>& gpu, const std::vector<float>
 
 TEST(CudaAdafactor, MatchesTheCpuReference) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
-  auto gpu = cuda::make_cuda_backend(0, false);
+  auto gpu = cuda::make_cuda_backend(0);
   auto cpu = make_cpu_backend(2);
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -130,7 +130,7 @@ TEST(CudaAdafactor, MatchesTheCpuReference) {
 
 TEST(CudaAdafactor, IsDeterministic) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
-  auto gpu = cuda::make_cuda_backend(0, false);
+  auto gpu = cuda::make_cuda_backend(0);
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (const Shape& shape : {Shape{1024, 4096}, Shape{30522, 128}, Shape{100003}}) {

@@ -16,7 +16,7 @@ class CudaCheckpointing : public ::testing::TestWithParam<DType> {};
 
 TEST_P(CudaCheckpointing, SameGradientsLessMemory) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
-  auto backend = cuda::make_cuda_backend(0, false);
+  auto backend = cuda::make_cuda_backend(0);
   BertConfig config = *bert_preset("bert-mini");
   BertForSequenceClassification model(*backend, config, GetParam());
   init_weights(model, 4);

@@ -25,7 +25,7 @@ Buffers make(Backend& b, int64_t n, DType half) {
 
 TEST(CudaSgd, MatchesTheCpuBitForBit) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
-  auto gpu = cuda::make_cuda_backend(0, false);
+  auto gpu = cuda::make_cuda_backend(0);
   auto cpu = make_cpu_backend(1);
   const int64_t n = 100003;
   // Segments of odd sizes, some decaying, with a gap that must stay untouched.

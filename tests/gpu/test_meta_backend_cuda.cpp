@@ -79,6 +79,12 @@ std::vector<RunCase> gpu_cases() {
     longer->seq_len = 300;
     longer->batch = 8;
   }
+  // Split-TF32 products take kernel scratch for their split operands.
+  for (const auto& [name, compute, config] :
+       {std::tuple{"f32_d64_split_tf32", DType::F32, small_bert(128, 2, 2, 512)},
+        std::tuple{"f32_h36_split_tf32", DType::F32, small_bert(36, 3, 2, 72)},
+        std::tuple{"bf16_d64_split_tf32", DType::BF16, small_bert(128, 2, 2, 512)}})
+    add(name, compute, config)->fp32_products = Fp32Products::SplitTf32;
   // A full-size model at the seed's batch shape (4 × 512), in float32 and bf16
   // (bert-large, the seed's model, matched too, in 45 s on an H100: too long to keep).
   for (DType compute : {DType::F32, DType::BF16}) {
@@ -88,6 +94,11 @@ std::vector<RunCase> gpu_cases() {
     full->seq_len = 512;
     full->batch = 4;
   }
+  RunCase* full_split = add("bert_base_4x512_f32_split_tf32", DType::F32, *bert_preset("bert-base-uncased"));
+  full_split->size = 8;
+  full_split->seq_len = 512;
+  full_split->batch = 4;
+  full_split->fp32_products = Fp32Products::SplitTf32;
   return cases;
 }
 
@@ -98,7 +109,7 @@ TEST_P(MetaMatchesCuda, LedgerOfTrainingStepsIsIdentical) {
   const RunCase& c = GetParam();
   RunRecord real;
   {
-    auto gpu = cuda::make_cuda_backend(0);
+    auto gpu = cuda::make_cuda_backend(0, c.fp32_products);
     real = train_on(*gpu, c);
   }
   // The mirror assumes every step updates (an fp16 overflow that skips the
@@ -108,6 +119,7 @@ TEST_P(MetaMatchesCuda, LedgerOfTrainingStepsIsIdentical) {
 
   MetaOptions options;
   options.target = MetaTarget::Cuda;
+  options.fp32_products = c.fp32_products;
   auto meta = make_meta_backend(options);
   EXPECT_EQ(meta->device(), Device::cuda(0));
   const RunRecord simulated = train_on(*meta, c);

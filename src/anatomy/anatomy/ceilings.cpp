@@ -16,8 +16,8 @@ namespace anatomy {
 
 namespace {
 
-std::string dtype_label(DType t, bool tf32) {
-  if (t == DType::F32) return tf32 ? "tf32" : "float32";
+std::string dtype_label(DType t, Fp32Products products) {
+  if (t == DType::F32) return std::string(fp32_products_label(products));
   return t == DType::BF16 ? "bf16" : "fp16";
 }
 
@@ -27,12 +27,12 @@ std::string cache_key(const std::string& device, const std::string& dtype) { ret
 
 std::string ceilings_cache_path() { return io::user_cache_file("ceilings.json"); }
 
-Ceilings measure_ceilings(Backend& backend, const std::string& device_name, DType dtype, bool tf32, int64_t size,
-                          int64_t copy_bytes, int reps) {
+Ceilings measure_ceilings(Backend& backend, const std::string& device_name, DType dtype, Fp32Products products,
+                          int64_t size, int64_t copy_bytes, int reps) {
   Ledger& ledger = backend.ledger();
   Ceilings c;
   c.device = device_name;
-  c.matmul_dtype = dtype_label(dtype, tf32);
+  c.matmul_dtype = dtype_label(dtype, products);
   c.matmul_size = size;
   c.copy_bytes = copy_bytes;
   {
@@ -74,9 +74,9 @@ Ceilings measure_ceilings(Backend& backend, const std::string& device_name, DTyp
   return c;
 }
 
-Ceilings device_ceilings(Backend& backend, const std::string& device_name, DType dtype, bool tf32) {
+Ceilings device_ceilings(Backend& backend, const std::string& device_name, DType dtype, Fp32Products products) {
   const std::string path = ceilings_cache_path();
-  const std::string key = cache_key(device_name, dtype_label(dtype, tf32));
+  const std::string key = cache_key(device_name, dtype_label(dtype, products));
   nlohmann::json cache = nlohmann::json::object();
   {
     std::ifstream in(path);
@@ -94,7 +94,7 @@ Ceilings device_ceilings(Backend& backend, const std::string& device_name, DType
         e["copy_gbps"].is_number()) {
       Ceilings c;
       c.device = device_name;
-      c.matmul_dtype = dtype_label(dtype, tf32);
+      c.matmul_dtype = dtype_label(dtype, products);
       c.matmul_tflops = e["matmul_tflops"];
       c.copy_gbps = e["copy_gbps"];
       c.matmul_size = e.value("matmul_size", int64_t{0});
@@ -106,7 +106,7 @@ Ceilings device_ceilings(Backend& backend, const std::string& device_name, DType
   const bool gpu = !backend.device().is_cpu();
   const int64_t size = gpu ? (dtype == DType::F32 ? 4096 : 8192) : 512;
   const int64_t bytes = gpu ? (int64_t{256} << 20) : (int64_t{64} << 20);
-  const Ceilings c = measure_ceilings(backend, device_name, dtype, tf32, size, bytes, gpu ? 10 : 3);
+  const Ceilings c = measure_ceilings(backend, device_name, dtype, products, size, bytes, gpu ? 10 : 3);
   if (!cache.is_object()) cache = nlohmann::json::object();
   cache[key] = {{"matmul_tflops", c.matmul_tflops},
                 {"copy_gbps", c.copy_gbps},

@@ -17,10 +17,15 @@ double per_param(int64_t bytes, int64_t params) {
   return params > 0 ? static_cast<double>(bytes) / static_cast<double>(params) : 0.0;
 }
 
-std::string precision_name(const TrainingArguments& a, bool tf32) {
+std::string precision_name(const TrainingArguments& a, Fp32Products products) {
   if (a.bf16) return "bf16 mixed precision";
   if (a.fp16) return "fp16 mixed precision";
-  return tf32 ? "fp32 (TF32 products)" : "fp32";
+  switch (products) {
+    case Fp32Products::Tf32: return "fp32 (TF32 products)";
+    case Fp32Products::SplitTf32: return "fp32 (split-TF32 products)";
+    case Fp32Products::Float32: break;
+  }
+  return "fp32";
 }
 
 }  // namespace
@@ -63,7 +68,7 @@ Estimate estimate_training(const EstimateRequest& request) {
   PlanTarget target;
   target.world = request.nproc;
   target.gpu = request.gpu;
-  target.tf32 = request.tf32;
+  target.fp32_products = request.fp32_products;
   // Outside the ledger, NCCL's buffers are counted with the context, as a run's plan counts what it measures.
   target.context_bytes = request.gpu ? request.context_bytes + request.nccl_bytes : 0;
   e.plan = plan_training(request.config, request.args, request.shape, target);
@@ -94,7 +99,7 @@ std::string format_estimate(const EstimateRequest& r, const Estimate& e) {
   std::string out;
   auto line = [&out](const std::string& s) { out += s + "\n"; };
   line(fmt::format("Memory plan: {} ({} parameters), {}, {}, batch {} x {} tokens{}{}, on {}", r.model_name,
-                   p.parameters, precision_name(r.args, r.tf32), r.args.optim, r.args.per_device_train_batch_size,
+                   p.parameters, precision_name(r.args, r.fp32_products), r.args.optim, r.args.per_device_train_batch_size,
                    r.shape.seq_len,
                    r.args.gradient_accumulation_steps > 1
                        ? fmt::format(", {} batches per update", r.args.gradient_accumulation_steps)

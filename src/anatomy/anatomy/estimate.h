@@ -16,7 +16,7 @@ struct EstimateRequest {
   TrainingArguments args;
   DataShape shape;
   bool gpu = true;               // false: the CPU backend's plan (no pool, no context)
-  bool tf32 = false;
+  Fp32Products fp32_products = Fp32Products::Float32;
   std::string device_name;       // "NVIDIA H100 80GB HBM3", "16.0 GiB GPU", "cpu"
   int64_t device_total = 0;      // bytes (0: unknown, no fit question)
   int64_t context_bytes = 0;     // CUDA context and kernels assumed

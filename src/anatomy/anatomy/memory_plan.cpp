@@ -80,7 +80,7 @@ MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args
 
   MetaOptions options;
   options.target = target.gpu ? MetaTarget::Cuda : MetaTarget::Cpu;
-  options.tf32 = target.tf32;
+  options.fp32_products = target.fp32_products;
   options.device_capacity = target.capacity;
   MemoryPlan plan;
   plan.context_bytes = target.gpu ? target.context_bytes : 0;

@@ -15,6 +15,7 @@
 #include "anatomy/anatomy/memory_anatomy.h"
 #include "anatomy/core/ledger.h"
 #include "anatomy/data/dataset.h"
+#include "anatomy/kernels/fp32_products.h"
 #include "anatomy/model/config.h"
 #include "anatomy/train/arguments.h"
 
@@ -34,7 +35,7 @@ struct DataShape {
 
 struct PlanTarget {
   bool gpu = true;              // the CUDA backend's allocations and pool; else the CPU backend's
-  bool tf32 = false;
+  Fp32Products fp32_products = Fp32Products::Float32;  // split TF32 takes scratch
   int64_t capacity = 0;         // bytes the pool may take from the device (0: unlimited)
   int64_t context_bytes = 0;    // the CUDA context and kernels, added to predict NVML
   int rank = 0, world = 1;      // data parallelism: the rank simulated, of this many (args.zero_stage applies)

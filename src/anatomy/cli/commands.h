@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "anatomy/kernels/backend.h"
+#include "anatomy/kernels/fp32_products.h"
 
 namespace anatomy::cli {
 
@@ -49,12 +50,12 @@ struct DeviceChoice {
   bool gpu_present = false;   // an NVIDIA GPU is visible to this process
   std::string note;           // printed before the run when not empty
 };
-// `tf32` asks for TensorFloat-32 products (GPU only).
 // NVML's index of CUDA device `cuda_index` (matched by PCI bus id, so right
 // under CUDA_VISIBLE_DEVICES, which NVML ignores); `cuda_index` itself when
 // unknown.
 int nvml_index_of(int cuda_index);
-// `gpu`: which GPU (a data-parallel rank's LOCAL_RANK); 0 by default.
-DeviceChoice choose_device(const std::string& flag, bool tf32 = false, int gpu = 0);
+// `fp32_products` other than Float32 (TF32, split TF32) needs a GPU. `gpu`:
+// which GPU (a data-parallel rank's LOCAL_RANK); 0 by default.
+DeviceChoice choose_device(const std::string& flag, Fp32Products fp32_products = Fp32Products::Float32, int gpu = 0);
 
 }  // namespace anatomy::cli

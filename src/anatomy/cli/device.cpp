@@ -31,14 +31,14 @@ int nvml_index_of(int cuda_index) {
   return cuda_index;
 }
 
-DeviceChoice choose_device(const std::string& flag, bool tf32, int gpu) {
+DeviceChoice choose_device(const std::string& flag, Fp32Products fp32_products, int gpu) {
   DeviceChoice choice;
   choice.gpu_present = visible_gpus() > 0;
   if (flag != "cpu" && flag != "cuda" && flag != "auto") fail("--device {}: expected cpu, cuda or auto", flag);
   if (flag == "cuda" && !choice.gpu_present) fail("--device cuda: no NVIDIA GPU is visible to this process");
 #ifdef ANATOMY_HAVE_CUDA
   if (flag == "cuda" || (flag == "auto" && choice.gpu_present)) {
-    choice.backend = cuda::make_cuda_backend(gpu, tf32);
+    choice.backend = cuda::make_cuda_backend(gpu, fp32_products);
     return choice;
   }
 #else
@@ -46,7 +46,9 @@ DeviceChoice choose_device(const std::string& flag, bool tf32, int gpu) {
   if (flag == "auto" && choice.gpu_present)
     choice.note = "A GPU is present, but this build has no CUDA backend (built without nvcc): running on the CPU.";
 #endif
-  if (tf32) fail("--tf32: TensorFloat-32 is a GPU mode, and this run is on the CPU");
+  if (fp32_products != Fp32Products::Float32)
+    fail("--{}: {} products are a GPU mode, and this run is on the CPU", fp32_products_label(fp32_products),
+         fp32_products == Fp32Products::Tf32 ? "TensorFloat-32" : "split-TF32");
   if (flag == "auto" && !choice.gpu_present)
     choice.note = "No GPU found: running on the CPU.";
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());

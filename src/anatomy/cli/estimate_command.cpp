@@ -67,7 +67,7 @@ int run_estimate(const EstimateFlags& flags, const CLI::App& app) {
   r.config = source.config;
   r.model_name = source.preset.empty() ? source.directory : source.preset;
   r.args = args;
-  r.tf32 = flags.train.tf32;
+  r.fp32_products = fp32_products_of(flags.train);
   r.nproc = flags.nproc;
   if (args.zero_stage > 0 && flags.nproc < 2)
     fail("--zero-stage {}: shards over several ranks; give --nproc N (N >= 2)", args.zero_stage);

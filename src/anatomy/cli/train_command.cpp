@@ -281,7 +281,8 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
   if (flags.device != "cpu" && gpu::Nvml::instance().available() && gpu::Nvml::instance().device_count() > nvml_index)
     probe.emplace(nvml_index);
   if (probe) gpu::warn_if_gpu_busy(nvml_index);  // before our context, which NVML would list too
-  DeviceChoice device = choose_device(flags.device, flags.tf32, gpu_index);
+  const Fp32Products fp32_products = fp32_products_of(flags);
+  DeviceChoice device = choose_device(flags.device, fp32_products, gpu_index);
   std::unique_ptr<ProfilingBackend> profiler;
   if (flags.profile_steps > 0) profiler = std::make_unique<ProfilingBackend>(*device.backend);
   Backend& backend = profiler ? static_cast<Backend&>(*profiler) : *device.backend;
@@ -343,8 +344,11 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
   if (profiler) {
     const std::string name = on_gpu ? (facts.name.empty() ? "unknown GPU" : facts.name) : "cpu";
     const DType product_dtype = args.bf16 ? DType::BF16 : args.fp16 ? DType::F16 : DType::F32;
-    ceilings = device_ceilings(*device.backend, name, product_dtype, flags.tf32 && on_gpu);
-    device.backend->ledger().release_unused();  // the plan does not include the ceilings' buffers
+    ceilings = device_ceilings(*device.backend, name, product_dtype, on_gpu ? fp32_products : Fp32Products::Float32);
+    // The plan does not include the ceilings' buffers, nor the scratch that a
+    // split-TF32 product of their size takes.
+    device.backend->release_scratch();
+    device.backend->ledger().release_unused();
     device.backend->ledger().reset_peaks();
   }
   ModelSource source = resolve_model(args.model);
@@ -359,7 +363,7 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
   const DataShape shape = DataShape::of(data, eval ? &*eval : nullptr);
   PlanTarget target;
   target.gpu = on_gpu;
-  target.tf32 = flags.tf32;
+  target.fp32_products = fp32_products;
   target.rank = env.rank;
   target.world = env.world_size;
   target.distributed = session.has_value();

@@ -112,6 +112,9 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_flag("--no-progress", flags.no_progress, "No progress bar");
   app.add_flag("--tf32", flags.tf32, "TensorFloat-32 matrix products on the GPU (float32 storage)");
+  app.add_flag("--split-tf32", flags.split_tf32,
+               "float32 matrix products on the GPU's tensor cores as lo*hi + hi*lo + hi*hi of TF32 pieces: inputs "
+               "kept to about 22 of float32's 24 bits, at about twice plain float32's speed");
   app.add_flag("--bf16", a.bf16, "Mixed precision: bf16 compute, float32 master weights, gradients and AdamW states");
   app.add_flag("--fp16", a.fp16, "Mixed precision in fp16 with dynamic loss scaling (as PyTorch's GradScaler)");
   app.add_option("--anatomy-steps", flags.anatomy_steps,
@@ -119,6 +122,11 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
       ->capture_default_str()->check(non_negative_number());
   app.add_flag("--auto-find-batch-size", flags.auto_find_batch_size,
                "Use the largest batch that fits (the memory plan's answer, confirmed by one real step)");
+}
+
+Fp32Products fp32_products_of(const TrainFlags& flags) {
+  if (flags.tf32 && flags.split_tf32) fail("--tf32 and --split-tf32: choose one way to run float32 products");
+  return flags.tf32 ? Fp32Products::Tf32 : flags.split_tf32 ? Fp32Products::SplitTf32 : Fp32Products::Float32;
 }
 
 TrainingArguments resolve_training_flags(const TrainFlags& flags, const CLI::App& app) {

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "anatomy/kernels/fp32_products.h"
 #include "anatomy/train/arguments.h"
 
 namespace anatomy::cli {
@@ -22,11 +23,14 @@ struct TrainFlags {
   bool no_shuffle = false;
   bool no_progress = false;
   bool tf32 = false;
+  bool split_tf32 = false;
 };
 
 void add_training_flags(CLI::App& app, TrainFlags& flags);
 // The arguments the flags ask for, after the checks that span several flags
 // (each failure names the flags).
 TrainingArguments resolve_training_flags(const TrainFlags& flags, const CLI::App& app);
+// How float32 products run: --tf32, --split-tf32 (not both), or plain float32.
+Fp32Products fp32_products_of(const TrainFlags& flags);
 
 }  // namespace anatomy::cli

@@ -258,6 +258,10 @@ class Backend {
 
   // Waits for queued work (no-op on the CPU).
   virtual void synchronize() {}
+  // Frees the scratch the backend keeps between ops (the CUDA backend's
+  // kernel scratch, grown to the largest need so far), after work that needed
+  // more of it than what follows will (the profiler's ceilings).
+  virtual void release_scratch() {}
   // The queue the backend computes on (a cudaStream_t on the GPU; null on the
   // CPU), for libraries that queue work beside it (NCCL).
   virtual void* native_stream() { return nullptr; }

@@ -236,6 +236,21 @@ constexpr size_t column_sums_scratch_bytes(int64_t rows, int64_t N) {
   return static_cast<size_t>(fused_partial_chunks(rows) * N) * sizeof(float);
 }
 
+// ---- split-TF32 float32 products (split_tf32.cu, Fp32Products::SplitTf32) ----
+
+// C[m,n] = op(A)[m,k] · op(B)[k,n] runs as one TF32 product of depth 3k on
+// split copies of its operands: A' = [A_lo A_hi A_hi] (m x 3k) at the start
+// of the scratch, then B' = [B_hi; B_lo; B_hi] (3k x n) at a 256-byte
+// boundary, both float32. Empty products are not split.
+constexpr size_t split_tf32_b_offset(int64_t m, int64_t k) {
+  const size_t a = static_cast<size_t>(3 * m * k) * sizeof(float);
+  return (a + kScratchRounding - 1) / kScratchRounding * kScratchRounding;
+}
+constexpr size_t split_tf32_scratch_bytes(int64_t m, int64_t n, int64_t k) {
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  return split_tf32_b_offset(m, k) + static_cast<size_t>(3 * k * n) * sizeof(float);
+}
+
 // ---- embeddings (embedding.cu) ----
 
 // The backward sorts the T token ids (CUB's radix sort of 64-bit keys with

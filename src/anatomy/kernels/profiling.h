@@ -124,6 +124,7 @@ class ProfilingBackend final : public Backend {
                        const std::vector<ParamSegment>& segments, const AdamWHyper& hyper,
                        const Tensor* half_copy) override;
   void synchronize() override { inner_.synchronize(); }
+  void release_scratch() override { inner_.release_scratch(); }
   void* native_stream() override { return inner_.native_stream(); }
   int64_t record_marker() override { return inner_.record_marker(); }
   void range_push(const char* name) override { inner_.range_push(name); }

@@ -73,16 +73,17 @@ struct Batch {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool tf32, bool gemm_tuning)
+  CudaBackend(int device, Fp32Products fp32_products, bool gemm_tuning)
       : device_(device),
         ledger_(Device::cuda(device), make_cuda_allocator(device)),
-        tf32_(tf32),
+        fp32_products_(fp32_products),
         gemm_tuning_(gemm_tuning) {
     ANATOMY_CUDA_CHECK(cudaSetDevice(device));
     ANATOMY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ANATOMY_CUBLAS_CHECK(cublasCreate(&cublas_));
     ANATOMY_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-    ANATOMY_CUBLAS_CHECK(cublasSetMathMode(cublas_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    ANATOMY_CUBLAS_CHECK(cublasSetMathMode(cublas_, fp32_products == Fp32Products::Tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                                         : CUBLAS_DEFAULT_MATH));
     // MIRRORED (meta backend's constructor): the cuBLAS workspace, then the results slot.
     workspace_ = Tensor::empty(ledger_, {static_cast<int64_t>(kCublasWorkspaceBytes / 4)}, DType::F32,
                                Category::Workspace, "cublas_workspace");
@@ -301,6 +302,8 @@ class CudaBackend final : public Backend {
                   batch))
         return;
     }
+    // Split TF32: x, the products' shared B operand, is split once.
+    const SharedSplit shared(*this, t == DType::F32 ? SharedOperand::B : SharedOperand::None);
     Backend::linear_forward_n(x, w, b, y);
   }
 
@@ -319,6 +322,8 @@ class CudaBackend final : public Backend {
         return;
       }
     }
+    // Split TF32: x, the weight gradients' shared A operand, is split once.
+    const SharedSplit shared(*this, t == DType::F32 ? SharedOperand::A : SharedOperand::None);
     Backend::linear_backward_weights_n(dy, x, w, dw, db);
   }
 
@@ -640,6 +645,11 @@ class CudaBackend final : public Backend {
   }
 
   void synchronize() override { ANATOMY_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void release_scratch() override {
+    synchronize();  // a queued op may still use it
+    scratch_ = Tensor();
+    ++scratch_generation_;
+  }
   void* native_stream() override { return stream_; }
 
   // Markers are CUDA events recorded on the stream, from a pool kept across steps.
@@ -716,6 +726,7 @@ class CudaBackend final : public Backend {
       scratch_ = Tensor();
       const int64_t words = static_cast<int64_t>(scratch_allocation_bytes(bytes) / 4);
       scratch_ = Tensor::empty(ledger_, {words}, DType::F32, Category::Temporary, "kernel_scratch");
+      ++scratch_generation_;
     }
     return scratch_.raw();
   }
@@ -737,15 +748,23 @@ class CudaBackend final : public Backend {
     return CUDA_R_32F;
   }
 
+  // The compute type of a product whose inputs are a_type: TF32 for float32
+  // inputs under Fp32Products::Tf32, else float32 (a split-TF32 product's
+  // split operands are given FAST_TF32 by lt_gemm itself).
+  cublasComputeType_t compute_for(DType a_type) const {
+    return a_type == DType::F32 && fp32_products_ == Fp32Products::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                       : CUBLAS_COMPUTE_32F;
+  }
+
   // Column-major C[m,n] = α op(A) op(B) + β C with float32 accumulation; A and
-  // B share a type, C may be wider. Float32 inputs follow the handle's math
-  // mode (plain float32, or TF32 when asked).
+  // B share a type, C may be wider. Float32 inputs run in TF32 under
+  // Fp32Products::Tf32, else in plain float32 (this is the fallback when
+  // cuBLASLt has no algorithm, split-TF32's included).
   void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, const void* A,
             DType a_type, int64_t lda, const void* B, DType b_type, int64_t ldb, float beta, void* C, DType c_type,
             int64_t ldc) {
     const float alpha = 1.0f;
-    const cublasComputeType_t compute =
-        a_type == DType::F32 && tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const cublasComputeType_t compute = compute_for(a_type);
     ANATOMY_CUBLAS_CHECK(cublasGemmEx(cublas_, op_a, op_b, m, n, k, &alpha, A, cuda_type(a_type), lda, B,
                                       cuda_type(b_type), ldb, &beta, C, cuda_type(c_type), ldc, compute,
                                       CUBLAS_GEMM_DEFAULT));
@@ -770,7 +789,7 @@ class CudaBackend final : public Backend {
   static constexpr int kLtCandidates = 8;
   static constexpr int kTuneWarmups = 3, kTuneRuns = 10;
   using LtKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, bool, int,
-                           int, int, int64_t, int64_t, int64_t, int64_t>;
+                           int, int, int64_t, int64_t, int64_t, int64_t, int>;
   struct LtPlan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -808,17 +827,101 @@ class CudaBackend final : public Backend {
     return x < y + q_bytes && y < x + p_bytes;
   }
 
+  //
+  // Under Fp32Products::SplitTf32 a float32 product is split first
+  // (split_operands) and runs as one TF32 product of depth 3k.
   bool lt_gemm(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, const void* A,
                DType a_type, int64_t lda, const void* B, int64_t ldb, float beta, void* C, DType c_type, int64_t ldc,
                const void* bias, const Batch& batch = {}) {
+    if (a_type == DType::F32 && fp32_products_ == Fp32Products::SplitTf32 && batch.count <= 1 && m > 0 && n > 0 &&
+        k > 0) {
+      const SplitOperands split = split_operands(op_a, op_b, m, n, k, static_cast<const float*>(A), lda,
+                                                 static_cast<const float*>(B), ldb);
+      return lt_gemm_with(CUBLAS_COMPUTE_32F_FAST_TF32, op_a, op_b, m, n, 3 * k, split.a, a_type, split.lda, split.b,
+                          split.ldb, beta, C, c_type, ldc, bias, batch);
+    }
+    return lt_gemm_with(compute_for(a_type), op_a, op_b, m, n, k, A, a_type, lda, B, ldb, beta, C, c_type, ldc, bias,
+                        batch);
+  }
+
+  // The split operands of a split-TF32 product, in the kernel scratch:
+  // op(A') = [A_lo A_hi A_hi] (m x 3k) and op(B') = [B_hi; B_lo; B_hi]
+  // (3k x n), each stored as its operand is (transposed or not), so that
+  // op(A')·op(B') = A_lo·B_hi + A_hi·B_lo + A_hi·B_hi. The pieces are laid
+  // one after another along k: down the columns where k is the stored
+  // matrix's row index, as column blocks where it is the column index.
+  //
+  // The small terms come first. The tensor cores truncate each instruction's
+  // sum rather than round it: small terms added last, onto an accumulator
+  // that already holds the large result, each lose up to an ulp of it, all
+  // in the same direction. Measured on an H100 (test_cuda_split_tf32.cpp),
+  // hi·hi first made the products 20 times less accurate (3e-6 of Σ|a·b|
+  // against 1.4e-7 for a TF32 product of exactly-TF32 inputs).
+  struct SplitOperands {
+    const float* a = nullptr;
+    const float* b = nullptr;
+    int64_t lda = 0, ldb = 0;
+  };
+  SplitOperands split_operands(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k,
+                               const float* A, int64_t lda, const float* B, int64_t ldb) {
+    // MIRRORED (MetaBackend::split_tf32_scratch): the scratch of the split operands.
+    auto* scratch = static_cast<std::byte*>(scratch_bytes(split_tf32_scratch_bytes(m, n, k)));
+    auto* a = reinterpret_cast<float*>(scratch);
+    auto* b = reinterpret_cast<float*>(scratch + split_tf32_b_offset(m, k));
+    constexpr unsigned kALo = 0b001, kBLo = 0b010;  // A: lo hi hi; B: hi lo hi
+    const SplitOperands out{a, b, op_a == CUBLAS_OP_N ? m : 3 * k, op_b == CUBLAS_OP_N ? 3 * k : n};
+    // A shared operand already split into this scratch (same generation) is not split again.
+    const auto fresh = [&](SharedOperand side) {
+      if (shared_operand_ != side) return true;
+      const bool done = shared_split_generation_ == scratch_generation_;
+      shared_split_generation_ = scratch_generation_;
+      return !done;
+    };
+    if (fresh(SharedOperand::A)) {
+      if (op_a == CUBLAS_OP_N) split_tf32(stream_, A, m, k, lda, /*along_rows=*/false, kALo, a);  // A stored m x k
+      else split_tf32(stream_, A, k, m, lda, /*along_rows=*/true, kALo, a);                       // A stored k x m
+    }
+    if (fresh(SharedOperand::B)) {
+      if (op_b == CUBLAS_OP_N) split_tf32(stream_, B, k, n, ldb, /*along_rows=*/true, kBLo, b);  // B stored k x n
+      else split_tf32(stream_, B, n, k, ldb, /*along_rows=*/false, kBLo, b);                     // B stored n x k
+    }
+    return out;
+  }
+
+  // Within one linear_forward_n or linear_backward_weights_n (all products
+  // of one shape, one x), the operand that every product shares is split
+  // once: SharedSplit marks which side it is for the call's duration, and
+  // shared_split_generation_ records the scratch it was split into (-1: not
+  // yet). A scratch grown in between is a new generation, split again.
+  enum class SharedOperand { None, A, B };
+  struct SharedSplit {
+    CudaBackend& backend;
+    SharedSplit(CudaBackend& b, SharedOperand side) : backend(b) {
+      backend.shared_operand_ = b.fp32_products_ == Fp32Products::SplitTf32 ? side : SharedOperand::None;
+      backend.shared_split_generation_ = -1;
+    }
+    ~SharedSplit() {
+      backend.shared_operand_ = SharedOperand::None;
+      backend.shared_split_generation_ = -1;
+    }
+    SharedSplit(const SharedSplit&) = delete;
+    SharedSplit& operator=(const SharedSplit&) = delete;
+  };
+  SharedOperand shared_operand_ = SharedOperand::None;
+  int64_t shared_split_generation_ = -1;
+
+  bool lt_gemm_with(cublasComputeType_t compute, cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n,
+                    int64_t k, const void* A, DType a_type, int64_t lda, const void* B, int64_t ldb, float beta,
+                    void* C, DType c_type, int64_t ldc, const void* bias, const Batch& batch) {
     const int align = std::min({alignment_of(A), alignment_of(B), alignment_of(C)});
     const LtKey key = std::make_tuple(static_cast<int>(op_a), static_cast<int>(op_b), m, n, k, lda, ldb, ldc,
                                       static_cast<int>(a_type), static_cast<int>(c_type), bias != nullptr,
                                       beta != 0.0f, align, bias ? alignment_of(bias) : 0, batch.count,
-                                      batch.stride_a, batch.stride_b, batch.stride_c, batch.stride_bias);
+                                      batch.stride_a, batch.stride_b, batch.stride_c, batch.stride_bias,
+                                      static_cast<int>(compute));
     auto found = lt_plans_.find(key);
     if (found == lt_plans_.end()) {
-      found = lt_plans_.emplace(key, make_lt_plan(op_a, op_b, m, n, k, a_type, lda, ldb, c_type, ldc,
+      found = lt_plans_.emplace(key, make_lt_plan(compute, op_a, op_b, m, n, k, a_type, lda, ldb, c_type, ldc,
                                                   bias != nullptr, beta, align, batch)).first;
       choose_from_cache(found->second, key);
     }
@@ -867,17 +970,16 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // Every field of the plan's key, and the compute type (TF32 or not), which
-  // the key leaves to the backend but a cache shared by runs cannot.
+  // Every field of the plan's key, the compute type (TF32 or not) included.
   std::string describe_lt_key(const LtKey& key) const {
     const auto& [op_a, op_b, m, n, k, lda, ldb, ldc, a_type, c_type, has_bias, accumulate, align, bias_align, count,
-                 stride_a, stride_b, stride_c, stride_bias] = key;
+                 stride_a, stride_b, stride_c, stride_bias, compute] = key;
     const auto op = [](int o) { return o == CUBLAS_OP_N ? 'N' : 'T'; };
     const auto a = static_cast<DType>(a_type);
     return fmt::format("{}{} m={} n={} k={} ld={},{},{} {}->{} compute={} bias={} beta={} align={},{} batch={} "
                        "strides={},{},{},{}",
                        op(op_a), op(op_b), m, n, k, lda, ldb, ldc, dtype_name(a), dtype_name(static_cast<DType>(c_type)),
-                       a == DType::F32 && tf32_ ? "tf32" : "32F", has_bias ? 1 : 0, accumulate ? 1 : 0, align,
+                       compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? "tf32" : "32F", has_bias ? 1 : 0, accumulate ? 1 : 0, align,
                        bias_align, count, stride_a, stride_b, stride_c, stride_bias);
   }
 
@@ -951,12 +1053,10 @@ class CudaBackend final : public Backend {
     }
   }
 
-  LtPlan make_lt_plan(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k,
-                      DType a_type, int64_t lda, int64_t ldb, DType c_type, int64_t ldc, bool bias, float beta,
-                      int align, const Batch& batch) {
+  LtPlan make_lt_plan(cublasComputeType_t compute, cublasOperation_t op_a, cublasOperation_t op_b, int64_t m,
+                      int64_t n, int64_t k, DType a_type, int64_t lda, int64_t ldb, DType c_type, int64_t ldc,
+                      bool bias, float beta, int align, const Batch& batch) {
     LtPlan plan;
-    const cublasComputeType_t compute =
-        a_type == DType::F32 && tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     ANATOMY_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.op, compute, CUDA_R_32F));
     ANATOMY_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
     ANATOMY_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
@@ -1021,9 +1121,10 @@ class CudaBackend final : public Backend {
   Ledger ledger_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
-  bool tf32_ = false;
+  Fp32Products fp32_products_ = Fp32Products::Float32;
   Tensor workspace_;
   Tensor scratch_;
+  int64_t scratch_generation_ = 0;  // counts the scratch's (re)allocations
   Tensor results_;
   std::vector<cudaEvent_t> markers_;
   size_t markers_used_ = 0;
@@ -1059,9 +1160,9 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device, bool tf32) {
+std::unique_ptr<Backend> make_cuda_backend(int device, Fp32Products fp32_products) {
   if (device < 0 || device >= device_count()) fail("--device cuda:{}: no such GPU ({} visible)", device, device_count());
-  return std::make_unique<CudaBackend>(device, tf32, gemm_tuning_enabled());
+  return std::make_unique<CudaBackend>(device, fp32_products, gemm_tuning_enabled());
 }
 
 int64_t gemm_plans_tuned(Backend& backend) {

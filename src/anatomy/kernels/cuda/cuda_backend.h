@@ -6,17 +6,17 @@
 #include <memory>
 
 #include "anatomy/kernels/backend.h"
+#include "anatomy/kernels/fp32_products.h"
 
 namespace anatomy::cuda {
 
 // A backend on GPU `device`: its own stream, cuBLAS handle and ledger.
-// Float32 products use plain float32 unless `tf32` (TensorFloat-32 tensor
-// cores, 10-bit mantissa inputs, as torch.backends.cuda.matmul.allow_tf32).
-// Creating it creates the CUDA context.
+// Float32 products run as `fp32_products` says (kernels/fp32_products.h):
+// plain float32, TF32, or split TF32. Creating it creates the CUDA context.
 // Matrix products take the fastest of cuBLASLt's candidate algorithms, timed
 // at a product's first call and cached across runs, unless the environment
 // variable ANATOMY_GEMM_TUNING is 0 (any value but 0 and 1 is an Error).
-std::unique_ptr<Backend> make_cuda_backend(int device, bool tf32 = false);
+std::unique_ptr<Backend> make_cuda_backend(int device, Fp32Products fp32_products = Fp32Products::Float32);
 
 // How many product plans `backend` (a CUDA backend) chose an algorithm for by
 // timing the candidates, rather than from the cache or with one candidate

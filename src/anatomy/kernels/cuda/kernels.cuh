@@ -31,6 +31,16 @@ void select_row_backward(cudaStream_t s, const float* dout, int64_t B, int64_t L
 // db[n] += Σ_m dy[m, n] (the bias gradient of a linear layer), fixed summation order.
 void column_sums_accumulate(cudaStream_t s, const float* dy, int64_t M, int64_t N, float* db);
 
+// ---- split-TF32 products (split_tf32.cu) ----
+// Writes src (column-major rows x cols, leading dimension ld) three times into
+// dst as TF32 pieces, one after another along the rows (dst 3·rows x cols,
+// leading dimension 3·rows) or along the columns (dst rows x 3·cols, leading
+// dimension rows): segment s (0, 1, 2) is lo where bit s of lo_mask is set,
+// else hi (hi = x rounded to TF32, lo = x - hi rounded to TF32; lo = 0 for a
+// non-finite x). See kernels/fp32_products.h.
+void split_tf32(cudaStream_t s, const float* src, int64_t rows, int64_t cols, int64_t ld, bool along_rows,
+                unsigned lo_mask, float* dst);
+
 // ---- embeddings (embedding.cu) ----
 // out[t, :] (+)= table[ids[t], :]. ids must be within [0, V) (validated before).
 void embedding_forward(cudaStream_t s, const int64_t* ids, const float* table, float* out, int64_t T, int64_t H,

@@ -53,6 +53,7 @@ class MetaBackend final : public Backend {
  public:
   explicit MetaBackend(const MetaOptions& options)
       : target_(options.target),
+        split_tf32_(options.target == MetaTarget::Cuda && options.fp32_products == Fp32Products::SplitTf32),
         ledger_(options.target == MetaTarget::Cuda ? Device::cuda(0) : Device::cpu(),
                 options.target == MetaTarget::Cuda ? make_pool_allocator(make_simulated_segments(options.device_capacity))
                                                    : make_simulated_cpu_allocator(options.device_capacity)) {
@@ -95,13 +96,21 @@ class MetaBackend final : public Backend {
     const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
     ANATOMY_CHECK(w.dim(1) == K && y.numel() == M * N, "linear_forward: shapes of {} {} {}", x.name(), w.name(),
                   y.name());
+    split_tf32_scratch(x.dtype(), N, M, K);
   }
   void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor& dw,
                        const Tensor* db, bool accumulate_dx) override {
     const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
     ANATOMY_CHECK(dy.numel() == M * N && (!dw.defined() || dw.numel() == N * K), "linear_backward: shapes of {} {}",
                   dy.name(), dw.name());
+    if (dx) split_tf32_scratch(x.dtype(), K, M, N);
+    if (dw.defined()) split_tf32_scratch(x.dtype(), K, N, M);
     if (db) bias_gradient(dy, *db);
+  }
+  // MIRRORS CudaBackend::split_operands: a split-TF32 float32 product of
+  // column-major C[m,n] = op(A)[m,k] · op(B)[k,n] splits its operands into the scratch.
+  void split_tf32_scratch(DType inputs, int64_t m, int64_t n, int64_t k) {
+    if (split_tf32_ && inputs == DType::F32) scratch_bytes(cuda::split_tf32_scratch_bytes(m, n, k));
   }
   // MIRRORS CudaBackend::bias_gradient: the fast 16-bit column sums' scratch.
   void bias_gradient(const Tensor& dy, const Tensor& db) {
@@ -283,6 +292,7 @@ class MetaBackend final : public Backend {
 
  private:
   bool cuda() const { return target_ == MetaTarget::Cuda; }
+  void release_scratch() override { scratch_ = Tensor(); }
 
   Tensor temporary(const Shape& shape, const char* name) {
     return Tensor::empty(ledger_, shape, DType::F32, Category::Temporary, name);
@@ -300,6 +310,7 @@ class MetaBackend final : public Backend {
   }
 
   MetaTarget target_;
+  bool split_tf32_ = false;  // float32 products in split TF32 (CUDA target only)
   Ledger ledger_;  // first, so that it outlives the buffers below
   Tensor workspace_, results_, scratch_, adamw_table_;
   std::vector<ParamSegment> adamw_segments_;  // what adamw_table_ was built from

@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "anatomy/kernels/backend.h"
+#include "anatomy/kernels/fp32_products.h"
 
 namespace anatomy {
 
@@ -25,7 +26,8 @@ enum class MetaTarget { Cpu, Cuda };
 
 struct MetaOptions {
   MetaTarget target = MetaTarget::Cuda;
-  bool tf32 = false;            // as make_cuda_backend's (no effect on memory)
+  // As make_cuda_backend's: split TF32 takes kernel scratch for the split operands.
+  Fp32Products fp32_products = Fp32Products::Float32;
   int64_t device_capacity = 0;  // bytes the simulated device has; 0: unlimited
 };
 
