@@ -7,11 +7,13 @@ from the profile's trace.json (one track per step). Each operation is bracketed 
 work done inside it while the GPU waits (building a cuDNN graph, creating a cuBLASLt plan, timing GEMM
 candidates, growing the memory pool) shows as that operation's time.
 
-    python3 bench/first_step_ops.py --anatomy build/anatomy [--batch 64] [--precision bf16] [--top 15]
-                                    [--env NAME=VALUE ...] [--json out.json]
+    python3 bench/first_step_ops.py --anatomy build/anatomy [--batch 64] [--precision bf16] [--tf32 | --split-tf32]
+                                    [--top 15] [--env NAME=VALUE ...] [--json out.json] [--no-warm-up]
 
-Run it after a warm-up run at the same flags (or expect each GEMM shape's first call to time its
-candidates). `--device cpu --precision fp32 --model bert-tiny --seq-len 32` is a dry run of the script.
+Before the profile it trains 2 steps with the same flags (unless --no-warm-up), as any earlier run on the
+machine would have: each product shape's cuBLASLt algorithms are timed there and cached, and cuDNN's
+attention plans are built and kept, so the profiled first step shows what every run's first step pays.
+`--device cpu --precision fp32 --model bert-tiny --seq-len 32` is a dry run of the script.
 """
 import argparse
 import collections
@@ -46,6 +48,10 @@ def main():
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a dry run of this script")
     p.add_argument("--top", type=int, default=15, help="operations listed")
     p.add_argument("--env", nargs="*", default=[], metavar="NAME=VALUE", help="environment of the profiled run")
+    products = p.add_mutually_exclusive_group()
+    products.add_argument("--tf32", action="store_true", help="TF32 float32 products (bench/compare.py's bf16 rows)")
+    products.add_argument("--split-tf32", action="store_true", help="split-TF32 float32 products")
+    p.add_argument("--no-warm-up", action="store_true", help="profile without the 2-step warm-up run")
     p.add_argument("--json")
     args = p.parse_args()
     env = dict(os.environ)
@@ -54,11 +60,19 @@ def main():
         if not sep or not name:
             sys.exit(f"--env {item}: expected NAME=VALUE")
         env[name] = value
-    cmd = [args.anatomy, "profile", "--model", args.model, "--dummy-seq-len", str(args.seq_len), "--device",
-           args.device, "--no-progress", "--per-device-train-batch-size", str(args.batch), "--profile-warmup", "0",
-           "--profile-steps", "3"]
+    flags = ["--model", args.model, "--dummy-seq-len", str(args.seq_len), "--device", args.device, "--no-progress",
+             "--per-device-train-batch-size", str(args.batch)]
     if args.precision != "fp32":
-        cmd.append("--" + args.precision)
+        flags.append("--" + args.precision)
+    if args.tf32:
+        flags.append("--tf32")
+    if args.split_tf32:
+        flags.append("--split-tf32")
+    if not args.no_warm_up:
+        with scratch_dir() as warm:
+            run([args.anatomy, "train"] + flags + ["--dummy-size", str(2 * args.batch), "--max-steps", "2",
+                                                   "--output-dir", warm], env=env)
+    cmd = [args.anatomy, "profile"] + flags + ["--profile-warmup", "0", "--profile-steps", "3"]
     with scratch_dir() as tmp:
         run(cmd + ["--output-dir", tmp], env=env)
         ops, spans = step_ops(os.path.join(tmp, "trace.json"))
@@ -69,7 +83,8 @@ def main():
     # "step" is the track's whole-step event; its span is printed on its own line.
     rows = sorted(((first[k] - last.get(k, 0.0), k, first[k], last.get(k, 0.0)) for k in first if k != "step"),
                   reverse=True)
-    print(f"{args.model}, {args.precision}, batch {args.batch}, {args.seq_len} tokens: first profiled step "
+    products = " (TF32 products)" if args.tf32 else " (split-TF32 products)" if args.split_tf32 else ""
+    print(f"{args.model}, {args.precision}{products}, batch {args.batch}, {args.seq_len} tokens: first profiled step "
           f"(the run's first) against the last of {len(steps)}")
     print()
     print(f"step span: {spans[steps[0]]:.2f} ms first, {spans[steps[-1]]:.2f} ms last "
