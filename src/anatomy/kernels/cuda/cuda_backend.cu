@@ -851,12 +851,14 @@ class CudaBackend final : public Backend {
   // one after another along k: down the columns where k is the stored
   // matrix's row index, as column blocks where it is the column index.
   //
-  // The small terms come first. The tensor cores truncate each instruction's
-  // sum rather than round it: small terms added last, onto an accumulator
-  // that already holds the large result, each lose up to an ulp of it, all
-  // in the same direction. Measured on an H100 (test_cuda_split_tf32.cpp),
-  // hi·hi first made the products 20 times less accurate (3e-6 of Σ|a·b|
-  // against 1.4e-7 for a TF32 product of exactly-TF32 inputs).
+  // The small terms come first. Added last, onto an accumulator that
+  // already held the large result, they lost accuracy: on an H100
+  // (test_cuda_split_tf32.cpp), hi·hi first left products off by up to
+  // 3.1e-6 of Σ|a·b|, small terms first by up to 7.8e-7 (float32 on CUDA
+  // cores: up to 3.9e-7). Tensor cores are reported to align and truncate,
+  // rather than round, when they add within an instruction; late small terms
+  // would then each lose up to an ulp of the large accumulator, all in one
+  // direction.
   struct SplitOperands {
     const float* a = nullptr;
     const float* b = nullptr;
