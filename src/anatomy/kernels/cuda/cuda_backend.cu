@@ -827,9 +827,10 @@ class CudaBackend final : public Backend {
     return x < y + q_bytes && y < x + p_bytes;
   }
 
-  //
-  // Under Fp32Products::SplitTf32 a float32 product is split first
-  // (split_operands) and runs as one TF32 product of depth 3k.
+  // lt_gemm itself: under Fp32Products::SplitTf32 a float32 product is split
+  // first (split_operands) and runs as one TF32 product of depth 3k; when
+  // cuBLASLt has no algorithm for that, the caller's cublasGemmEx fallback
+  // computes it in plain float32 from the unsplit operands.
   bool lt_gemm(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, const void* A,
                DType a_type, int64_t lda, const void* B, int64_t ldb, float beta, void* C, DType c_type, int64_t ldc,
                const void* bias, const Batch& batch = {}) {
