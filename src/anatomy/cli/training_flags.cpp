@@ -114,7 +114,7 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
   app.add_flag("--tf32", flags.tf32, "TensorFloat-32 matrix products on the GPU (float32 storage)");
   app.add_flag("--split-tf32", flags.split_tf32,
                "float32 matrix products on the GPU's tensor cores as lo*hi + hi*lo + hi*hi of TF32 pieces: inputs "
-               "kept to about 22 of float32's 24 bits, at about twice plain float32's speed");
+               "kept to about 22 of float32's 24 bits (the seed's fp32 step: 1.3x faster on an H100)");
   app.add_flag("--bf16", a.bf16, "Mixed precision: bf16 compute, float32 master weights, gradients and AdamW states");
   app.add_flag("--fp16", a.fp16, "Mixed precision in fp16 with dynamic loss scaling (as PyTorch's GradScaler)");
   app.add_option("--anatomy-steps", flags.anatomy_steps,
