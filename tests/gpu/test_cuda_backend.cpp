@@ -15,39 +15,19 @@
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/trainer.h"
 #include "../test_util.h"
+#include "backend_test_util.h"
 
 namespace anatomy {
 namespace {
 
 using test::fixtures_dir;
 
-#define SKIP_WITHOUT_GPU() \
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU"
-
-std::vector<float> random_vector(int64_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
+using test::download;
+using test::max_abs;
+using test::random_vector;
 
 Tensor upload(Backend& b, Shape shape, const std::vector<float>& host, const char* name) {
-  Tensor t = Tensor::empty(b.ledger(), std::move(shape), DType::F32, Category::Temporary, name);
-  b.copy_from_host(t, host.data());
-  return t;
-}
-
-std::vector<float> download(Backend& b, const Tensor& t) {
-  std::vector<float> v(t.numel());
-  b.copy_to_host(t, v.data());
-  return v;
-}
-
-double max_abs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, std::abs(static_cast<double>(x)));
-  return m;
+  return test::upload(b, std::move(shape), host, DType::F32, name);
 }
 
 double test_max_abs(const std::vector<double>& v) {
