@@ -158,10 +158,15 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
                       : std::string(),
              trainer.total_steps());
   if (on_gpu) fmt::print("Attention: {}\n", attention_kernels(compute, run.source.config.head_dim()));
-  if (on_gpu && fp32_products_of(flags) == Fp32Products::Tf32)
-    fmt::print("Float32 products: TF32 on tensor cores (inputs rounded to 10-bit mantissas)\n");
-  if (on_gpu && fp32_products_of(flags) == Fp32Products::SplitTf32)
-    fmt::print("Float32 products: split TF32 on tensor cores (lo*hi + hi*lo + hi*hi, about 22 of 24 bits kept)\n");
+  if (on_gpu) switch (fp32_products_of(flags)) {
+      case Fp32Products::Tf32:
+        fmt::print("Float32 products: TF32 on tensor cores (inputs rounded to 10-bit mantissas)\n");
+        break;
+      case Fp32Products::SplitTf32:
+        fmt::print("Float32 products: split TF32 on tensor cores (lo*hi + hi*lo + hi*hi, about 22 of 24 bits kept)\n");
+        break;
+      case Fp32Products::Float32: break;
+    }
   std::fflush(stdout);
   ledger.record_timeline(0, 2);
 

@@ -959,11 +959,8 @@ class CudaBackend final : public Backend {
     if (!gemm_choices_) {
       gemm_choices_path_ = gemm_tuning_cache_path();
       gemm_choices_ = load_gemm_choices(gemm_choices_path_, /*warn=*/true);
-      // The heuristic's list depends on the GPU (its SM count too: MIG slices
-      // share a name) and on cuBLASLt's version.
-      int sms = 0;
-      ANATOMY_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
-      gemm_key_prefix_ = fmt::format("{} ({} SMs) | cuBLASLt {}", device_name(device_), sms, cublasLtGetVersion());
+      // The heuristic's list depends on the GPU and on cuBLASLt's version.
+      gemm_key_prefix_ = fmt::format("{} | cuBLASLt {}", device_identity(device_), cublasLtGetVersion());
     }
     plan.cache_key = gemm_key_prefix_ + " | " + describe_lt_key(key);
     const auto cached = gemm_choices_->find(plan.cache_key);
@@ -982,8 +979,8 @@ class CudaBackend final : public Backend {
     return fmt::format("{}{} m={} n={} k={} ld={},{},{} {}->{} compute={} bias={} beta={} align={},{} batch={} "
                        "strides={},{},{},{}",
                        op(op_a), op(op_b), m, n, k, lda, ldb, ldc, dtype_name(a), dtype_name(static_cast<DType>(c_type)),
-                       compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? "tf32" : "32F", has_bias ? 1 : 0, accumulate ? 1 : 0, align,
-                       bias_align, count, stride_a, stride_b, stride_c, stride_bias);
+                       compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? "tf32" : "32F", has_bias ? 1 : 0,
+                       accumulate ? 1 : 0, align, bias_align, count, stride_a, stride_b, stride_c, stride_bias);
   }
 
   // Times each candidate of `plan` on this call's own operands (kTuneWarmups

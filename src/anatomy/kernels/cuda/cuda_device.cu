@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include <fmt/format.h>
+
 #include "anatomy/core/error.h"
 #include "anatomy/core/pool.h"
 
@@ -106,6 +108,12 @@ std::string device_name(int index) {
   cudaDeviceProp prop{};
   ANATOMY_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
   return prop.name;
+}
+
+std::string device_identity(int index) {
+  cudaDeviceProp prop{};
+  ANATOMY_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+  return fmt::format("{} ({} SMs)", prop.name, prop.multiProcessorCount);
 }
 
 std::string pci_bus_id(int index) {

@@ -15,6 +15,10 @@ namespace anatomy::cuda {
 // Number of CUDA devices; 0 when there is no driver or no GPU (never throws).
 int device_count();
 std::string device_name(int index);
+// "<name> (<SMs> SMs)" of CUDA device `index`: what the per-machine caches
+// (cuBLASLt algorithm choices, cuDNN plans) key on, since MIG slices share a
+// name but not an SM count.
+std::string device_identity(int index);
 // The PCI bus id of CUDA device `index` ("0000:3B:00.0"); "" when unknown.
 // Makes no CUDA context.
 std::string pci_bus_id(int index);

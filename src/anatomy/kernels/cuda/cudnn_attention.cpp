@@ -97,12 +97,15 @@ uint64_t fnv1a64(std::string_view text) {
   return h;
 }
 
-// "<GPU name> (<SMs> SMs)" of the current device.
+// The current device's device_identity, or "?" when CUDA cannot say.
 std::string current_gpu() {
   int device = 0;
-  cudaDeviceProp prop{};
-  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "?";
-  return fmt::format("{} ({} SMs)", prop.name, prop.multiProcessorCount);
+  if (cudaGetDevice(&device) != cudaSuccess) return "?";
+  try {
+    return device_identity(device);
+  } catch (const Error&) {
+    return "?";
+  }
 }
 
 class CudnnAttentionImpl final : public CudnnAttention {

@@ -107,6 +107,8 @@ class MetaBackend final : public Backend {
     if (dw.defined()) split_tf32_scratch(x.dtype(), K, N, M);
     if (db) bias_gradient(dy, *db);
   }
+  // MIRRORS CudaBackend::release_scratch.
+  void release_scratch() override { scratch_ = Tensor(); }
   // MIRRORS CudaBackend::split_operands: a split-TF32 float32 product of
   // column-major C[m,n] = op(A)[m,k] · op(B)[k,n] splits its operands into the scratch.
   void split_tf32_scratch(DType inputs, int64_t m, int64_t n, int64_t k) {
@@ -292,7 +294,6 @@ class MetaBackend final : public Backend {
 
  private:
   bool cuda() const { return target_ == MetaTarget::Cuda; }
-  void release_scratch() override { scratch_ = Tensor(); }
 
   Tensor temporary(const Shape& shape, const char* name) {
     return Tensor::empty(ledger_, shape, DType::F32, Category::Temporary, name);
