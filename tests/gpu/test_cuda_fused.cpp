@@ -35,6 +35,7 @@
 #include "anatomy/core/dtype.h"
 #include "anatomy/kernels/cuda/cuda_backend.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda_memory.h"
 #include "backend_test_util.h"
 
 namespace anatomy {
@@ -505,6 +506,74 @@ TEST(CudaBackendActivation, RecomputeWithBiasGradientIsTheLinearBackwardsBias) {
           ADD_FAILURE() << what << " d_bias[" << c << "]: " << got[c] << " ref " << ref << " bound " << bound;
       }
       EXPECT_EQ(bad, 0) << what << ": " << bad << " columns of d_bias out of tolerance";
+    }
+  }
+}
+
+// linear_backward_weights_n in 16 bits: the weight gradients as one
+// strided-batched product and, where batched_bias_sums holds, every bias
+// gradient in one launch pair over the planes. Each bias gradient must be the
+// same bits as linear_backward's own (the same chunks of rows, added in the
+// same order), onto non-zero starting values; a plane read or written at the
+// wrong offset would be far off. The weight gradients against separate
+// products: float sums of M exact products of 16-bit values onto dw0, each
+// within (M + 2)·2^-24·(|dw0| + Σ_m |x·dy|) of the exact sum in any order, so
+// the two within twice that of each other (cuBLASLt may pick another
+// algorithm, another order, for the batch), not bits.
+TEST(CudaBackendLinear, BatchedWeightGradientsAreTheSeparateOnes) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = cuda::make_cuda_backend(0);
+  struct Case {
+    int64_t M, K, N, planes;
+  };
+  for (DType t : {DType::BF16, DType::F16}) {
+    for (const Case c : {Case{1000, 72, 264, 3}, Case{4096, 64, 1024, 3}, Case{37, 16, 8, 2}, Case{2053, 24, 40, 4}}) {
+      const int64_t bias_stride = c.N + 8;  // biases apart, as the model's (a weight between them)
+      const auto x = random_vector(c.M * c.K, 41), w = random_vector(c.planes * c.N * c.K, 42),
+                 dy = random_vector(c.planes * c.M * c.N, 43), dw0 = random_vector(c.planes * c.N * c.K, 44),
+                 db0 = random_vector(c.planes * bias_stride, 45);
+      Tensor tx = upload(*gpu, {c.M, c.K}, x, t, "x"), tw = upload(*gpu, {c.planes * c.N, c.K}, w, t, "w");
+      Tensor tdy = upload(*gpu, {c.planes * c.M, c.N}, dy, t, "dy");
+      Tensor dw[2], db[2];
+      std::vector<Tensor> ws, dys, dws[2], dbs[2];
+      for (int k = 0; k < 2; ++k) {
+        dw[k] = upload(*gpu, {c.planes * c.N, c.K}, dw0, DType::F32, "dw");
+        db[k] = upload(*gpu, {c.planes * bias_stride}, db0, DType::F32, "db");
+      }
+      for (int64_t i = 0; i < c.planes; ++i) {
+        ws.push_back(tw.slice(i * c.N * c.K, {c.N, c.K}));
+        dys.push_back(tdy.slice(i * c.M * c.N, {c.M, c.N}));
+        for (int k = 0; k < 2; ++k) {
+          dws[k].push_back(dw[k].slice(i * c.N * c.K, {c.N, c.K}));
+          dbs[k].push_back(db[k].slice(i * bias_stride, {c.N}));
+        }
+      }
+      const std::string what = std::string(dtype_name(t)) + " M " + std::to_string(c.M) + " N " +
+                               std::to_string(c.N) + " planes " + std::to_string(c.planes);
+      ASSERT_TRUE(cuda::batched_weight_gradients(dys, tx, ws, dws[0], dbs[0])) << what;
+      ASSERT_TRUE(cuda::batched_bias_sums(dys, dbs[0])) << what;
+      gpu->linear_backward_weights_n(dys, tx, ws, dws[0], dbs[0]);
+      for (int64_t i = 0; i < c.planes; ++i) gpu->linear_backward(dys[i], tx, ws[i], nullptr, dws[1][i], &dbs[1][i]);
+      const auto got_db = download(*gpu, db[0]), ref_db = download(*gpu, db[1]);
+      EXPECT_EQ(got_db, ref_db) << what << " bias gradients";
+      EXPECT_NE(got_db, db0) << what << " bias gradients unchanged";
+      for (int64_t i = 0; i < c.planes; ++i)  // the gaps between the biases untouched
+        for (int64_t j = c.N; j < bias_stride; ++j) EXPECT_EQ(got_db[i * bias_stride + j], db0[i * bias_stride + j]);
+      const auto got_dw = download(*gpu, dw[0]), ref_dw = download(*gpu, dw[1]);
+      const auto rx = rounded(t, x), rdy = rounded(t, dy);
+      int bad = 0;
+      for (int64_t i = 0; i < c.planes; ++i)
+        for (int64_t n = 0; n < c.N; ++n)
+          for (int64_t k = 0; k < c.K; ++k) {
+            const size_t at = static_cast<size_t>((i * c.N + n) * c.K + k);
+            double magnitude = std::abs(dw0[at]);
+            for (int64_t m = 0; m < c.M; ++m)
+              magnitude += std::abs(double{rx[m * c.K + k]} * rdy[(i * c.M + m) * c.N + n]);
+            const double bound = 2.0 * (c.M + 2) * 0x1p-24 * magnitude;
+            if (std::abs(double{got_dw[at]} - ref_dw[at]) > bound && bad++ < 5)
+              ADD_FAILURE() << what << " dw[" << at << "]: " << got_dw[at] << " separate " << ref_dw[at];
+          }
+      EXPECT_EQ(bad, 0) << what << ": " << bad << " weight gradients out of tolerance";
     }
   }
 }

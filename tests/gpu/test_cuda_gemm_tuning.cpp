@@ -11,7 +11,9 @@
 //   and 1 is one error line naming the variable.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -173,6 +175,56 @@ TEST(CudaGemmTuning, AnyOtherSwitchValueIsOneClearError) {
     EXPECT_EQ(message.rfind("ANATOMY_GEMM_TUNING=2: expected", 0), 0u) << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
+}
+
+// A measurement, not a test (run with --gtest_also_run_disabled_tests): the
+// query/key/value products at bert-large's shape (batch 32 x 512 tokens,
+// hidden 1024, bf16) as the model runs them: the strided-batched forward with
+// its bias, the strided-batched weight gradients with their three bias sums,
+// the bias sums alone, and the input gradient as three products adding into
+// one. bench/torch_kernels.py times PyTorch's products at the same shapes.
+TEST(QkvProductsTiming, DISABLED_AtBertLargeShape) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = cuda::make_cuda_backend(0);
+  const int64_t T = 32 * 512, H = 1024;
+  const DType t = DType::BF16;
+  Tensor x = upload(*gpu, {T, H}, random_vector(T * H, 1), t, "x");
+  Tensor w = upload(*gpu, {3 * H, H}, random_vector(3 * H * H, 2, 0.02f), t, "w");
+  Tensor b = upload(*gpu, {3 * H}, random_vector(3 * H, 3), t, "b");
+  Tensor dy = upload(*gpu, {3 * T, H}, random_vector(3 * T * H, 4), t, "dy");
+  Tensor y = Tensor::empty(gpu->ledger(), {3 * T, H}, t, Category::Temporary, "y");
+  Tensor dx = Tensor::empty(gpu->ledger(), {T, H}, t, Category::Temporary, "dx");
+  Tensor dw = upload(*gpu, {3 * H, H}, std::vector<float>(3 * H * H), DType::F32, "dw");
+  Tensor db = upload(*gpu, {3 * H}, std::vector<float>(3 * H), DType::F32, "db");
+  std::vector<Tensor> ws, bs, ys, dys, dws, dbs;
+  for (int64_t i = 0; i < 3; ++i) {
+    ws.push_back(w.slice(i * H * H, {H, H}));
+    bs.push_back(b.slice(i * H, {H}));
+    ys.push_back(y.slice(i * T * H, {T, H}));
+    dys.push_back(dy.slice(i * T * H, {T, H}));
+    dws.push_back(dw.slice(i * H * H, {H, H}));
+    dbs.push_back(db.slice(i * H, {H}));
+  }
+  const double flops = 3.0 * 2 * T * H * H;
+  auto time = [&](const char* what, auto&& f) {
+    for (int i = 0; i < 3; ++i) f();
+    gpu->synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    constexpr int kRuns = 50;
+    for (int i = 0; i < kRuns; ++i) f();
+    gpu->synchronize();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / kRuns;
+    std::printf("%s: %.4f ms (%.0f TFLOP/s of the three products)\n", what, ms, flops / (ms * 1e9));
+  };
+  time("forward, strided-batched, bias epilogue", [&] { gpu->linear_forward_n(x, ws, bs, ys); });
+  time("weight gradients, strided-batched, with the three bias sums",
+       [&] { gpu->linear_backward_weights_n(dys, x, ws, dws, dbs); });
+  time("the three bias sums alone", [&] {
+    for (int i = 0; i < 3; ++i) gpu->linear_backward(dys[i], x, ws[i], nullptr, Tensor(), &dbs[i], false);
+  });
+  time("input gradient, three products adding into one", [&] {
+    for (int i = 0; i < 3; ++i) gpu->linear_backward(dys[i], x, ws[i], &dx, Tensor(), nullptr, i > 0);
+  });
 }
 
 }  // namespace

@@ -272,20 +272,6 @@ class CudaBackend final : public Backend {
     if (d_bias) bias_gradient(d_x, *d_bias);
   }
 
-  // The constant stride, in elements, between consecutive tensors of `ts` (all
-  // of one dtype and shape), or nullopt.
-  static std::optional<int64_t> constant_stride(const std::vector<Tensor>& ts) {
-    if (ts.size() < 2) return std::nullopt;
-    const auto size = static_cast<int64_t>(dtype_size(ts[0].dtype()));
-    const auto at = [](const Tensor& t) { return reinterpret_cast<intptr_t>(t.raw()); };
-    const int64_t bytes = at(ts[1]) - at(ts[0]);
-    if (bytes <= 0 || bytes % size != 0) return std::nullopt;
-    for (size_t i = 1; i < ts.size(); ++i)
-      if (ts[i].dtype() != ts[0].dtype() || ts[i].shape() != ts[0].shape() || at(ts[i]) - at(ts[i - 1]) != bytes)
-        return std::nullopt;
-    return bytes / size;
-  }
-
   void linear_forward_n(const Tensor& x, const std::vector<Tensor>& w, const std::vector<Tensor>& b,
                         const std::vector<Tensor>& y) override {
     const auto sw = constant_stride(w), sb = constant_stride(b), sy = constant_stride(y);
@@ -309,16 +295,24 @@ class CudaBackend final : public Backend {
 
   void linear_backward_weights_n(const std::vector<Tensor>& dy, const Tensor& x, const std::vector<Tensor>& w,
                                  const std::vector<Tensor>& dw, const std::vector<Tensor>& db) override {
-    const auto sdy = constant_stride(dy), sdw = constant_stride(dw);
     const int64_t K = x.dim(-1), M = rows_of(x);
     const DType t = x.dtype();
-    if (t != DType::F32 && sdy && sdw && dy.size() == dw.size() && dy.size() == db.size() && dy[0].dtype() == t &&
-        dw[0].dtype() == DType::F32 && dw[0].numel() == w[0].numel() && dy[0].numel() == M * w[0].dim(0)) {
+    if (batched_weight_gradients(dy, x, w, dw, db)) {
       const int64_t N = w[0].dim(0);
-      Batch batch{static_cast<int>(dy.size()), 0, *sdy, *sdw, 0};
+      Batch batch{static_cast<int>(dy.size()), 0, *constant_stride(dy), *constant_stride(dw), 0};
       if (lt_gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x.raw(), t, K, dy[0].raw(), N, 1.0f, dw[0].raw(), DType::F32, K,
                   nullptr, batch)) {
-        for (size_t i = 0; i < dy.size(); ++i) linear_backward(dy[i], x, w[i], nullptr, Tensor(), &db[i], false);
+        // MIRRORED (MetaBackend::linear_backward_weights_n): the bias sums'
+        // scratch, all planes at once or one bias at a time.
+        if (batched_bias_sums(dy, db)) {
+          const int64_t bias = db[0].numel(), rows = dy[0].numel() / bias;
+          const int planes = static_cast<int>(dy.size());
+          column_sums_accumulate_half_fast(stream_, half_type(t), dy[0].raw(), rows, bias, db[0].data<float>(),
+                                           scratch_bytes(planes * column_sums_scratch_bytes(rows, bias)), planes,
+                                           *constant_stride(dy), *constant_stride(db));
+        } else {
+          for (size_t i = 0; i < dy.size(); ++i) linear_backward(dy[i], x, w[i], nullptr, Tensor(), &db[i], false);
+        }
         return;
       }
     }

@@ -39,15 +39,21 @@ void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* 
                                       int64_t rows, int64_t H, void* scratch);
 
 // out[n] += Σ_c partial[c, n] over `chunks` float partials of N columns, in
-// chunk order (in double): the last step of the column sums above.
-void column_partials_finish(cudaStream_t s, const float* partial, float* out, int64_t chunks, int64_t N);
+// chunk order (in double): the last step of the column sums above. With
+// planes > 1, plane p's partials follow plane p - 1's (chunks × N floats
+// each) and its sums go to out + p · out_plane, in one launch.
+void column_partials_finish(cudaStream_t s, const float* partial, float* out, int64_t chunks, int64_t N,
+                            int planes = 1, int64_t out_plane = 0);
 
 // db[n] += Σ_rows dy[row, n] for a 16-bit dy [rows, N] with N % 8 == 0 and
 // 16-byte alignment: float partials over chunks of rows (16-byte loads), the
 // chunks added in order in double. `scratch`: column_sums_scratch_bytes;
 // column_sums_half_supported says when it applies (both in cuda_memory.h).
+// With planes > 1, one launch pair does `planes` such sums, each the same bits
+// as its own call: plane p reads dy + p · dy_plane elements, adds into
+// db + p · db_plane, and takes its own column_sums_scratch_bytes of scratch.
 void column_sums_accumulate_half_fast(cudaStream_t s, Half h, const void* dy, int64_t rows, int64_t N, float* db,
-                                      void* scratch);
+                                      void* scratch, int planes = 1, int64_t dy_plane = 0, int64_t db_plane = 0);
 
 // y = round(f(x)) and dx = round(f'(x)·dy) in one pass (16-bit x, dy, dx, y;
 // dx may be dy): the activation's output recomputed where backward needs it.

@@ -268,14 +268,18 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, 2)
 
 // Adds the chunks' partials into out0 (and out1 when given): block of 32
 // columns × 8 lanes; lane y sums chunks y, y + 8, ... in double, then the 8
-// lane sums are added in a fixed tree. Same order every run.
+// lane sums are added in a fixed tree. Same order every run. Block row
+// blockIdx.y does plane blockIdx.y of out0 alone: its partials start
+// blockIdx.y · chunks · H floats on, its sums out_plane floats on.
 constexpr int kFinishCols = 32, kFinishLanes = 8;
 __global__ void __launch_bounds__(kFinishCols* kFinishLanes)
     partials_finish_kernel(const float* partial0, const float* partial1, float* out0, float* out1, int64_t chunks,
-                           int H) {
+                           int H, int64_t out_plane) {
   __shared__ double s0[kFinishLanes][kFinishCols], s1[kFinishLanes][kFinishCols];
   const int tx = threadIdx.x % kFinishCols, ty = threadIdx.x / kFinishCols;
   const int h = blockIdx.x * kFinishCols + tx;
+  partial0 += static_cast<int64_t>(blockIdx.y) * chunks * H;
+  out0 += static_cast<int64_t>(blockIdx.y) * out_plane;
   double a = 0.0, b = 0.0;
   if (h < H) {
     for (int64_t c = ty; c < chunks; c += kFinishLanes) {
@@ -300,13 +304,17 @@ __global__ void __launch_bounds__(kFinishCols* kFinishLanes)
 }
 
 // Column sums of a 16-bit [rows, N] matrix into float partials per chunk of
-// rows: a thread per 8 columns (16-byte loads), rows in order.
+// rows: a thread per 8 columns (16-byte loads), rows in order. Plane
+// blockIdx.z: the matrix dy_plane elements on, its partials a chunks × N
+// block further.
 constexpr int kColThreads = 128;
 template <typename T>
 __global__ void __launch_bounds__(kColThreads)
-    column_partials_kernel(const T* dy, float* partial, int64_t rows, int N, int64_t rows_per_chunk) {
+    column_partials_kernel(const T* dy, int64_t dy_plane, float* partial, int64_t rows, int N, int64_t rows_per_chunk) {
   const int n = 8 * (blockIdx.y * kColThreads + threadIdx.x);
   if (n >= N) return;
+  dy += static_cast<int64_t>(blockIdx.z) * dy_plane;
+  partial += static_cast<int64_t>(blockIdx.z) * gridDim.x * N;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_chunk;
   const int64_t r1 = min(rows, r0 + rows_per_chunk);
   float acc[8];
@@ -413,31 +421,35 @@ void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* 
   });
   ANATOMY_CUDA_CHECK(cudaGetLastError());
   partials_finish_kernel<<<static_cast<unsigned>((H + kFinishCols - 1) / kFinishCols), kFinishCols * kFinishLanes, 0,
-                           s>>>(partial_gamma, partial_beta, dgamma, dbeta, chunks, static_cast<int>(H));
+                           s>>>(partial_gamma, partial_beta, dgamma, dbeta, chunks, static_cast<int>(H), 0);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
   if (d_bias) column_partials_finish(s, partial_bias, d_bias, chunks, H);
 }
 
-void column_partials_finish(cudaStream_t s, const float* partial, float* out, int64_t chunks, int64_t N) {
-  partials_finish_kernel<<<static_cast<unsigned>((N + kFinishCols - 1) / kFinishCols), kFinishCols * kFinishLanes, 0,
-                           s>>>(partial, nullptr, out, nullptr, chunks, static_cast<int>(N));
+void column_partials_finish(cudaStream_t s, const float* partial, float* out, int64_t chunks, int64_t N,
+                            int planes, int64_t out_plane) {
+  const dim3 grid(static_cast<unsigned>((N + kFinishCols - 1) / kFinishCols), static_cast<unsigned>(planes));
+  partials_finish_kernel<<<grid, kFinishCols * kFinishLanes, 0, s>>>(partial, nullptr, out, nullptr, chunks,
+                                                                     static_cast<int>(N), out_plane);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 
 void column_sums_accumulate_half_fast(cudaStream_t s, Half half, const void* dy, int64_t rows, int64_t N, float* db,
-                                      void* scratch) {
-  if (rows <= 0 || N <= 0) return;
+                                      void* scratch, int planes, int64_t dy_plane, int64_t db_plane) {
+  if (rows <= 0 || N <= 0 || planes <= 0) return;
+  ANATOMY_CHECK(planes <= 65535, "column sums: {} planes are too many", planes);
   const int64_t chunks = chunk_count(rows);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   float* partial = static_cast<float*>(scratch);
   with_half_type(half, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>((N / 8 + kColThreads - 1) / kColThreads));
-    column_partials_kernel<T><<<grid, kColThreads, 0, s>>>(static_cast<const T*>(dy), partial, rows,
+    const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>((N / 8 + kColThreads - 1) / kColThreads),
+                    static_cast<unsigned>(planes));
+    column_partials_kernel<T><<<grid, kColThreads, 0, s>>>(static_cast<const T*>(dy), dy_plane, partial, rows,
                                                            static_cast<int>(N), rows_per_chunk);
   });
   ANATOMY_CUDA_CHECK(cudaGetLastError());
-  column_partials_finish(s, partial, db, chunks, N);
+  column_partials_finish(s, partial, db, chunks, N, planes, db_plane);
 }
 
 }  // namespace anatomy::cuda

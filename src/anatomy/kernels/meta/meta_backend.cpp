@@ -120,9 +120,22 @@ class MetaBackend final : public Backend {
     if (cuda() && dy.dtype() != DType::F32 && cuda::column_sums_half_supported(N, dy.raw()))
       scratch_bytes(cuda::column_sums_scratch_bytes(M, N));
   }
-  // linear_forward_n and linear_backward_weights_n: Backend's, one product at a
-  // time. The CUDA backend's batched versions allocate what these do (its
-  // batched weight gradients still take each bias gradient by linear_backward).
+  // linear_forward_n: Backend's, one product at a time; the CUDA backend's
+  // batched forward allocates what that does (nothing in 16 bits).
+  void linear_backward_weights_n(const std::vector<Tensor>& dy, const Tensor& x, const std::vector<Tensor>& w,
+                                 const std::vector<Tensor>& dw, const std::vector<Tensor>& db) override {
+    // MIRRORS CudaBackend::linear_backward_weights_n: the batched product, and
+    // its bias sums all at once (one scratch of every plane's partials) or one
+    // bias gradient at a time.
+    if (!cuda() || !cuda::batched_weight_gradients(dy, x, w, dw, db))
+      return Backend::linear_backward_weights_n(dy, x, w, dw, db);
+    if (cuda::batched_bias_sums(dy, db)) {
+      const int64_t N = db[0].numel(), M = dy[0].numel() / N;
+      scratch_bytes(dy.size() * cuda::column_sums_scratch_bytes(M, N));
+      return;
+    }
+    for (size_t i = 0; i < dy.size(); ++i) linear_backward(dy[i], x, w[i], nullptr, Tensor(), &db[i], false);
+  }
 
   // --- embeddings ---
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool) override {
