@@ -189,5 +189,36 @@ TEST(CudaMemory, SizesAreTheKernelsRules) {
   EXPECT_EQ(cuda::adamw_chunk_table_floats(table.size()), 3 * 24 / 4 + 1);
 }
 
+// When the CUDA backend's batched weight gradients also sum their biases in
+// one launch (and the meta backend mirrors that scratch): 16-bit output
+// gradients at a constant stride, 16-byte aligned, float32 biases at a
+// constant stride that keeps them apart. Anything else takes one bias at a time.
+TEST(CudaMemory, BatchedBiasSumsTakeAlignedPlanesAndBiasesApart) {
+  auto cpu = make_cpu_backend(1);
+  const int64_t rows = 16, N = 24;
+  Tensor dy = Tensor::empty(cpu->ledger(), {3 * rows * N + 8}, DType::BF16, Category::Temporary, "dy");
+  Tensor dy32 = Tensor::empty(cpu->ledger(), {3 * rows * N}, DType::F32, Category::Temporary, "dy32");
+  Tensor db = Tensor::empty(cpu->ledger(), {3 * (N + 8)}, DType::F32, Category::Temporary, "db");
+  auto planes = [&](const Tensor& t, int64_t start, int64_t stride, Shape shape, int64_t count = 3) {
+    std::vector<Tensor> v;
+    for (int64_t i = 0; i < count; ++i) v.push_back(t.slice(start + i * stride, shape));
+    return v;
+  };
+  const auto dys = planes(dy, 0, rows * N, {rows, N}), dbs = planes(db, 0, N + 8, {N});
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(dy.raw()) % 16, 0u);
+  EXPECT_EQ(cuda::constant_stride(dys), rows * N);
+  EXPECT_EQ(cuda::constant_stride(dbs), N + 8);
+  EXPECT_TRUE(cuda::batched_bias_sums(dys, dbs));
+  EXPECT_FALSE(cuda::batched_bias_sums(planes(dy, 0, rows * N, {rows, N}, 1), planes(db, 0, N + 8, {N}, 1)));
+  EXPECT_FALSE(cuda::batched_bias_sums(dys, planes(db, 0, N / 2, {N})));  // biases overlap
+  EXPECT_FALSE(cuda::batched_bias_sums(planes(dy, 1, rows * N, {rows, N}), dbs));   // 2 bytes off 16
+  EXPECT_FALSE(cuda::batched_bias_sums(planes(dy32, 0, rows * N, {rows, N}), dbs));  // float32: one at a time
+  EXPECT_FALSE(cuda::batched_bias_sums(dys, planes(db, 0, N + 8, {N + 1})));  // rows of N + 1 do not tile dy
+  std::vector<Tensor> uneven = dys;
+  uneven[2] = dy.slice(2 * rows * N + 8, {rows, N});
+  EXPECT_FALSE(cuda::constant_stride(uneven).has_value());
+  EXPECT_FALSE(cuda::batched_bias_sums(uneven, dbs));
+}
+
 }  // namespace
 }  // namespace anatomy

@@ -268,7 +268,8 @@ inline bool batched_weight_gradients(const std::vector<Tensor>& dy, const Tensor
 // Whether the bias gradients db[i] += Σ_rows dy[i] of linear_backward_weights_n's
 // batched products run as one launch pair (column_sums_accumulate_half_fast
 // with planes): 16-bit dy, float32 db, each pair as bias_gradient takes it
-// and column_sums_half_supported, dy and db at constant strides. Scratch:
+// and column_sums_half_supported, dy and db at constant strides (the biases
+// apart, not overlapping). Scratch:
 // dy.size() · column_sums_scratch_bytes(rows, N).
 inline bool batched_bias_sums(const std::vector<Tensor>& dy, const std::vector<Tensor>& db) {
   if (dy.size() < 2 || dy.size() != db.size() || dy.size() > 65535 || dy[0].dtype() == DType::F32) return false;
@@ -278,7 +279,8 @@ inline bool batched_bias_sums(const std::vector<Tensor>& dy, const std::vector<T
     if (db[i].dtype() != DType::F32 || db[i].numel() != N || dy[i].numel() != dy[0].numel() ||
         !column_sums_half_supported(N, dy[i].raw()))
       return false;
-  return constant_stride(dy).has_value() && constant_stride(db).has_value();
+  const auto db_stride = constant_stride(db);  // the sums must not overlap: one launch writes them all
+  return constant_stride(dy).has_value() && db_stride.has_value() && *db_stride >= N;
 }
 
 // ---- split-TF32 float32 products (split_tf32.cu, Fp32Products::SplitTf32) ----
