@@ -209,6 +209,7 @@ TEST(CudaMemory, BatchedBiasSumsTakeAlignedPlanesAndBiasesApart) {
   EXPECT_EQ(cuda::constant_stride(dys), rows * N);
   EXPECT_EQ(cuda::constant_stride(dbs), N + 8);
   EXPECT_TRUE(cuda::batched_bias_sums(dys, dbs));
+  EXPECT_EQ(cuda::batched_bias_sums_scratch_bytes(dys, dbs), 3 * cuda::column_sums_scratch_bytes(rows, N));
   EXPECT_FALSE(cuda::batched_bias_sums(planes(dy, 0, rows * N, {rows, N}, 1), planes(db, 0, N + 8, {N}, 1)));
   EXPECT_FALSE(cuda::batched_bias_sums(dys, planes(db, 0, N / 2, {N})));  // biases overlap
   EXPECT_FALSE(cuda::batched_bias_sums(planes(dy, 1, rows * N, {rows, N}), dbs));   // 2 bytes off 16

@@ -269,8 +269,7 @@ inline bool batched_weight_gradients(const std::vector<Tensor>& dy, const Tensor
 // batched products run as one launch pair (column_sums_accumulate_half_fast
 // with planes): 16-bit dy, float32 db, each pair as bias_gradient takes it
 // and column_sums_half_supported, dy and db at constant strides (the biases
-// apart, not overlapping). Scratch:
-// dy.size() · column_sums_scratch_bytes(rows, N).
+// apart, not overlapping). Scratch: batched_bias_sums_scratch_bytes.
 inline bool batched_bias_sums(const std::vector<Tensor>& dy, const std::vector<Tensor>& db) {
   if (dy.size() < 2 || dy.size() != db.size() || dy.size() > 65535 || dy[0].dtype() == DType::F32) return false;
   const int64_t N = db[0].numel();
@@ -281,6 +280,12 @@ inline bool batched_bias_sums(const std::vector<Tensor>& dy, const std::vector<T
       return false;
   const auto db_stride = constant_stride(db);  // the sums must not overlap: one launch writes them all
   return constant_stride(dy).has_value() && db_stride.has_value() && *db_stride >= N;
+}
+// The scratch of that launch (where batched_bias_sums holds): every plane's
+// float partials, one column_sums_scratch_bytes each.
+inline size_t batched_bias_sums_scratch_bytes(const std::vector<Tensor>& dy, const std::vector<Tensor>& db) {
+  const int64_t N = db[0].numel();
+  return dy.size() * column_sums_scratch_bytes(dy[0].numel() / N, N);
 }
 
 // ---- split-TF32 float32 products (split_tf32.cu, Fp32Products::SplitTf32) ----

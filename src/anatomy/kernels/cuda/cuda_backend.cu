@@ -308,7 +308,7 @@ class CudaBackend final : public Backend {
           const int64_t bias = db[0].numel(), rows = dy[0].numel() / bias;
           const int planes = static_cast<int>(dy.size());
           column_sums_accumulate_half_fast(stream_, half_type(t), dy[0].raw(), rows, bias, db[0].data<float>(),
-                                           scratch_bytes(planes * column_sums_scratch_bytes(rows, bias)), planes,
+                                           scratch_bytes(batched_bias_sums_scratch_bytes(dy, db)), planes,
                                            *constant_stride(dy), *constant_stride(db));
         } else {
           for (size_t i = 0; i < dy.size(); ++i) linear_backward(dy[i], x, w[i], nullptr, Tensor(), &db[i], false);

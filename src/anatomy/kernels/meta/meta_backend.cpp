@@ -129,11 +129,7 @@ class MetaBackend final : public Backend {
     // bias gradient at a time.
     if (!cuda() || !cuda::batched_weight_gradients(dy, x, w, dw, db))
       return Backend::linear_backward_weights_n(dy, x, w, dw, db);
-    if (cuda::batched_bias_sums(dy, db)) {
-      const int64_t N = db[0].numel(), M = dy[0].numel() / N;
-      scratch_bytes(dy.size() * cuda::column_sums_scratch_bytes(M, N));
-      return;
-    }
+    if (cuda::batched_bias_sums(dy, db)) return scratch_bytes(cuda::batched_bias_sums_scratch_bytes(dy, db));
     for (size_t i = 0; i < dy.size(); ++i) linear_backward(dy[i], x, w[i], nullptr, Tensor(), &db[i], false);
   }
 
