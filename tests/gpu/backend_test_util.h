@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -87,6 +88,19 @@ inline void expect_near(const std::vector<float>& gpu, const std::vector<float>&
       ADD_FAILURE() << what << "[" << i << "]: gpu " << gpu[i] << " ref " << ref[i];
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " elements out of tolerance";
+}
+
+// The timing tests' measure: the mean wall-clock milliseconds of `runs` calls
+// of f, which queues work on `b`, after 3 untimed calls, the queue drained
+// before and after.
+template <typename F>
+double mean_ms(Backend& b, int runs, F&& f) {
+  for (int i = 0; i < 3; ++i) f();
+  b.synchronize();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < runs; ++i) f();
+  b.synchronize();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / runs;
 }
 
 }  // namespace anatomy::test

@@ -22,7 +22,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -412,13 +411,7 @@ TEST(GeluTiming, DISABLED_AtBertLargeShape) {
   Tensor db = upload(*gpu, {N}, std::vector<float>(N), DType::F32, "db");
   const double mib = static_cast<double>(n) * 2 / (1 << 20);
   auto time = [&](const char* what, double bytes_mib, auto&& f) {
-    for (int i = 0; i < 3; ++i) f();
-    gpu->synchronize();
-    const auto start = std::chrono::steady_clock::now();
-    constexpr int kRuns = 20;
-    for (int i = 0; i < kRuns; ++i) f();
-    gpu->synchronize();
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / kRuns;
+    const double ms = test::mean_ms(*gpu, 20, f);
     std::printf("%s: %.4f ms, %.0f GB/s of the %.0f MiB\n", what, ms, bytes_mib * (1 << 20) / (ms * 1e6), bytes_mib);
   };
   time("GELU forward", 2 * mib, [&] { gpu->activation_forward(ActivationKind::GeluErf, tx, ty); });
@@ -450,13 +443,7 @@ TEST(FusedLayerNormTiming, DISABLED_BackwardAtBertLargeShape) {
       const auto run = [&] {
         gpu->residual_layernorm_backward(dy, sum, mean, rstd, gamma, drop, dres, dx, dg, db, bias ? &dbias : nullptr);
       };
-      for (int i = 0; i < 3; ++i) run();
-      gpu->synchronize();
-      const int iters = 50;
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) run();
-      gpu->synchronize();
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / iters;
+      const double ms = test::mean_ms(*gpu, 50, run);
       std::printf("residual LayerNorm backward, p %.1f, bias %d: %.4f ms, %.0f GB/s of the 128 MiB floor\n", p,
                   static_cast<int>(bias), ms, 4.0 * rows * H * 2 / ms / 1e6);
     }

@@ -11,7 +11,6 @@
 //   and 1 is one error line naming the variable.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -207,13 +206,7 @@ TEST(QkvProductsTiming, DISABLED_AtBertLargeShape) {
   }
   const double flops = 3.0 * 2 * T * H * H;
   auto time = [&](const char* what, auto&& f) {
-    for (int i = 0; i < 3; ++i) f();
-    gpu->synchronize();
-    const auto start = std::chrono::steady_clock::now();
-    constexpr int kRuns = 50;
-    for (int i = 0; i < kRuns; ++i) f();
-    gpu->synchronize();
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / kRuns;
+    const double ms = test::mean_ms(*gpu, 50, f);
     std::printf("%s: %.4f ms (%.0f TFLOP/s of the three products)\n", what, ms, flops / (ms * 1e9));
   };
   time("forward, strided-batched, bias epilogue", [&] { gpu->linear_forward_n(x, ws, bs, ys); });
