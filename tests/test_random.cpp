@@ -4,12 +4,15 @@
 // and the dropout mask's definition, written out here independently: element
 // `index` is kept iff the uniform from word (index & 3) of the call at counter
 // index >> 2 is >= p, one call for four consecutive elements. The GPU kernels
-// are checked against dropout_keep by the GPU tests.
+// are checked against dropout_keep by the GPU tests. Also core/hash.h's
+// FNV-1a against the published FNV test vectors.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
+#include "anatomy/core/hash.h"
 #include "anatomy/core/random.h"
 
 using namespace anatomy;
@@ -92,6 +95,16 @@ TEST(Random, DropoutKeepsAboutOneMinusP) {
     else
       EXPECT_NEAR(static_cast<double>(kept) / n, 1.0 - p, 0.005) << "p " << p;
   }
+}
+
+TEST(Fnv1a, PublishedVectors) {
+  EXPECT_EQ(fnv1a64(""), 0xcbf29ce484222325ull);
+  EXPECT_EQ(fnv1a64("a"), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(fnv1a64("foobar"), 0x85944171f73967e8ull);
+  EXPECT_EQ(fnv1a64("\xff\x80"), 0x0a9a2607b6f6e56aull);  // bytes above 127 taken unsigned
+  uint64_t h = kFnv1aBasis;
+  for (char c : std::string_view("foobar")) h = fnv1a_step(h, static_cast<unsigned char>(c));
+  EXPECT_EQ(h, fnv1a64("foobar"));
 }
 
 }  // namespace

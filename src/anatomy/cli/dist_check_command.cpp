@@ -20,6 +20,7 @@
 
 #include "anatomy/cli/commands.h"
 #include "anatomy/core/error.h"
+#include "anatomy/core/hash.h"
 #include "anatomy/dist/store.h"
 
 namespace anatomy::cli {
@@ -32,13 +33,6 @@ struct DistCheckFlags {
   int stall_rank = -1;
   double timeout = 0.0;  // 0: ANATOMY_DIST_TIMEOUT, or its default
 };
-
-// FNV-1a, 64 bits: enough to show that every rank holds the same bytes.
-uint64_t fnv1a(const std::string& bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 constexpr size_t kBlobBytes = 128;  // the size of an ncclUniqueId
 
@@ -95,7 +89,7 @@ Command add_dist_check_command(CLI::App& app) {
     if (blob.size() != kBlobBytes)
       fail("rank {} received a blob of {} bytes from rank 0, not {}", env.rank, blob.size(), kBlobBytes);
     store.barrier("dist-check", timeout);
-    fmt::print("rank {} of {}: ok, blob {:016x}\n", env.rank, env.world_size, fnv1a(blob));
+    fmt::print("rank {} of {}: ok, blob {:016x}\n", env.rank, env.world_size, fnv1a64(blob));
     std::fflush(stdout);
     session.finish();
     return 0;

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "anatomy/core/error.h"
+#include "anatomy/core/hash.h"
 #include "anatomy/data/wordpiece_unicode.h"
 
 namespace anatomy::data {
@@ -52,9 +53,6 @@ uint8_t combining_class(char32_t cp) {
 
 namespace {
 
-constexpr uint64_t kFnvBasis = 0xcbf29ce484222325ull;
-constexpr uint64_t kFnvPrime = 0x100000001b3ull;
-inline uint64_t fnv_step(uint64_t h, unsigned char byte) { return (h ^ byte) * kFnvPrime; }
 inline size_t slot_of(uint64_t h) { return static_cast<size_t>(h ^ (h >> 29)); }
 
 // The class of an ASCII byte after clean_text, for the fast path.
@@ -172,11 +170,7 @@ size_t find_invalid_utf8(std::string_view bytes) {
 
 // ---------------------------------------------------------------- the table
 
-uint64_t WordPieceTokenizer::Table::hash(std::string_view key) {
-  uint64_t h = kFnvBasis;
-  for (char c : key) h = fnv_step(h, static_cast<unsigned char>(c));
-  return h;
-}
+uint64_t WordPieceTokenizer::Table::hash(std::string_view key) { return fnv1a64(key); }
 
 void WordPieceTokenizer::Table::grow() {
   std::vector<Slot> old = std::move(slots_);
@@ -462,9 +456,9 @@ void WordPieceTokenizer::wordpiece(std::string_view word, size_t chars, std::vec
   size_t start = 0;
   while (start < n) {
     const size_t limit = std::min({n, start + table->longest(), start + hashes.size()});
-    uint64_t h = kFnvBasis;
+    uint64_t h = kFnv1aBasis;
     for (size_t e = start; e < limit; ++e) {
-      h = fnv_step(h, s[e]);
+      h = fnv1a_step(h, s[e]);
       hashes[e - start] = h;
     }
     int32_t id = -1;

@@ -31,6 +31,7 @@
 
 #include "anatomy/core/env.h"
 #include "anatomy/core/error.h"
+#include "anatomy/core/hash.h"
 #include "anatomy/io/files.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda_memory.h"
@@ -90,12 +91,6 @@ bool plan_cache_enabled() {
 }
 
 constexpr int64_t kMaxPlanFiles = 512;
-
-uint64_t fnv1a64(std::string_view text) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
 
 // The current device's device_identity, or "?" when CUDA cannot say.
 std::string current_gpu() {
