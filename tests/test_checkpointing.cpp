@@ -168,5 +168,52 @@ TEST(Checkpointing, OtherSettingsOrNoCheckpointAreClearErrors) {
   EXPECT_TRUE(fs::exists(tmp.file("limited/checkpoint-4")));
 }
 
+
+// Flat optimizer states hold each parameter where the saving build's layout
+// put it: a checkpoint whose recorded layout differs, or (for flat states) is
+// not recorded, as in checkpoints of builds before the record, is refused with
+// one clear error instead of resuming with states under the wrong parameters.
+TEST(Checkpointing, OptimizerStatesOfAnotherLayoutAreRefused) {
+  test::TempDir tmp;
+  const std::string base =
+      "train --model bert-tiny --device cpu --dummy-size 8 --dummy-seq-len 16 --per-device-train-batch-size 4 "
+      "--max-steps 2 --no-progress --output-dir " + tmp.file("out");
+  const test::CommandResult first = test::run_anatomy(base + " --save-strategy steps --save-steps 1");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string path = tmp.file("out/checkpoint-1/optimizer.safetensors");
+  std::map<std::string, std::string> metadata;
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<io::StWriteTensor> tensors;
+  {
+    const io::SafetensorsFile file = io::SafetensorsFile::open(path);
+    metadata = file.metadata();
+    ASSERT_EQ(metadata.count("parameter_layout"), 1u);
+    for (const auto& name : file.names()) {
+      const auto raw = file.raw(name);
+      bytes.emplace_back(raw.begin(), raw.end());
+    }
+    size_t i = 0;
+    for (const auto& name : file.names()) {
+      const io::StTensorInfo& info = file.info(name);
+      tensors.push_back({name, info.dtype, info.shape, bytes[i++].data()});
+    }
+  }
+  const auto resume = [&] {
+    return test::run_anatomy(base + " --resume-from-checkpoint " + tmp.file("out/checkpoint-1"));
+  };
+  ASSERT_EQ(resume().exit_code, 0);  // as saved, it resumes
+  metadata["parameter_layout"] = "0123456789abcdef";
+  io::write_safetensors(path, tensors, metadata);
+  const test::CommandResult other = resume();
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_NE(other.output.find("another layout of the parameters (0123456789abcdef"), std::string::npos)
+      << other.output;
+  metadata.erase("parameter_layout");
+  io::write_safetensors(path, tensors, metadata);
+  const test::CommandResult unrecorded = resume();
+  EXPECT_EQ(unrecorded.exit_code, 1);
+  EXPECT_NE(unrecorded.output.find("(not recorded"), std::string::npos) << unrecorded.output;
+}
+
 }  // namespace
 }  // namespace anatomy

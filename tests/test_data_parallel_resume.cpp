@@ -97,7 +97,7 @@ std::map<std::string, int64_t> shard_meta(const std::string& path) {
   const io::SafetensorsFile file = io::SafetensorsFile::open(path);
   std::map<std::string, int64_t> out;
   for (const auto& [key, value] : file.metadata())
-    if (key != "optimizer") out[key] = std::stoll(value);
+    if (key != "optimizer" && key != "parameter_layout") out[key] = std::stoll(value);
   return out;
 }
 

@@ -7,6 +7,7 @@
 // gradients plus at most two units' staging buffers (stage 2), its shard of
 // the weights plus at most two gathered units (stage 3) — and the memory
 // plan each rank printed before training equals its ledger.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -84,6 +85,68 @@ Sharding sharding_of(const BertConfig& config) {
     if (u + 1 < shards.units.size()) s.max_pair = std::max(s.max_pair, padded + 2 * shards.units[u + 1].chunk);
   }
   return s;
+}
+
+// The flat layout puts each layer's query, key and value weights together and
+// then their biases, so that the model's backward can run them as one [3H, H]
+// product; the list keeps Hugging Face's order. Every tensor still starts on a
+// 64-element boundary and no two overlap, and each unit starts at its layer's
+// query weight.
+TEST(ParameterLayout, QueryKeyValueLieTogether) {
+  for (const char* fixture : {"bert-tiny-cls-padded", "bert-cls5-wide"}) {  // hidden 64, 96
+    const BertConfig config = load_bert_config(test::fixture(fixture) + "/config.json");
+    const int64_t H = config.hidden_size;
+    auto cpu = make_cpu_backend(1);
+    const auto specs = bert_parameter_specs(config);
+    ParameterSet set(*cpu, specs, Category::Weights, "");
+    std::vector<std::pair<int64_t, int64_t>> spans;
+    for (const ParamSpec& spec : specs) {
+      EXPECT_EQ(set.offset_of(spec.name) % 64, 0) << spec.name;
+      spans.emplace_back(set.offset_of(spec.name), set.offset_of(spec.name) + shape_numel(spec.shape));
+    }
+    std::sort(spans.begin(), spans.end());
+    for (size_t i = 0; i + 1 < spans.size(); ++i) EXPECT_LE(spans[i].second, spans[i + 1].first);
+    EXPECT_LE(spans.back().second, set.flat_elements());
+    const std::string p = "bert.encoder.layer.1.attention.self.";
+    EXPECT_EQ(specs[5].name, "bert.encoder.layer.0.attention.self.query.weight");  // Hugging Face's order
+    EXPECT_EQ(specs[6].name, "bert.encoder.layer.0.attention.self.query.bias");
+    EXPECT_EQ(set.offset_of(p + "key.weight"), set.offset_of(p + "query.weight") + H * H) << fixture;
+    EXPECT_EQ(set.offset_of(p + "value.weight"), set.offset_of(p + "key.weight") + H * H) << fixture;
+    EXPECT_EQ(set.offset_of(p + "query.bias"), set.offset_of(p + "value.weight") + H * H) << fixture;
+    EXPECT_EQ(set.offset_of("bert.encoder.layer.1.attention.output.dense.weight"),
+              set.offset_of(p + "value.bias") + (H + 63) / 64 * 64)
+        << fixture;
+    // The stacked views exist exactly where the three lie without padding between them.
+    const BertTensors w = BertTensors::bind(set, config);
+    ASSERT_TRUE(w.layers[1].qkv_w.defined()) << fixture;  // H·H is a multiple of 64 in both
+    EXPECT_EQ(w.layers[1].qkv_w.shape(), Shape({3 * H, H}));
+    EXPECT_EQ(w.layers[1].qkv_w.raw(), w.layers[1].query_w.raw());
+    EXPECT_EQ(w.layers[1].qkv_b.defined(), H % 64 == 0) << fixture;
+    if (H % 64 == 0) EXPECT_EQ(w.layers[1].qkv_b.raw(), w.layers[1].query_b.raw());
+    // A unit begins at its layer's query weight, the first of the layer's tensors in the layout.
+    const auto units = bert_parameter_units(set, config);
+    EXPECT_EQ(units[2].begin, set.offset_of(p + "query.weight"));
+    EXPECT_EQ(units[1].end, units[2].begin);
+  }
+}
+
+// Tensor::adjacent: a view over tensors that follow one another in one storage, else none.
+TEST(ParameterLayout, AdjacentViewsOnlyOverConsecutiveParts) {
+  auto cpu = make_cpu_backend(1);
+  Tensor flat = Tensor::empty(cpu->ledger(), {40}, DType::F32, Category::Temporary, "flat");
+  Tensor other = Tensor::empty(cpu->ledger(), {40}, DType::F32, Category::Temporary, "other");
+  const Tensor a = flat.slice(0, {2, 4}), b = flat.slice(8, {8}), c = flat.slice(16, {2, 4});
+  const Tensor joined = Tensor::adjacent({a, b, c}, {6, 4}, "abc");
+  ASSERT_TRUE(joined.defined());
+  EXPECT_EQ(joined.raw(), a.raw());
+  EXPECT_EQ(joined.shape(), Shape({6, 4}));
+  EXPECT_EQ(joined.name(), "abc");
+  EXPECT_FALSE(Tensor::adjacent({a, c}, {4, 4}, "gap").defined());                      // b's place between them
+  EXPECT_FALSE(Tensor::adjacent({b, a}, {4, 4}, "order").defined());                    // out of order
+  EXPECT_FALSE(Tensor::adjacent({a, b}, {3, 4}, "count").defined());                    // 16 elements, not 12
+  EXPECT_FALSE(Tensor::adjacent({a, other.slice(8, {8})}, {4, 4}, "storage").defined());  // another buffer
+  EXPECT_FALSE(Tensor::adjacent({a, Tensor()}, {2, 4}, "undefined").defined());
+  EXPECT_FALSE(Tensor::adjacent({}, {0}, "none").defined());
 }
 
 TEST(ZeroSharding, UnitsCoverTheLayoutAndChunksCoverEachUnit) {

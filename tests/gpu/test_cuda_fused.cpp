@@ -603,5 +603,64 @@ TEST(CudaBackendUpload, DoubleBufferedUploadsAreOrderedWithCompute) {
   }
 }
 
+
+// attention_backward_interleaved writes what attention_backward writes, bit for
+// bit, at columns 0, H and 2H of each token's row: on every path, the two that
+// write the interleaved rows themselves (float32 flash, cuDNN) and the ones
+// that go through temporaries (the materialised float32 attention at a head
+// size without a flash kernel, 16-bit through float32). dqkv starts as NaN, so
+// an element left unwritten fails too.
+TEST(CudaBackendAttention, InterleavedGradientsAreTheSeparateOnes) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = cuda::make_cuda_backend(0);
+  struct Case {
+    DType t;
+    int64_t B, L, heads, D;
+    float p;
+  };
+  for (const Case c : {Case{DType::F32, 2, 70, 2, 64, 0.1f}, Case{DType::F32, 3, 33, 3, 32, 0.0f},
+                       Case{DType::F32, 2, 40, 2, 16, 0.1f}, Case{DType::BF16, 2, 130, 2, 64, 0.1f},
+                       Case{DType::F16, 2, 64, 4, 32, 0.0f}, Case{DType::BF16, 2, 24, 2, 16, 0.1f}}) {
+    const int64_t H = c.heads * c.D, n = c.B * c.L * H;
+    const std::string what = std::string(dtype_name(c.t)) + " B " + std::to_string(c.B) + " L " +
+                             std::to_string(c.L) + " heads " + std::to_string(c.heads) + " D " + std::to_string(c.D);
+    Tensor q = upload(*gpu, {c.B, c.L, H}, random_vector(n, 51), c.t, "q");
+    Tensor k = upload(*gpu, {c.B, c.L, H}, random_vector(n, 52), c.t, "k");
+    Tensor v = upload(*gpu, {c.B, c.L, H}, random_vector(n, 53), c.t, "v");
+    Tensor dctx = upload(*gpu, {c.B, c.L, H}, random_vector(n, 54), c.t, "dctx");
+    std::vector<int64_t> mask(static_cast<size_t>(c.B * c.L), 1);  // right padding: entry b keeps L - 5b keys
+    for (int64_t b = 0; b < c.B; ++b)
+      for (int64_t j = std::max<int64_t>(1, c.L - 5 * b); j < c.L; ++j) mask[static_cast<size_t>(b * c.L + j)] = 0;
+    Tensor key_mask = Tensor::empty(gpu->ledger(), {c.B, c.L}, DType::I64, Category::Temporary, "mask");
+    gpu->copy_from_host(key_mask, mask.data());
+    const bool probs = gpu->attention_saves_probabilities(c.t, c.D);
+    Tensor saved = Tensor::empty(gpu->ledger(), probs ? Shape{c.B, c.heads, c.L, c.L} : Shape{c.B, c.heads, c.L},
+                                 DType::F32, Category::Temporary, "saved");
+    Tensor ctx = Tensor::empty(gpu->ledger(), {c.B, c.L, H}, c.t, Category::Temporary, "ctx");
+    const DropoutSpec dropout{c.p, 7, 3};
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+    gpu->attention_forward(q, k, v, key_mask, c.heads, scale, dropout, saved, ctx);
+    Tensor dq = Tensor::empty(gpu->ledger(), {c.B, c.L, H}, c.t, Category::Temporary, "dq");
+    Tensor dk = Tensor::empty(gpu->ledger(), {c.B, c.L, H}, c.t, Category::Temporary, "dk");
+    Tensor dv = Tensor::empty(gpu->ledger(), {c.B, c.L, H}, c.t, Category::Temporary, "dv");
+    gpu->attention_backward(dctx, q, k, v, ctx, saved, key_mask, c.heads, scale, dropout, dq, dk, dv);
+    Tensor dqkv = upload(*gpu, {c.B, c.L, 3 * H}, std::vector<float>(3 * n, NAN), c.t, "dqkv");
+    gpu->attention_backward_interleaved(dctx, q, k, v, ctx, saved, key_mask, c.heads, scale, dropout, dqkv);
+    const auto got = download(*gpu, dqkv);
+    const std::vector<float> parts[3] = {download(*gpu, dq), download(*gpu, dk), download(*gpu, dv)};
+    ASSERT_GT(max_abs(parts[0]), 0.0) << what;
+    int64_t differing = 0;
+    for (int64_t t = 0; t < c.B * c.L; ++t)
+      for (int i = 0; i < 3; ++i)
+        for (int64_t j = 0; j < H; ++j) {
+          const float a = got[static_cast<size_t>(t * 3 * H + i * H + j)], b = parts[i][static_cast<size_t>(t * H + j)];
+          if (std::memcmp(&a, &b, sizeof a) != 0 && ++differing <= 3)
+            ADD_FAILURE() << what << ": token " << t << " part " << i << " column " << j << ": " << a << " against "
+                          << b;
+        }
+    EXPECT_EQ(differing, 0) << what;
+  }
+}
+
 }  // namespace
 }  // namespace anatomy

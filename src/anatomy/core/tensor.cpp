@@ -53,6 +53,24 @@ Tensor Tensor::slice(int64_t offset, Shape shape, std::string name) const {
   return t;
 }
 
+Tensor Tensor::adjacent(const std::vector<Tensor>& parts, Shape shape, std::string name) {
+  if (parts.empty() || !parts.front().defined()) return Tensor();
+  const Tensor& first = parts.front();
+  size_t end = first.offset_bytes_;
+  int64_t count = 0;
+  for (const Tensor& p : parts) {
+    if (!p.defined() || p.storage_ != first.storage_ || p.dtype_ != first.dtype_ || p.offset_bytes_ != end)
+      return Tensor();
+    end += p.nbytes();
+    count += p.numel();
+  }
+  if (count != shape_numel(shape)) return Tensor();
+  Tensor t = first;
+  t.shape_ = std::move(shape);
+  t.name_ = std::move(name);
+  return t;
+}
+
 void* Tensor::raw() const {
   if (!storage_) return nullptr;
   return static_cast<char*>(storage_->data()) + offset_bytes_;

@@ -44,6 +44,12 @@ class Tensor {
   // `count`... elements starting at element `offset` of this (contiguous) tensor, with `shape`.
   Tensor slice(int64_t offset, Shape shape, std::string name = {}) const;
 
+  // One view of `shape` over `parts` when they lie one right after another in
+  // one storage, in this order, with one dtype and as many elements as `shape`
+  // in all (query, key and value weights laid out together); an undefined
+  // tensor otherwise.
+  static Tensor adjacent(const std::vector<Tensor>& parts, Shape shape, std::string name);
+
   void* raw() const;
   template <typename T>
   T* data() const {

@@ -212,6 +212,15 @@ class Backend {
                                   const Tensor& ctx, const Tensor& saved, const Tensor& key_mask, int64_t heads,
                                   double scale, const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,
                                   const Tensor& dv) = 0;
+  // The same, with the three input gradients interleaved per token: dqkv is
+  // [B, L, 3·heads·d] (q's dtype), row t holding dq, dk and dv of token t one
+  // after another (columns 0, H and 2H). That is the layout of one product
+  // [B·L, 3H]·[3H, H] for their input gradient, and of one [3H, B·L]·[B·L, H]
+  // for their weight gradients, when the three weights lie adjacent. Written (=).
+  virtual void attention_backward_interleaved(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const Tensor& ctx, const Tensor& saved, const Tensor& key_mask,
+                                              int64_t heads, double scale, const DropoutSpec& dropout,
+                                              const Tensor& dqkv) = 0;
 
   // --- losses: return the mean loss and write dlogits = ∂loss/∂logits ---
   // Cross-entropy over classes; labels int64 [B]; label -100 is ignored, as torch does.

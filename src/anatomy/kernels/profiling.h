@@ -106,6 +106,9 @@ class ProfilingBackend final : public Backend {
   void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx,
                           const Tensor& saved, const Tensor& key_mask, int64_t heads, double scale,
                           const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk, const Tensor& dv) override;
+  void attention_backward_interleaved(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& ctx, const Tensor& saved, const Tensor& key_mask, int64_t heads,
+                                      double scale, const DropoutSpec& dropout, const Tensor& dqkv) override;
   double cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) override;
   double mse(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) override;
   double bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) override;

@@ -483,10 +483,21 @@ Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& 
 
   d_branch = Tensor();
   const auto [q, k, v] = split_qkv(s["qkv"]);
-  const auto [dq, dk, dv] = split_qkv(temporary({3, B_, L_, H}, "d_qkv", t));
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
+  const DropoutSpec probs_dropout = dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l));
+  if (w.qkv_w.defined() && g.qkv_w.defined() && g.qkv_b.defined()) {
+    // Query, key and value lie together: their gradients interleaved per token
+    // make one [T, 3H] matrix, so one product gives the input gradient (the
+    // three added in its depth) and the weight and bias gradients of all three.
+    Tensor d_qkv = temporary({B_, L_, 3 * H}, "d_qkv", t);
+    backend_.attention_backward_interleaved(d_ctx, q, k, v, s["ctx"], s["attn_saved"], mask_,
+                                            config_.num_attention_heads, scale, probs_dropout, d_qkv);
+    backend_.linear_backward(d_qkv, x, w.qkv_w, &d_x, g.qkv_w, &g.qkv_b, /*accumulate_dx=*/true);
+    return d_x;
+  }
+  const auto [dq, dk, dv] = split_qkv(temporary({3, B_, L_, H}, "d_qkv", t));
   backend_.attention_backward(d_ctx, q, k, v, s["ctx"], s["attn_saved"], mask_, config_.num_attention_heads, scale,
-                              dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l)), dq, dk, dv);
+                              probs_dropout, dq, dk, dv);
   // The input gradient sums the three products; the weight gradients are one batched product.
   backend_.linear_backward(dq, x, w.query_w, &d_x, Tensor(), nullptr, /*accumulate_dx=*/true);
   backend_.linear_backward(dk, x, w.key_w, &d_x, Tensor(), nullptr, /*accumulate_dx=*/true);

@@ -3,6 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "anatomy/core/hash.h"
+
 namespace anatomy {
 
 namespace {
@@ -29,9 +33,18 @@ std::vector<ParamSpec> bert_parameter_specs(const BertConfig& c) {
   layer_norm("bert.embeddings.LayerNorm");
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = fmt::format("bert.encoder.layer.{}.", l);
+    const int64_t qkv = static_cast<int64_t>(specs.size());
     linear(p + "attention.self.query", H, H);
     linear(p + "attention.self.key", H, H);
     linear(p + "attention.self.value", H, H);
+    // Laid out as the three weights, then the three biases, so that one
+    // [3H, H] product can serve all three (EncoderLayerTensors::qkv_w); the
+    // list keeps Hugging Face's order (weights are initialised by their place
+    // in it).
+    for (int64_t i = 0; i < 3; ++i) {
+      specs[static_cast<size_t>(qkv + 2 * i)].slot = qkv + i;
+      specs[static_cast<size_t>(qkv + 2 * i + 1)].slot = qkv + 3 + i;
+    }
     linear(p + "attention.output.dense", H, H);
     layer_norm(p + "attention.output.LayerNorm");
     linear(p + "intermediate.dense", I, H);
@@ -40,18 +53,44 @@ std::vector<ParamSpec> bert_parameter_specs(const BertConfig& c) {
   }
   linear("bert.pooler.dense", H, H);
   linear("classifier", c.num_labels, H);
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].slot < 0) specs[i].slot = static_cast<int64_t>(i);
   return specs;
+}
+
+std::string parameter_layout_id(const ParameterSet& set) {
+  std::string text = fmt::format("{}", set.flat_elements());
+  for (const ParamSpec& spec : set.specs())
+    text += fmt::format(";{}@{}+{}", spec.name, set.offset_of(spec.name), shape_numel(spec.shape));
+  return fmt::format("{:016x}", fnv1a64(text));
 }
 
 ParameterSet::ParameterSet(Backend& backend, std::vector<ParamSpec> specs, Category category,
                            const std::string& prefix, DType dtype)
     : specs_(std::move(specs)), category_(category), prefix_(prefix), dtype_(dtype) {
-  int64_t total = 0;
-  for (size_t i = 0; i < specs_.size(); ++i) {
-    offsets_.push_back(total);
-    total += align_up(shape_numel(specs_[i].shape));
-    index_[specs_[i].name] = i;
+  // The layout order: by slot, or by place in the list when no spec has one
+  // (a part of a list keeps its slots, so only their order counts).
+  const size_t n = specs_.size();
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) {
+    order[i] = i;
+    ANATOMY_CHECK((specs_[i].slot < 0) == (specs_.front().slot < 0), "parameter layout: {} has {} slot, {} {}",
+                  specs_[i].name, specs_[i].slot < 0 ? "no" : "a", specs_.front().name,
+                  specs_[i].slot < 0 ? "has one" : "none");
   }
+  if (n > 0 && specs_.front().slot >= 0) {
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return specs_[a].slot < specs_[b].slot; });
+    for (size_t i = 0; i + 1 < n; ++i)
+      ANATOMY_CHECK(specs_[order[i]].slot != specs_[order[i + 1]].slot, "parameter layout: {} and {} share slot {}",
+                    specs_[order[i]].name, specs_[order[i + 1]].name, specs_[order[i]].slot);
+  }
+  offsets_.assign(n, 0);
+  int64_t total = 0;
+  for (size_t i : order) {
+    offsets_[i] = total;
+    total += align_up(shape_numel(specs_[i].shape));
+  }
+  for (size_t i = 0; i < n; ++i) index_[specs_[i].name] = i;
   total_ = total;
   allocate(backend);
 }
@@ -132,6 +171,14 @@ void BertTensors::bind_unit(int64_t unit, const BertConfig& c, const std::functi
     e.out_b = get(p + "output.dense.bias");
     e.out_ln_w = get(p + "output.LayerNorm.weight");
     e.out_ln_b = get(p + "output.LayerNorm.bias");
+    const int64_t H = c.hidden_size;
+    const auto stacked_name = [](const Tensor& query) {  // "...self.query.weight" -> "...self.query+key+value.weight"
+      std::string name = query.name();
+      if (const size_t at = name.rfind("query"); at != std::string::npos) name.replace(at, 5, "query+key+value");
+      return name;
+    };
+    e.qkv_w = Tensor::adjacent({e.query_w, e.key_w, e.value_w}, {3 * H, H}, stacked_name(e.query_w));
+    e.qkv_b = Tensor::adjacent({e.query_b, e.key_b, e.value_b}, {3 * H}, stacked_name(e.query_b));
   } else {
     pooler_w = get("bert.pooler.dense.weight");
     pooler_b = get("bert.pooler.dense.bias");

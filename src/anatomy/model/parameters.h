@@ -21,6 +21,10 @@ struct ParamSpec {
   Shape shape;
   bool weight_decay;  // Trainer decays every parameter except biases and LayerNorm weights
   ParamInit init;
+  // Place in the flat layout, when it is not the place in the list (-1): a
+  // list either leaves every slot -1 or gives each spec its own, and is laid
+  // out in the slots' order (a part of bert_parameter_specs keeps theirs).
+  int64_t slot = -1;
 };
 
 std::vector<ParamSpec> bert_parameter_specs(const BertConfig& config);
@@ -64,12 +68,22 @@ class ParameterSet {
   std::map<std::string, size_t> index_;
 };
 
+// A fingerprint of `set`'s flat layout (every name, offset and size): states
+// saved as flat buffers (AdamW's moments, SGD's momentum, ZeRO shards) are
+// meaningful only under the layout they were saved with.
+std::string parameter_layout_id(const ParameterSet& set);
+
 // Named handles into a ParameterSet (weights or their gradients), so the model
 // code reads `w.layers[3].query_w` instead of an index.
 struct EncoderLayerTensors {
   Tensor query_w, query_b, key_w, key_b, value_w, value_b;
   Tensor attn_out_w, attn_out_b, attn_ln_w, attn_ln_b;
   Tensor inter_w, inter_b, out_w, out_b, out_ln_w, out_ln_b;
+  // Query, key and value as one [3H, H] weight and one [3H] bias, when each
+  // three lie one after another (bert_parameter_specs lays them out so, and
+  // no alignment padding falls between them when H is a multiple of 64);
+  // undefined otherwise.
+  Tensor qkv_w, qkv_b;
 };
 
 struct BertTensors {

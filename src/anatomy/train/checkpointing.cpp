@@ -26,6 +26,8 @@ namespace {
 
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
+// The optimizer file's metadata key for parameter_layout_id.
+constexpr const char* kLayoutKey = "parameter_layout";
 
 // The step of a directory named checkpoint-N, or -1.
 int64_t checkpoint_step(const fs::path& dir) {
@@ -84,7 +86,7 @@ std::map<std::string, std::string> shard_metadata(const CheckpointRanks& r) {
 // "1 process", "2 ranks".
 std::string ranks_phrase(int64_t world) { return world == 1 ? "1 process" : fmt::format("{} ranks", world); }
 
-void write_optimizer(const std::string& path, const Optimizer& optimizer, Backend& backend,
+void write_optimizer(const std::string& path, const Optimizer& optimizer, Backend& backend, const std::string& layout,
                      std::map<std::string, std::string> metadata = {}) {
   const auto states = optimizer.state_tensors();
   std::vector<std::vector<uint8_t>> host(states.size());
@@ -100,6 +102,7 @@ void write_optimizer(const std::string& path, const Optimizer& optimizer, Backen
   }
   metadata["optimizer"] = optimizer.name();
   metadata["steps"] = std::to_string(optimizer.steps_taken());
+  metadata[kLayoutKey] = layout;
   io::write_safetensors(path, tensors, metadata);
 }
 
@@ -141,9 +144,9 @@ void save_checkpoint(const std::string& output_dir, const BertForSequenceClassif
   }
   if (ranks.sharded)
     write_optimizer((partial / optimizer_shard_file(rank, world)).string(), optimizer, backend,
-                    shard_metadata(ranks));
+                    parameter_layout_id(model.weights()), shard_metadata(ranks));
   else if (rank == 0)
-    write_optimizer((partial / kOptimizerFile).string(), optimizer, backend);
+    write_optimizer((partial / kOptimizerFile).string(), optimizer, backend, parameter_layout_id(model.weights()));
   if (rank == 0) io::write_text_file_atomic((partial / kStateFile).string(), state_json(state).dump(2) + "\n");
   // Every rank's part is written: only now may the checkpoint appear.
   if (world > 1) ranks.comm->sum_host({});
@@ -267,6 +270,16 @@ TrainerState load_checkpoint(const std::string& dir, BertForSequenceClassificati
         fail("{}: its {} is {}, rank {} of this run has {} (a shard of another model or world)", path, key,
              meta.count(key) ? meta.at(key) : "missing", rank_of(ranks), value);
   const auto states = optimizer.state_tensors();
+  // Flat states (one element per element of the flat parameters, or a ZeRO
+  // shard of them) hold each parameter where the saving run's layout put it.
+  const std::string layout = parameter_layout_id(model.weights());
+  const bool flat = std::any_of(states.begin(), states.end(), [&](const auto& state) {
+    return state.second.rank() == 1 && (state.second.numel() == model.weights().flat_elements() || ranks.sharded);
+  });
+  if (meta.count(kLayoutKey) ? meta.at(kLayoutKey) != layout : flat)
+    fail("{}: its optimizer states follow another layout of the parameters ({}, this build lays them out as {}); "
+         "an anatomy of another version saved them, and they cannot be resumed",
+         path, meta.count(kLayoutKey) ? meta.at(kLayoutKey) : "not recorded", layout);
   for (const auto& [name, tensor] : states) {
     const io::StTensorInfo& info = file.info(name);
     const io::StDType want = tensor.dtype() == DType::F32 ? io::StDType::F32 : io::StDType::U8;

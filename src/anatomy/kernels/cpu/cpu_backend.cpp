@@ -354,11 +354,34 @@ class CpuBackend final : public Backend {
   void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx,
                           const Tensor& probs, const Tensor& key_mask, int64_t heads, double scale,
                           const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
+    attention_backward_into(dctx, q, k, v, probs, heads, scale, dropout, dq.data<float>(), dk.data<float>(),
+                            dv.data<float>(), q.dim(2));
+  }
+  void attention_backward_interleaved(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& ctx, const Tensor& probs, const Tensor& key_mask, int64_t heads,
+                                      double scale, const DropoutSpec& dropout, const Tensor& dqkv) override {
+    (void)ctx;
+    (void)key_mask;
+    const int64_t H = q.dim(2);
+    ANATOMY_CHECK(dqkv.dtype() == q.dtype() && dqkv.shape() == Shape({q.dim(0), q.dim(1), 3 * H}),
+                  "attention_backward_interleaved: {} is {} {}, not {} [{}, {}, {}]", dqkv.name(),
+                  dtype_name(dqkv.dtype()), shape_str(dqkv.shape()), dtype_name(q.dtype()), q.dim(0), q.dim(1), 3 * H);
+    float* d = dqkv.data<float>();
+    attention_backward_into(dctx, q, k, v, probs, heads, scale, dropout, d, d + H, d + 2 * H, 3 * H);
+  }
+
+ private:
+  // attention_backward with dq, dk, dv written at `grad_stride` floats a token
+  // (H when each is its own [B, L, H] tensor, 3H when interleaved).
+  void attention_backward_into(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
+                               float* dq_data, float* dk_data, float* dv_data, int64_t grad_stride) {
     const int64_t B = q.dim(0), L = q.dim(1), H = q.dim(2), D = H / heads;
+    const int64_t G = grad_stride;
     std::vector<float> dropped(L * L), dp(L * L);
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < heads; ++h) {
-        const int64_t off = b * L * H + h * D;
+        const int64_t off = b * L * H + h * D, goff = b * L * G + h * D;
         const float* p = probs.data<float>() + (b * heads + h) * L * L;
         const uint64_t base = static_cast<uint64_t>((b * heads + h) * L * L);
         const float* weights = p;
@@ -368,7 +391,7 @@ class CpuBackend final : public Backend {
         }
         // dV = P_dropped^T · dctx
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, D, L, 1.0f, weights, L, dctx.data<float>() + off, H,
-                    0.0f, dv.data<float>() + off, H);
+                    0.0f, dv_data + goff, G);
         // dP_dropped = dctx · V^T, then through the dropout mask.
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, D, 1.0f, dctx.data<float>() + off, H,
                     v.data<float>() + off, H, 0.0f, dp.data(), L);
@@ -382,12 +405,14 @@ class CpuBackend final : public Backend {
           for (int64_t j = 0; j < L; ++j) g[j] = static_cast<float>(pr[j] * (g[j] - dot) * scale);
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, D, L, 1.0f, dp.data(), L, k.data<float>() + off, H,
-                    0.0f, dq.data<float>() + off, H);
+                    0.0f, dq_data + goff, G);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, D, L, 1.0f, dp.data(), L, q.data<float>() + off, H,
-                    0.0f, dk.data<float>() + off, H);
+                    0.0f, dk_data + goff, G);
       }
     }
   }
+
+ public:
 
   double cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) override {
     const int64_t B = logits.dim(0), C = logits.dim(1);

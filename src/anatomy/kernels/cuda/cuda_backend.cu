@@ -559,6 +559,53 @@ class CudaBackend final : public Backend {
                              dv.data<float>(), scratch);
   }
 
+  // float32 flash and cuDNN write the interleaved gradients themselves; the
+  // other paths write three temporaries that three strided copies interleave.
+  void attention_backward_interleaved(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& ctx, const Tensor& probs, const Tensor& key_mask, int64_t heads,
+                                      double scale, const DropoutSpec& dropout, const Tensor& dqkv) override {
+    const int64_t B = q.dim(0), L = q.dim(1), H = q.dim(2), D = H / heads;
+    ANATOMY_CHECK(dqkv.dtype() == q.dtype() && dqkv.shape() == Shape({B, L, 3 * H}),
+                  "attention_backward_interleaved: {} is {} {}, not {} [{}, {}, {}]", dqkv.name(),
+                  dtype_name(dqkv.dtype()), shape_str(dqkv.shape()), dtype_name(q.dtype()), B, L, 3 * H);
+    const size_t element = dtype_size(q.dtype());
+    auto* d = static_cast<std::byte*>(dqkv.raw());
+    // MIRRORED (MetaBackend::attention_backward_interleaved): which paths need the temporaries.
+    if (fused_attention(DType::F32, D) && q.dtype() == DType::F32) {
+      void* scratch = scratch_bytes(flash_attention_f32_scratch_bytes(B, L, heads, D));
+      auto* g = reinterpret_cast<float*>(d);
+      return flash_attention_f32_backward(stream_, dctx.data<float>(), q.data<float>(), k.data<float>(),
+                                          v.data<float>(), ctx.data<float>(), probs.data<float>(),
+                                          key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
+                                          static_cast<float>(scale), dropout, g, g + H, g + 2 * H, scratch, 3 * H);
+    }
+#ifdef ANATOMY_HAVE_CUDNN
+    if (q.dtype() != DType::F32 && fused_attention(q.dtype(), D)) {
+      CudnnAttentionShape s = cudnn_shape(q, key_mask, heads, scale, dropout, true);
+      s.interleaved_grads = true;
+      if (CudnnAttention* c = cudnn_for(s)) {
+        // MIRRORED: the larger of the planned scratch and what cuDNN asks.
+        void* scratch = scratch_bytes(
+            std::max(cudnn_attention_backward_scratch_bytes(s.B, s.L, s.heads), c->backward_scratch_bytes(s)));
+        return c->backward(s, dctx.raw(), q.raw(), k.raw(), v.raw(), ctx.raw(), probs.data<float>(),
+                           key_mask.defined() ? key_mask.data<int64_t>() : nullptr, dropout, d, d + H * element,
+                           d + 2 * H * element, scratch);
+      }
+    }
+#endif
+    // MIRRORED: dq, dk, dv (in this order), freed together.
+    Tensor dq = Tensor::empty(ledger_, q.shape(), q.dtype(), Category::Temporary, "dq");
+    Tensor dk = Tensor::empty(ledger_, q.shape(), q.dtype(), Category::Temporary, "dk");
+    Tensor dv = Tensor::empty(ledger_, q.shape(), q.dtype(), Category::Temporary, "dv");
+    attention_backward(dctx, q, k, v, ctx, probs, key_mask, heads, scale, dropout, dq, dk, dv);
+    const size_t row = static_cast<size_t>(H) * element;
+    for (int i = 0; i < 3; ++i) {
+      const Tensor& part = i == 0 ? dq : i == 1 ? dk : dv;
+      ANATOMY_CUDA_CHECK(cudaMemcpy2DAsync(d + i * row, 3 * row, part.raw(), row, row, static_cast<size_t>(B * L),
+                                           cudaMemcpyDeviceToDevice, stream_));
+    }
+  }
+
   double cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) override {
     cuda::cross_entropy(stream_, logits.data<float>(), labels.data<int64_t>(), dlogits.data<float>(), result_slot(),
                         logits.dim(0), logits.dim(1));
@@ -780,7 +827,18 @@ class CudaBackend final : public Backend {
   // again: timings are noisy, and two runs that chose differently would give
   // different bits for the same inputs. ANATOMY_GEMM_TUNING=0 keeps the
   // heuristic's first.
+  //
+  // With float32 operands, each candidate that does not split the depth also
+  // comes split in 2 and 4 (reduced in place, or in a float32 buffer: both
+  // deterministic), which the heuristic rarely offers at these shapes. On an H100 in float32, the
+  // one [T, 3H]·[3H, H] query/key/value input gradient at T = 2048 took
+  // 0.2598 ms split against 0.2732 ms for the best of the heuristic's 8, and
+  // its [3H, T]·[T, H] weight gradient 0.2745 against 0.3157 ms.
   static constexpr int kLtCandidates = 8;
+  static constexpr int kSplitKs[] = {2, 4};
+  static constexpr cublasLtReductionScheme_t kSplitKReductions[] = {CUBLASLT_REDUCTION_SCHEME_INPLACE,
+                                                                    CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE};
+  static constexpr int kLtMaxCandidates = kLtCandidates * (1 + 2 * 2);
   static constexpr int kTuneWarmups = 3, kTuneRuns = 10;
   using LtKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, bool, int,
                            int, int, int64_t, int64_t, int64_t, int64_t, int>;
@@ -790,7 +848,7 @@ class CudaBackend final : public Backend {
     // The heuristic's candidates, its first choice first. (An array, not a
     // std::vector: nvcc 13.0's front end crashes destroying a vector of this
     // unnamed struct type.)
-    cublasLtMatmulAlgo_t algos[kLtCandidates] = {};
+    cublasLtMatmulAlgo_t algos[kLtMaxCandidates] = {};
     int candidates = 0;
     int chosen = 0;         // the index in algos that the products use
     bool decided = false;   // chosen is final: cached, timed, or nothing to choose from
@@ -954,7 +1012,10 @@ class CudaBackend final : public Backend {
       gemm_choices_path_ = gemm_tuning_cache_path();
       gemm_choices_ = load_gemm_choices(gemm_choices_path_, /*warn=*/true);
       // The heuristic's list depends on the GPU and on cuBLASLt's version.
-      gemm_key_prefix_ = fmt::format("{} | cuBLASLt {}", device_identity(device_), cublasLtGetVersion());
+      // "split-K 2,4": the candidates include the split variants (choices
+      // cached before them were made without them, and are timed again).
+      gemm_key_prefix_ =
+          fmt::format("{} | cuBLASLt {} | split-K 2,4", device_identity(device_), cublasLtGetVersion());
     }
     plan.cache_key = gemm_key_prefix_ + " | " + describe_lt_key(key);
     const auto cached = gemm_choices_->find(plan.cache_key);
@@ -1097,8 +1158,39 @@ class CudaBackend final : public Backend {
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt_, plan.op, plan.a, plan.b, plan.c, plan.c, pref,
                                                                  kLtCandidates, results, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (status == CUBLAS_STATUS_SUCCESS)
-      for (int i = 0; i < found && i < kLtCandidates; ++i) plan.algos[plan.candidates++] = results[i].algo;
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      found = std::min(found, kLtCandidates);
+      for (int i = 0; i < found; ++i) plan.algos[plan.candidates++] = results[i].algo;
+      // The split variants after the heuristic's own, so that a cached index
+      // below `found` means the same algorithm. float32 operands only: in 16
+      // bits they gained nothing (28f6a8e, and this change's measurements).
+      for (int i = 0; i < found && a_type == DType::F32; ++i) {
+        int32_t splits = 1;
+        size_t written = 0;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                                 sizeof(splits), &written) != CUBLAS_STATUS_SUCCESS ||
+            splits > 1)
+          continue;
+        for (const int split : kSplitKs) {
+          if (k < 128 * split) continue;
+          for (const cublasLtReductionScheme_t reduction : kSplitKReductions) {
+            cublasLtMatmulAlgo_t algo = results[i].algo;
+            const int32_t split_num = split;
+            const uint32_t scheme = reduction;
+            cublasLtMatmulHeuristicResult_t check = {};
+            if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_num,
+                                                     sizeof(split_num)) != CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                                     sizeof(scheme)) != CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulAlgoCheck(lt_, plan.op, plan.a, plan.b, plan.c, plan.c, &algo, &check) !=
+                    CUBLAS_STATUS_SUCCESS ||
+                check.workspaceSize > kCublasWorkspaceBytes)
+              continue;
+            plan.algos[plan.candidates++] = algo;
+          }
+        }
+      }
+    }
     (void)beta;
     return plan;
   }

@@ -62,7 +62,8 @@ struct Key {
   int64_t B, L, heads, D;
   bool bf16, masked, training, dump;
   float dropout, scale;
-  auto tie() const { return std::tie(B, L, heads, D, bf16, masked, training, dump, dropout, scale); }
+  bool interleaved_grads;
+  auto tie() const { return std::tie(B, L, heads, D, bf16, masked, training, dump, dropout, scale, interleaved_grads); }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
@@ -158,13 +159,18 @@ class CudnnAttentionImpl final : public CudnnAttention {
 
  private:
   static Key key_of(const CudnnAttentionShape& s, bool dump) {
-    return Key{s.B, s.L, s.heads, s.D, s.bf16, s.masked, s.training, dump, s.dropout, s.scale};
+    return Key{s.B, s.L, s.heads, s.D, s.bf16, s.masked, s.training, dump, s.dropout, s.scale, s.interleaved_grads};
   }
 
   // [B, heads, L, D] over memory laid out [B, L, heads, D].
   static std::vector<int64_t> dims(const CudnnAttentionShape& s) { return {s.B, s.heads, s.L, s.D}; }
   static std::vector<int64_t> strides(const CudnnAttentionShape& s) {
     return {s.L * s.heads * s.D, s.D, s.heads * s.D, 1};
+  }
+  // The gradients': rows three times as long when interleaved.
+  static std::vector<int64_t> grad_strides(const CudnnAttentionShape& s) {
+    const int64_t row = (s.interleaved_grads ? 3 : 1) * s.heads * s.D;
+    return {s.L * row, s.D, row, 1};
   }
 
   std::shared_ptr<fe::graph::Graph> new_graph(const CudnnAttentionShape& s) const {
@@ -235,7 +241,8 @@ class CudnnAttentionImpl final : public CudnnAttention {
     return fmt::format("{} | sdpa {} | B={} L={} heads={} D={} {} masked={} training={} dump={} dropout={} "
                        "scale={} deterministic=1",
                        cache_prefix_, what, k.B, k.L, k.heads, k.D, k.bf16 ? "bf16" : "fp16", k.masked ? 1 : 0,
-                       k.training ? 1 : 0, k.dump ? 1 : 0, k.dropout, k.scale);
+                       k.training ? 1 : 0, k.dump ? 1 : 0, k.dropout, k.scale) +
+           (k.interleaved_grads ? " interleaved_grads=1" : "");
   }
   static std::string plan_path(const std::string& file_key) {
     return io::user_cache_file(fmt::format("cudnn_plans/sdpa-{:016x}.plan", fnv1a64(file_key)));
@@ -317,7 +324,9 @@ class CudnnAttentionImpl final : public CudnnAttention {
     return b;
   }
 
-  Built& forward_graph(const CudnnAttentionShape& s, bool dump) {
+  Built& forward_graph(const CudnnAttentionShape& shape, bool dump) {
+    CudnnAttentionShape s = shape;
+    s.interleaved_grads = false;  // a backward-only choice: one forward graph for both
     return cached(forward_, key_of(s, dump), s, "forward", [&](fe::graph::Graph& g) {
       auto q = qkv(g, s, "q", kQ), k = qkv(g, s, "k", kK), v = qkv(g, s, "v", kV);
       auto options = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(s.training).set_attn_scale(
@@ -348,9 +357,9 @@ class CudnnAttentionImpl final : public CudnnAttention {
                          .set_deterministic_algorithm(true);
       set_mask_and_dropout(g, s, options);
       auto [dq, dk, dv] = g.sdpa_backward(q, k, v, o, dO, stats, options);
-      dq->set_output(true).set_uid(kDQ).set_dim(dims(s)).set_stride(strides(s));
-      dk->set_output(true).set_uid(kDK).set_dim(dims(s)).set_stride(strides(s));
-      dv->set_output(true).set_uid(kDV).set_dim(dims(s)).set_stride(strides(s));
+      dq->set_output(true).set_uid(kDQ).set_dim(dims(s)).set_stride(grad_strides(s));
+      dk->set_output(true).set_uid(kDK).set_dim(dims(s)).set_stride(grad_strides(s));
+      dv->set_output(true).set_uid(kDV).set_dim(dims(s)).set_stride(grad_strides(s));
     });
   }
 

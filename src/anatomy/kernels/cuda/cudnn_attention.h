@@ -22,7 +22,8 @@
 //   - backward with cuDNN's deterministic algorithm: same inputs, same bits.
 //
 // Layout: q, k, v, ctx and their gradients are [B, L, heads*D] with heads
-// interleaved, 16-byte aligned, as flash_attention.cuh.
+// interleaved, 16-byte aligned, as flash_attention.cuh; with
+// interleaved_grads, the gradients' rows are 3·heads·D elements apart.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,6 +44,10 @@ struct CudnnAttentionShape {
   float dropout = 0.0f;   // probability; 0: none
   bool training = true;   // forward saves the row log-sum-exp
   float scale = 0.0f;
+  // Backward only: dq, dk, dv interleaved per token (Backend::
+  // attention_backward_interleaved), a row of 3·heads·D elements holding the
+  // three at columns 0, heads·D and 2·heads·D; pass dq, dk, dv pointing there.
+  bool interleaved_grads = false;
 };
 
 class CudnnAttention {

@@ -510,6 +510,7 @@ struct BwdParams {
   float* dk;
   float* dv;
   int64_t part_stride;  // B*L*heads*D
+  int64_t grad_rs;      // elements from one token's dq (dk, dv) to the next: heads*D, or 3·heads*D interleaved
   int L, heads, splits;
   float scale_log2, scale;
   float keep_scale;  // 1/(1-p), or 1 without dropout
@@ -585,6 +586,7 @@ __global__ void __launch_bounds__(kThreads, 2) f32_bwd_kernel(const BwdParams p)
   const float* gk = p.k + off;
   const float* gv = p.v + off;
   const float* gdo = p.dout + off;
+  const int64_t goff = static_cast<int64_t>(b) * L * p.grad_rs + static_cast<int64_t>(h) * D;  // into dk, dv
   const float* glse = p.lse + static_cast<int64_t>(bh) * L;
   const float* gdelta = p.delta + static_cast<int64_t>(bh) * L;
   float* part = p.dq_part + static_cast<int64_t>(split) * p.part_stride + off;
@@ -818,10 +820,10 @@ __global__ void __launch_bounds__(kThreads, 2) f32_bwd_kernel(const BwdParams p)
         const int key = k0 + 4 * (kgi + kTpg * j) + a;
         if (key >= L) continue;
         const int i = 4 * j + a;
-        const int64_t at = static_cast<int64_t>(key) * rs + 4 * dgrp;
-        store4(p.dk + off + at,
+        const int64_t at = static_cast<int64_t>(key) * p.grad_rs + 4 * dgrp;
+        store4(p.dk + goff + at,
                make_float4(dk[i][0] * p.scale, dk[i][1] * p.scale, dk[i][2] * p.scale, dk[i][3] * p.scale), vec);
-        store4(p.dv + off + at,
+        store4(p.dv + goff + at,
                make_float4(dv[i][0] * p.keep_scale, dv[i][1] * p.keep_scale, dv[i][2] * p.keep_scale,
                            dv[i][3] * p.keep_scale),
                vec);
@@ -830,11 +832,13 @@ __global__ void __launch_bounds__(kThreads, 2) f32_bwd_kernel(const BwdParams p)
   }
 }
 
-// dq[i] = scale · Σ_split partial[split][i], splits in order; 4 elements per thread.
-__global__ void __launch_bounds__(256) f32_dq_sum_kernel(const float* part, float* dq, int64_t n, int splits,
-                                                         float scale, bool vec) {
+// dq[i] = scale · Σ_split partial[split][i], splits in order; 4 elements per
+// thread. The partials are rows of `width` (heads·D) floats; dq's rows are
+// `dq_rs` apart (width, or 3·width when interleaved with dk and dv).
+__global__ void __launch_bounds__(256) f32_dq_sum_kernel(const float* part, float* dq, int64_t n, int64_t width,
+                                                         int64_t dq_rs, int splits, float scale, bool vec) {
   const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
-  if (i >= n) return;  // n is a multiple of 4 (D is)
+  if (i >= n) return;  // n and width are multiples of 4 (D is)
   float4 sum = load4(part + i, vec);
   for (int s = 1; s < splits; ++s) {
     const float4 x = load4(part + s * n + i, vec);
@@ -843,7 +847,9 @@ __global__ void __launch_bounds__(256) f32_dq_sum_kernel(const float* part, floa
     sum.z += x.z;
     sum.w += x.w;
   }
-  store4(dq + i, make_float4(sum.x * scale, sum.y * scale, sum.z * scale, sum.w * scale), vec);
+  const int64_t row = i / width;
+  store4(dq + row * dq_rs + (i - row * width), make_float4(sum.x * scale, sum.y * scale, sum.z * scale, sum.w * scale),
+         vec);
 }
 
 // ---------------------------------------------------------------------------
@@ -901,7 +907,8 @@ void launch_backward(cudaStream_t s, const BwdParams& p, const float* dctx, cons
   {
     auto kernel = f32_dq_sum_kernel;
     const unsigned blocks = static_cast<unsigned>((p.part_stride / 4 + 255) / 256);
-    kernel<<<blocks, 256, 0, s>>>(p.dq_part, dq, p.part_stride, p.splits, p.scale, p.vec);
+    kernel<<<blocks, 256, 0, s>>>(p.dq_part, dq, p.part_stride, static_cast<int64_t>(p.heads) * D, p.grad_rs,
+                                  p.splits, p.scale, p.vec);
     ANATOMY_CUDA_CHECK(cudaGetLastError());
   }
 }
@@ -948,8 +955,11 @@ void flash_attention_f32_forward(cudaStream_t s, const float* q, const float* k,
 void flash_attention_f32_backward(cudaStream_t s, const float* dctx, const float* q, const float* k, const float* v,
                                   const float* ctx, const float* lse, const int64_t* key_mask, int64_t B, int64_t L,
                                   int64_t heads, int64_t D, float scale, const DropoutSpec& dropout, float* dq,
-                                  float* dk, float* dv, void* scratch) {
+                                  float* dk, float* dv, void* scratch, int64_t grad_row_stride) {
   if (B == 0 || L == 0 || heads == 0) return;
+  if (grad_row_stride == 0) grad_row_stride = heads * D;
+  ANATOMY_CHECK(grad_row_stride >= heads * D && grad_row_stride % 4 == 0,
+                "flash_attention_f32_backward: gradient row stride {} for rows of {}", grad_row_stride, heads * D);
   check_args("flash_attention_f32_backward", B, L, heads, D, dropout);
   const bool use_dropout = dropout.p > 0.0f;
   const int64_t bh = B * heads;
@@ -967,6 +977,7 @@ void flash_attention_f32_backward(cudaStream_t s, const float* dctx, const float
   p.dk = dk;
   p.dv = dv;
   p.part_stride = B * L * heads * D;
+  p.grad_rs = grad_row_stride;
   p.L = static_cast<int>(L);
   p.heads = static_cast<int>(heads);
   p.splits = static_cast<int>(backward_splits(bh, L));

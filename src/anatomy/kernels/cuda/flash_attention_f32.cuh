@@ -49,10 +49,12 @@ void flash_attention_f32_forward(cudaStream_t s, const float* q, const float* k,
                                  const DropoutSpec& dropout, float* ctx, float* lse /*[B, heads, L]*/);
 
 // dq, dk, dv are written (=). `scratch` holds flash_attention_f32_scratch_bytes(B, L, heads, D) bytes,
-// 256-byte aligned.
+// 256-byte aligned. grad_row_stride: floats from one token's dq (dk, dv) to
+// the next; 0 means heads*D (contiguous), 3*heads*D writes them interleaved
+// (Backend::attention_backward_interleaved: pass dq, dq + H, dq + 2H).
 void flash_attention_f32_backward(cudaStream_t s, const float* dctx, const float* q, const float* k, const float* v,
                                   const float* ctx, const float* lse, const int64_t* key_mask, int64_t B, int64_t L,
                                   int64_t heads, int64_t D, float scale, const DropoutSpec& dropout, float* dq,
-                                  float* dk, float* dv, void* scratch);
+                                  float* dk, float* dv, void* scratch, int64_t grad_row_stride = 0);
 
 }  // namespace anatomy::cuda

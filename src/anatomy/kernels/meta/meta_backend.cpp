@@ -248,6 +248,28 @@ class MetaBackend final : public Backend {
     scratch_bytes(cuda::attention_scratch_bytes(B, heads, L));
   }
 
+  void attention_backward_interleaved(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& ctx, const Tensor& saved, const Tensor& key_mask, int64_t heads,
+                                      double scale, const DropoutSpec& dropout, const Tensor& dqkv) override {
+    // MIRRORS CudaBackend::attention_backward_interleaved: float32 flash and
+    // cuDNN write the interleaved gradients; every other path (the CPU's
+    // included, which needs nothing) goes through three temporaries.
+    (void)dqkv;
+    if (!cuda()) return;
+    const int64_t D = q.dim(2) / heads;
+    const bool native = q.dtype() == DType::F32 ? cuda::fused_attention(DType::F32, D)
+                                                : cuda::fused_attention(q.dtype(), D) && cuda::cudnn_attention_selected();
+    if (native) {
+      Tensor none;
+      return attention_backward(dctx, q, k, v, ctx, saved, key_mask, heads, scale, dropout, none, none, none);
+    }
+    // dq, dk, dv (in this order), freed together.
+    Tensor dq = Tensor::empty(ledger(), q.shape(), q.dtype(), Category::Temporary, "dq");
+    Tensor dk = Tensor::empty(ledger(), q.shape(), q.dtype(), Category::Temporary, "dk");
+    Tensor dv = Tensor::empty(ledger(), q.shape(), q.dtype(), Category::Temporary, "dv");
+    attention_backward(dctx, q, k, v, ctx, saved, key_mask, heads, scale, dropout, dq, dk, dv);
+  }
+
   // --- losses: 0, with nothing read ---
   double cross_entropy(const Tensor&, const Tensor&, const Tensor&) override { return 0.0; }
   double mse(const Tensor&, const Tensor&, const Tensor&) override { return 0.0; }
