@@ -290,31 +290,34 @@ void ProfilingBackend::attention_forward(const Tensor& q, const Tensor& k, const
         bytes_of(q) + bytes_of(k) + bytes_of(v) + bytes_of(key_mask) + bytes_of(saved) + bytes_of(ctx),
         [&] { inner_.attention_forward(q, k, v, key_mask, heads, scale, dropout, saved, ctx); });
 }
+// attention_backward's FLOPs (the fused kernels recompute the probabilities)
+// and the bytes it reads besides the gradients it writes; the interleaved
+// variant is the same operation, timed under the same name.
+static double attention_backward_flops(const Backend& inner, const Tensor& q, int64_t heads) {
+  const double B = static_cast<double>(q.dim(0)), L = static_cast<double>(q.dim(1)),
+               hd = static_cast<double>(q.dim(2));
+  return (inner.attention_saves_probabilities(q.dtype(), q.dim(2) / heads) ? 8.0 : 10.0) * B * L * L * hd;
+}
+static double attention_backward_input_bytes(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const Tensor& ctx, const Tensor& saved, const Tensor& key_mask) {
+  return bytes_of(dctx) + bytes_of(q) + bytes_of(k) + bytes_of(v) + bytes_of(ctx) + bytes_of(saved) +
+         bytes_of(key_mask);
+}
 void ProfilingBackend::attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
                                           const Tensor& ctx, const Tensor& saved, const Tensor& key_mask,
                                           int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& dq,
                                           const Tensor& dk, const Tensor& dv) {
-  const double B = static_cast<double>(q.dim(0)), L = static_cast<double>(q.dim(1)),
-               hd = static_cast<double>(q.dim(2));
-  const bool recompute = !inner_.attention_saves_probabilities(q.dtype(), q.dim(2) / heads);
-  timed("attention_backward", "attention", OpClass::Contraction, (recompute ? 10.0 : 8.0) * B * L * L * hd,
-        bytes_of(dctx) + bytes_of(q) + bytes_of(k) + bytes_of(v) + bytes_of(ctx) + bytes_of(saved) +
-            bytes_of(key_mask) + bytes_of(dq) + bytes_of(dk) + bytes_of(dv),
+  timed("attention_backward", "attention", OpClass::Contraction, attention_backward_flops(inner_, q, heads),
+        attention_backward_input_bytes(dctx, q, k, v, ctx, saved, key_mask) + bytes_of(dq) + bytes_of(dk) +
+            bytes_of(dv),
         [&] { inner_.attention_backward(dctx, q, k, v, ctx, saved, key_mask, heads, scale, dropout, dq, dk, dv); });
 }
-// Timed under the same name as attention_backward: the same operation, its
-// gradients written in another layout.
 void ProfilingBackend::attention_backward_interleaved(const Tensor& dctx, const Tensor& q, const Tensor& k,
                                                       const Tensor& v, const Tensor& ctx, const Tensor& saved,
                                                       const Tensor& key_mask, int64_t heads, double scale,
                                                       const DropoutSpec& dropout, const Tensor& dqkv) {
-  const double B = static_cast<double>(q.dim(0)), L = static_cast<double>(q.dim(1)),
-               hd = static_cast<double>(q.dim(2));
-  const bool recompute = !inner_.attention_saves_probabilities(q.dtype(), q.dim(2) / heads);
-  timed("attention_backward", "attention", OpClass::Contraction, (recompute ? 10.0 : 8.0) * B * L * L * hd,
-        bytes_of(dctx) + bytes_of(q) + bytes_of(k) + bytes_of(v) + bytes_of(ctx) + bytes_of(saved) +
-            bytes_of(key_mask) + bytes_of(dqkv),
-        [&] {
+  timed("attention_backward", "attention", OpClass::Contraction, attention_backward_flops(inner_, q, heads),
+        attention_backward_input_bytes(dctx, q, k, v, ctx, saved, key_mask) + bytes_of(dqkv), [&] {
           inner_.attention_backward_interleaved(dctx, q, k, v, ctx, saved, key_mask, heads, scale, dropout, dqkv);
         });
 }
