@@ -22,7 +22,10 @@ Before its measured run, each configuration trains anatomy for 2 steps at the sa
 caches the choices (~/.cache/anatomy/gemm_algos.json, README: ANATOMY_GEMM_TUNING), and builds
 cuDNN's attention plans and keeps them (~/.cache/anatomy/cudnn_plans/), as any earlier run on the
 machine would have. The measured run then reads both: a one-time cost per machine, like a
-compiled-kernel cache, kept out of the figure. Trainer has no such cache to fill.
+compiled-kernel cache, kept out of the figure. Trainer gets a 2-step warm-up run too: its first
+process on a fresh machine ran up to 13% slower than the next ones (docs/BENCHMARKS.md, ninth
+session: 220.7 then 254.7 samples/s at batch 32, while its later configurations stayed within 1%),
+which fits kernels that the libraries compile at run time and cache between processes.
 """
 import argparse
 import json
@@ -78,7 +81,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs of each side, alternating; the table takes the medians (default 1)")
     parser.add_argument("--no-warm-up", action="store_true",
-                        help="measure without first filling the matrix-product tuning cache")
+                        help="measure without a 2-step warm-up run of each side first (ours fills the "
+                             "matrix-product tuning cache)")
     a = parser.parse_args()
     if a.repeats < 1:
         parser.error(f"--repeats {a.repeats}: must be at least 1")
@@ -87,10 +91,11 @@ def main():
         flags, hf_args, attn, samples, batch = CONFIGS[name]
         samples = a.samples or samples
         common = [a.anatomy, "train", "--no-progress", "--device", "cuda", "--per-device-train-batch-size", str(batch)]
+        hf_cfg = dict(samples=samples, batch=batch, attn=attn, args=hf_args)
         if not a.no_warm_up:
             with tempfile.TemporaryDirectory() as warm:
                 run(common + flags + ["--dummy-size", str(2 * batch), "--max-steps", "2", "--output-dir", warm])
-        hf_cfg = dict(samples=samples, batch=batch, attn=attn, args=hf_args)
+            run([sys.executable, HF_TRAINER, json.dumps(dict(hf_cfg, samples=2 * batch))])
         ours_runs, hf_runs = [], []
         for i in range(a.repeats):
             ours_out, ours_mem, ours_wall = run(common + flags + ["--dummy-size", str(samples)])
