@@ -57,6 +57,15 @@ inline void check_segments(const std::vector<ParamSegment>& segments, const Tens
   for (const ParamSegment& seg : segments) check_segment(seg, param, op);
 }
 
+// Fails naming dqkv unless it is [B, L, 3H] of q's dtype for q [B, L, H]: the
+// gradients of attention_backward_interleaved.
+inline void check_interleaved_gradients(const Tensor& dqkv, const Tensor& q) {
+  const int64_t H = q.dim(2);
+  ANATOMY_CHECK(dqkv.dtype() == q.dtype() && dqkv.shape() == Shape({q.dim(0), q.dim(1), 3 * H}),
+                "attention_backward_interleaved: {} is {} {}, not {} [{}, {}, {}]", dqkv.name(),
+                dtype_name(dqkv.dtype()), shape_str(dqkv.shape()), dtype_name(q.dtype()), q.dim(0), q.dim(1), 3 * H);
+}
+
 // torch.optim.SGD: L2 weight decay added to the gradient (per segment, as
 // AdamW's groups), momentum with dampening, optionally Nesterov.
 struct SgdHyper {

@@ -362,10 +362,8 @@ class CpuBackend final : public Backend {
                                       double scale, const DropoutSpec& dropout, const Tensor& dqkv) override {
     (void)ctx;
     (void)key_mask;
+    check_interleaved_gradients(dqkv, q);
     const int64_t H = q.dim(2);
-    ANATOMY_CHECK(dqkv.dtype() == q.dtype() && dqkv.shape() == Shape({q.dim(0), q.dim(1), 3 * H}),
-                  "attention_backward_interleaved: {} is {} {}, not {} [{}, {}, {}]", dqkv.name(),
-                  dtype_name(dqkv.dtype()), shape_str(dqkv.shape()), dtype_name(q.dtype()), q.dim(0), q.dim(1), 3 * H);
     float* d = dqkv.data<float>();
     attention_backward_into(dctx, q, k, v, probs, heads, scale, dropout, d, d + H, d + 2 * H, 3 * H);
   }

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <map>
@@ -506,6 +507,44 @@ class CudaBackend final : public Backend {
                                    static_cast<int64_t>(host_offsets.size()) - 1, longest, q.dim(0), heads, D,
                                    static_cast<float>(scale), ctx.raw());
   }
+  // The backward paths that write dq, dk and dv at any row stride (elements
+  // from one token's row to the next: H, or 3H interleaved): float32 flash,
+  // and cuDNN for 16-bit head sizes our flash kernels have. Returns false,
+  // having done nothing, where neither applies.
+  bool attention_backward_strided(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& ctx, const Tensor& probs, const Tensor& key_mask, int64_t heads,
+                                  double scale, const DropoutSpec& dropout, void* dq, void* dk, void* dv,
+                                  int64_t grad_row_stride) {
+    const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
+    const int64_t* mask = key_mask.defined() ? key_mask.data<int64_t>() : nullptr;
+    if (fused_attention(DType::F32, D) && q.dtype() == DType::F32) {
+      void* scratch = scratch_bytes(flash_attention_f32_scratch_bytes(B, L, heads, D));
+      flash_attention_f32_backward(stream_, dctx.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(),
+                                   ctx.data<float>(), probs.data<float>(), mask, B, L, heads, D,
+                                   static_cast<float>(scale), dropout, static_cast<float*>(dq),
+                                   static_cast<float*>(dk), static_cast<float*>(dv), scratch, grad_row_stride);
+      return true;
+    }
+#ifdef ANATOMY_HAVE_CUDNN
+    if (q.dtype() != DType::F32 && fused_attention(q.dtype(), D)) {
+      CudnnAttentionShape s = cudnn_shape(q, key_mask, heads, scale, dropout, true);
+      s.interleaved_grads = grad_row_stride != q.dim(2);
+      ANATOMY_CHECK(grad_row_stride == (s.interleaved_grads ? 3 : 1) * q.dim(2),
+                    "attention_backward: cuDNN writes gradient rows {} or {} apart, not {}", q.dim(2), 3 * q.dim(2),
+                    grad_row_stride);
+      if (CudnnAttention* c = cudnn_for(s)) {
+        // MIRRORED: the larger of the planned scratch and what cuDNN asks.
+        void* scratch = scratch_bytes(
+            std::max(cudnn_attention_backward_scratch_bytes(s.B, s.L, s.heads), c->backward_scratch_bytes(s)));
+        c->backward(s, dctx.raw(), q.raw(), k.raw(), v.raw(), ctx.raw(), probs.data<float>(), mask, dropout, dq, dk,
+                    dv, scratch);
+        return true;
+      }
+    }
+#endif
+    return false;
+  }
+
   void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx,
                           const Tensor& probs, const Tensor& key_mask, int64_t heads, double scale,
                           const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
@@ -525,27 +564,9 @@ class CudaBackend final : public Backend {
       return cast(dv32, dv);
     }
     // MIRRORED: each path's scratch.
-    if (fused_attention(DType::F32, D) && q.dtype() == DType::F32) {
-      void* scratch = scratch_bytes(flash_attention_f32_scratch_bytes(B, L, heads, D));
-      return flash_attention_f32_backward(stream_, dctx.data<float>(), q.data<float>(), k.data<float>(),
-                                          v.data<float>(), ctx.data<float>(), probs.data<float>(),
-                                          key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
-                                          static_cast<float>(scale), dropout, dq.data<float>(), dk.data<float>(),
-                                          dv.data<float>(), scratch);
-    }
-#ifdef ANATOMY_HAVE_CUDNN
-    if (q.dtype() != DType::F32) {
-      const CudnnAttentionShape s = cudnn_shape(q, key_mask, heads, scale, dropout, true);
-      if (CudnnAttention* c = cudnn_for(s)) {
-        // MIRRORED: the larger of the planned scratch and what cuDNN asks.
-        void* scratch = scratch_bytes(
-            std::max(cudnn_attention_backward_scratch_bytes(s.B, s.L, s.heads), c->backward_scratch_bytes(s)));
-        return c->backward(s, dctx.raw(), q.raw(), k.raw(), v.raw(), ctx.raw(), probs.data<float>(),
-                           key_mask.defined() ? key_mask.data<int64_t>() : nullptr, dropout, dq.raw(), dk.raw(),
-                           dv.raw(), scratch);
-      }
-    }
-#endif
+    if (attention_backward_strided(dctx, q, k, v, ctx, probs, key_mask, heads, scale, dropout, dq.raw(), dk.raw(),
+                                   dv.raw(), q.dim(2)))
+      return;
     if (q.dtype() != DType::F32) {
       void* scratch = scratch_bytes(flash_attention_scratch_bytes(B, L, heads, D));
       return flash_attention_backward(stream_, attn_type(q.dtype()), dctx.raw(), q.raw(), k.raw(), v.raw(), ctx.raw(),
@@ -564,41 +585,19 @@ class CudaBackend final : public Backend {
   void attention_backward_interleaved(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
                                       const Tensor& ctx, const Tensor& probs, const Tensor& key_mask, int64_t heads,
                                       double scale, const DropoutSpec& dropout, const Tensor& dqkv) override {
-    const int64_t B = q.dim(0), L = q.dim(1), H = q.dim(2), D = H / heads;
-    ANATOMY_CHECK(dqkv.dtype() == q.dtype() && dqkv.shape() == Shape({B, L, 3 * H}),
-                  "attention_backward_interleaved: {} is {} {}, not {} [{}, {}, {}]", dqkv.name(),
-                  dtype_name(dqkv.dtype()), shape_str(dqkv.shape()), dtype_name(q.dtype()), B, L, 3 * H);
-    const size_t element = dtype_size(q.dtype());
+    check_interleaved_gradients(dqkv, q);
+    const int64_t B = q.dim(0), L = q.dim(1), H = q.dim(2);
+    const size_t row = static_cast<size_t>(H) * dtype_size(q.dtype());
     auto* d = static_cast<std::byte*>(dqkv.raw());
     // MIRRORED (MetaBackend::attention_backward_interleaved): which paths need the temporaries.
-    if (fused_attention(DType::F32, D) && q.dtype() == DType::F32) {
-      void* scratch = scratch_bytes(flash_attention_f32_scratch_bytes(B, L, heads, D));
-      auto* g = reinterpret_cast<float*>(d);
-      return flash_attention_f32_backward(stream_, dctx.data<float>(), q.data<float>(), k.data<float>(),
-                                          v.data<float>(), ctx.data<float>(), probs.data<float>(),
-                                          key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
-                                          static_cast<float>(scale), dropout, g, g + H, g + 2 * H, scratch, 3 * H);
-    }
-#ifdef ANATOMY_HAVE_CUDNN
-    if (q.dtype() != DType::F32 && fused_attention(q.dtype(), D)) {
-      CudnnAttentionShape s = cudnn_shape(q, key_mask, heads, scale, dropout, true);
-      s.interleaved_grads = true;
-      if (CudnnAttention* c = cudnn_for(s)) {
-        // MIRRORED: the larger of the planned scratch and what cuDNN asks.
-        void* scratch = scratch_bytes(
-            std::max(cudnn_attention_backward_scratch_bytes(s.B, s.L, s.heads), c->backward_scratch_bytes(s)));
-        return c->backward(s, dctx.raw(), q.raw(), k.raw(), v.raw(), ctx.raw(), probs.data<float>(),
-                           key_mask.defined() ? key_mask.data<int64_t>() : nullptr, dropout, d, d + H * element,
-                           d + 2 * H * element, scratch);
-      }
-    }
-#endif
+    if (attention_backward_strided(dctx, q, k, v, ctx, probs, key_mask, heads, scale, dropout, d, d + row,
+                                   d + 2 * row, 3 * H))
+      return;
     // MIRRORED: dq, dk, dv (in this order), freed together.
     Tensor dq = Tensor::empty(ledger_, q.shape(), q.dtype(), Category::Temporary, "dq");
     Tensor dk = Tensor::empty(ledger_, q.shape(), q.dtype(), Category::Temporary, "dk");
     Tensor dv = Tensor::empty(ledger_, q.shape(), q.dtype(), Category::Temporary, "dv");
     attention_backward(dctx, q, k, v, ctx, probs, key_mask, heads, scale, dropout, dq, dk, dv);
-    const size_t row = static_cast<size_t>(H) * element;
     for (int i = 0; i < 3; ++i) {
       const Tensor& part = i == 0 ? dq : i == 1 ? dk : dv;
       ANATOMY_CUDA_CHECK(cudaMemcpy2DAsync(d + i * row, 3 * row, part.raw(), row, row, static_cast<size_t>(B * L),
@@ -838,7 +837,8 @@ class CudaBackend final : public Backend {
   static constexpr int kSplitKs[] = {2, 4};
   static constexpr cublasLtReductionScheme_t kSplitKReductions[] = {CUBLASLT_REDUCTION_SCHEME_INPLACE,
                                                                     CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE};
-  static constexpr int kLtMaxCandidates = kLtCandidates * (1 + 2 * 2);
+  static constexpr int kLtMaxCandidates =
+      kLtCandidates * (1 + static_cast<int>(std::size(kSplitKs) * std::size(kSplitKReductions)));
   static constexpr int kTuneWarmups = 3, kTuneRuns = 10;
   using LtKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, bool, int,
                            int, int, int64_t, int64_t, int64_t, int64_t, int>;
