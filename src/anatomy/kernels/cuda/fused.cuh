@@ -39,7 +39,8 @@ void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* 
                                       int64_t rows, int64_t H, void* scratch);
 
 // out[n] += Σ_c partial[c, n] over `chunks` float partials of N columns, in
-// chunk order (in double): the last step of the column sums above. With
+// double, in a fixed order (32 strided runs of chunks, then a tree): the last
+// step of the column sums above. With
 // planes > 1, plane p's partials follow plane p - 1's (chunks × N floats
 // each) and its sums go to out + p · out_plane, in one launch.
 void column_partials_finish(cudaStream_t s, const float* partial, float* out, int64_t chunks, int64_t N,
@@ -47,7 +48,7 @@ void column_partials_finish(cudaStream_t s, const float* partial, float* out, in
 
 // db[n] += Σ_rows dy[row, n] for a 16-bit dy [rows, N] with N % 8 == 0 and
 // 16-byte alignment: float partials over chunks of rows (16-byte loads), the
-// chunks added in order in double. `scratch`: column_sums_scratch_bytes;
+// chunks added in double in a fixed order. `scratch`: column_sums_scratch_bytes;
 // column_sums_half_supported says when it applies (both in cuda_memory.h).
 // With planes > 1, one launch pair does `planes` such sums, each the same bits
 // as its own call: plane p reads dy + p · dy_plane elements, adds into
@@ -61,7 +62,7 @@ void activation_backward_recompute_half(cudaStream_t s, Half h, ActivationKind k
                                         void* dx, void* y, int64_t n);
 // The same over rows × N (recompute_bias_supported(N, every pointer)), for
 // float32, bf16 or fp16, with d_bias[n] += Σ_rows dx[row, n] as stored (float
-// partials per chunk of rows, added in order): the bias gradient of the product
+// partials per chunk of rows, added in a fixed order): the bias gradient of the product
 // whose output x is. `scratch`: column_sums_scratch_bytes(rows, N).
 void activation_backward_recompute_bias(cudaStream_t s, DType dtype, ActivationKind kind, const void* x,
                                         const void* dy, void* dx, void* y, int64_t rows, int64_t N, float* d_bias,
