@@ -14,6 +14,12 @@ anatomy, ...), and the table gives each side's median samples/s and its largest 
 rate moved by up to 6.5% between calls in docs/BENCHMARKS.md, and the median of alternating runs keeps a
 slow or fast moment of the GPU from deciding the ratio. Every run's figures go to --json.
 
+Each side's rate is given twice: over the whole run (anatomy's "Samples/second", Trainer's
+train_samples_per_second) and after the first step ("steady"), whose one-time work (loading kernels
+and plans, creating library handles, growing memory pools) both sides pay inside their timers:
+anatomy prints "Samples/second after the first step", and Trainer's steps are timed with CUDA events
+recorded at each step's end (hf_trainer.py's step_times), so neither waits for the clock.
+
 MFU = samples/s x training FLOPs per sample (matrix products only, BASELINES.md's count)
 / the GPU's dense bf16 peak (989.4 TFLOP/s for H100 SXM and H200).
 
@@ -71,6 +77,13 @@ def run(cmd, env=None):
     return proc.stdout, mem.peak, wall
 
 
+def figure(pattern, out):
+    found = re.search(pattern, out, re.M)
+    if not found:
+        sys.exit(f"no line matching {pattern!r} in anatomy's output:\n{out[-3000:]}")
+    return float(found.group(1))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--anatomy", default="build/anatomy")
@@ -91,7 +104,7 @@ def main():
         flags, hf_args, attn, samples, batch = CONFIGS[name]
         samples = a.samples or samples
         common = [a.anatomy, "train", "--no-progress", "--device", "cuda", "--per-device-train-batch-size", str(batch)]
-        hf_cfg = dict(samples=samples, batch=batch, attn=attn, args=hf_args)
+        hf_cfg = dict(samples=samples, batch=batch, attn=attn, args=hf_args, step_times=True)
         if not a.no_warm_up:
             with tempfile.TemporaryDirectory() as warm:
                 run(common + flags + ["--dummy-size", str(2 * batch), "--max-steps", "2", "--output-dir", warm])
@@ -99,32 +112,46 @@ def main():
         ours_runs, hf_runs = [], []
         for i in range(a.repeats):
             ours_out, ours_mem, ours_wall = run(common + flags + ["--dummy-size", str(samples)])
-            ours_runs.append(dict(samples_per_second=float(re.search(r"Samples/second: ([0-9.]+)", ours_out).group(1)),
+            ours_runs.append(dict(samples_per_second=figure(r"^Samples/second: ([0-9.]+)", ours_out),
+                                  steady_samples_per_second=figure(r"^Samples/second after the first step: ([0-9.]+)",
+                                                                   ours_out),
                                   peak_mb=ours_mem, wall_s=ours_wall))
             hf_out, hf_mem, hf_wall = run([sys.executable, HF_TRAINER, json.dumps(hf_cfg)])
             hf_result = json.loads([line for line in hf_out.splitlines() if line.startswith("{")][-1])
             if hf_result["status"] != "ok":
                 sys.exit(f"{name}: Hugging Face {hf_result['status']}: "
                          f"{hf_result.get('error') or hf_result.get('reason')}")
-            hf_runs.append(dict(samples_per_second=hf_result["train_samples_per_second"], peak_mb=hf_mem, wall_s=hf_wall))
+            steps_ms = hf_result["step_ms"]
+            if len(steps_ms) != -(-samples // batch):
+                sys.exit(f"{name}: Trainer timed {len(steps_ms)} steps, not {-(-samples // batch)}")
+            hf_runs.append(dict(samples_per_second=hf_result["train_samples_per_second"],
+                                steady_samples_per_second=(samples - batch) / (sum(steps_ms[1:]) / 1000),
+                                first_step_ms=steps_ms[0], peak_mb=hf_mem, wall_s=hf_wall))
             run_no = f" (run {i + 1} of {a.repeats})" if a.repeats > 1 else ""
-            print(f"{name}{run_no}: anatomy {ours_runs[-1]['samples_per_second']:.2f}/s {ours_mem} MB "
-                  f"({ours_wall:.0f}s wall); HF {hf_runs[-1]['samples_per_second']:.2f}/s {hf_mem} MB "
-                  f"({hf_wall:.0f}s wall)", flush=True)
+            print(f"{name}{run_no}: anatomy {ours_runs[-1]['samples_per_second']:.2f}/s "
+                  f"({ours_runs[-1]['steady_samples_per_second']:.2f} after step 1) {ours_mem} MB "
+                  f"({ours_wall:.0f}s wall); HF {hf_runs[-1]['samples_per_second']:.2f}/s "
+                  f"({hf_runs[-1]['steady_samples_per_second']:.2f} after step 1) {hf_mem} MB ({hf_wall:.0f}s wall)",
+                  flush=True)
         ours = statistics.median(r["samples_per_second"] for r in ours_runs)
         theirs = statistics.median(r["samples_per_second"] for r in hf_runs)
+        ours_steady = statistics.median(r["steady_samples_per_second"] for r in ours_runs)
+        theirs_steady = statistics.median(r["steady_samples_per_second"] for r in hf_runs)
         mfu = lambda s: 100 * s * flops_per_sample() / (a.peak_tflops * 1e12)
         rows.append(dict(config=name, samples=samples, repeats=a.repeats, ours=ours, theirs=theirs,
+                         ours_steady=ours_steady, theirs_steady=theirs_steady,
                          ours_mb=max(r["peak_mb"] for r in ours_runs), theirs_mb=max(r["peak_mb"] for r in hf_runs),
                          ours_mfu=mfu(ours), theirs_mfu=mfu(theirs), ours_runs=ours_runs, theirs_runs=hf_runs))
     print()
-    print("| configuration | samples | anatomy samples/s | HF samples/s | ratio | anatomy peak NVML MB | HF peak NVML MB | "
-          "memory ratio | anatomy MFU % | HF MFU % |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| configuration | samples | anatomy samples/s | HF samples/s | ratio | anatomy steady | HF steady | "
+          "steady ratio | anatomy peak NVML MB | HF peak NVML MB | memory ratio | anatomy MFU % | HF MFU % |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         print(f"| {r['config']} | {r['samples']} | {r['ours']:.2f} | {r['theirs']:.2f} | {r['ours'] / r['theirs']:.2f} | "
+              f"{r['ours_steady']:.2f} | {r['theirs_steady']:.2f} | {r['ours_steady'] / r['theirs_steady']:.2f} | "
               f"{r['ours_mb']} | {r['theirs_mb']} | {r['ours_mb'] / r['theirs_mb']:.2f} | {r['ours_mfu']:.1f} | "
               f"{r['theirs_mfu']:.1f} |")
+    print("(steady: samples/s after the first step; MFU from the whole-run rates)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -16,6 +16,8 @@ Settings (a JSON object, the first argument; every key optional):
     output_dir  TrainingArguments' output_dir (/tmp/hf_trainer); nothing is saved there
     device      "cuda" (default) or "cpu" (TrainingArguments' use_cpu)
     seed        42
+    step_times  true: also report "step_ms", each optimizer step's time on the GPU's clock (CUDA events recorded at
+                every step's end, read after training, so no step waits for them)
 
 It prints one JSON line on stdout, the last line it prints:
     {"status": "ok", "train_runtime": s, "train_samples_per_second": x, "train_steps_per_second": y,
@@ -119,11 +121,24 @@ def train(cfg):
                 dataloader_drop_last=False, seed=seed)
     base.update(args_overrides)
     args = TrainingArguments(**base)
-    result = Trainer(model=model, args=args, train_dataset=Dummy()).train()
     gpu = device != "cpu"
+    events = []
+
+    class StepEnds(transformers.TrainerCallback):
+        def on_train_begin(self, *_, **__):
+            events.append(torch.cuda.Event(enable_timing=True))
+            events[-1].record()
+
+        def on_step_end(self, *_, **__):
+            events.append(torch.cuda.Event(enable_timing=True))
+            events[-1].record()
+
+    callbacks = [StepEnds()] if cfg.get("step_times") and gpu else []
+    result = Trainer(model=model, args=args, train_dataset=Dummy(), callbacks=callbacks).train()
     if gpu:
         torch.cuda.synchronize()
     m = result.metrics
+    extra = {"step_ms": [a.elapsed_time(b) for a, b in zip(events, events[1:])]} if callbacks else {}
     emit(dict(status="ok", train_runtime=m["train_runtime"], train_samples_per_second=m["train_samples_per_second"],
               train_steps_per_second=m["train_steps_per_second"], global_step=result.global_step,
               train_loss=result.training_loss, gpu_memory_occupied_mb=gpu_memory_occupied_mb() if gpu else None,
@@ -131,7 +146,7 @@ def train(cfg):
               torch_max_memory_reserved_mb=torch.cuda.max_memory_reserved() / 1024 ** 2 if gpu else None,
               peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
               attn_implementation=getattr(model.config, "_attn_implementation", None),
-              torch=torch.__version__, transformers=transformers.__version__))
+              torch=torch.__version__, transformers=transformers.__version__, **extra))
 
 
 def main():

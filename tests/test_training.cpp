@@ -67,6 +67,24 @@ TEST(Training, LossDecreasesOnALearnableTask) {
   EXPECT_EQ(r.samples, 5 + 5 + 5 + 5 + 4 + 5 + 5);  // ragged last batch of the first epoch
 }
 
+TEST(Training, SteadyStateRateLeavesTheFirstStepOut) {
+  const TrainResult r = train_once(5, nullptr);  // batches of 5, 5, 5, 5, 4, 5, 5
+  ASSERT_GT(r.steady_samples_per_second, 0.0);
+  // The 30 samples after the first batch took at most the whole run's time.
+  EXPECT_GE(r.steady_samples_per_second * r.seconds, 30.0 * (1.0 - 1e-9));
+
+  auto backend = make_cpu_backend(0);
+  BertForSequenceClassification model(*backend, small_config());
+  init_weights(model, 5);
+  TrainingArguments args;
+  args.per_device_train_batch_size = 4;
+  args.max_steps = 1;
+  args.progress = false;
+  const TrainResult one = Trainer(*backend, model, make_dummy_dataset(8, 32, 5), args).train();
+  EXPECT_EQ(one.steady_samples_per_second, 0.0) << "one step has no steady state";
+  EXPECT_GT(one.samples_per_second, 0.0);
+}
+
 TEST(Training, CommandLineRunsAreBitwiseReproducible) {
   test::TempDir tmp;
   std::vector<std::vector<double>> runs;
@@ -285,6 +303,8 @@ TEST(CommandLine, TrainWithNoFlagsPrintsTheSeedSummaryOnTheCpu) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(std::regex_search(r.output, std::regex("\nTime: [0-9]+\\.[0-9]{2}\n"))) << r.output;
   EXPECT_TRUE(std::regex_search(r.output, std::regex("\nSamples/second: [0-9]+\\.[0-9]{2}\n"))) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("\nSamples/second after the first step: [0-9]+\\.[0-9]{2}\n")))
+      << r.output;
   EXPECT_TRUE(std::regex_search(r.output, std::regex("memory occupied.*: [0-9]+ MB\\."))) << r.output;
   EXPECT_NE(r.output.find("scaled to the CPU"), std::string::npos);
   EXPECT_NE(r.output.find("Optimizer states"), std::string::npos);

@@ -216,6 +216,8 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
 
   fmt::print("Time: {:.2f}\n", result.seconds);
   fmt::print("Samples/second: {:.2f}\n", result.samples_per_second);
+  if (result.steady_samples_per_second > 0.0)
+    fmt::print("Samples/second after the first step: {:.2f}\n", result.steady_samples_per_second);
   fmt::print("Data wait: {:.3f} s ({:.1f}% of the time; --dataloader-num-workers {})\n", result.data_wait_seconds,
              100.0 * result.data_wait_seconds / std::max(result.seconds, 1e-9), args.dataloader_num_workers);
   if (on_gpu)

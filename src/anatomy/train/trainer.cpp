@@ -380,6 +380,8 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   int64_t window_steps = 0, window_samples = 0;
   auto window_start = Clock::now();
   const auto start = Clock::now();
+  auto steady_start = start;
+  int64_t steady_from = -1;  // samples done when the steady state's clock started (-1: not started)
   // Dynamic loss scaling as torch.cuda.amp.GradScaler: start at 2^16, halve and
   // skip the update on a non-finite gradient, double after 2000 clean steps.
   double loss_scale = state.loss_scale;
@@ -471,6 +473,11 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
 
     result.losses.push_back(loss);
     result.samples += samples;
+    if (step == first_step && step + 1 < total_steps_) {  // the steady state's clock starts once this step is done
+      backend_.synchronize();
+      steady_start = Clock::now();
+      steady_from = result.samples;
+    }
     window_loss += loss;
     window_steps += 1;
     window_samples += samples;
@@ -556,6 +563,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   }
   backend_.synchronize();
   result.seconds = seconds_since(start);
+  const double steady_seconds = seconds_since(steady_start);
   if (comm_) comm_->sum_host({});  // a barrier: rank 0 has written every checkpoint
   if (masters_sharded) {  // the whole model again on every rank, for what follows training (saving, evaluating)
     ledger.set_phase("gather weights");
@@ -572,6 +580,9 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   }
   result.steps = total_steps_ - first_step;
   result.samples_per_second = result.samples / std::max(result.seconds, 1e-9);
+  if (steady_from >= 0)
+    result.steady_samples_per_second =
+        static_cast<double>(result.samples - steady_from) / std::max(steady_seconds, 1e-9);
   result.data_wait_seconds = loader.wait_seconds();
   ledger.set_step(-1);
   ledger.set_phase("done");

@@ -37,6 +37,10 @@ struct TrainResult {
   int64_t samples = 0;
   double seconds = 0.0;
   double samples_per_second = 0.0;
+  // The steady state: the samples of the steps after the first over the time
+  // from the first step's end (its one-time work, such as loading cuDNN's
+  // plans and growing the memory pool, left out). 0 when one step ran.
+  double steady_samples_per_second = 0.0;
   std::vector<double> losses;  // every step's loss
   int64_t skipped_steps = 0;   // fp16 steps whose update was skipped (overflow)
   double data_wait_seconds = 0.0;  // the loop's wait for batches the loader had not built yet
