@@ -46,6 +46,16 @@ void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* 
 void column_partials_finish(cudaStream_t s, const float* partial, float* out, int64_t chunks, int64_t N,
                             int planes = 1, int64_t out_plane = 0);
 
+// The chunks of rows that the column sums below and the recomputing activation
+// backward's bias sums take (the same, so that the two give the same bits from
+// the same gradient): fused_partial_chunks(rows), but no more than one wave of
+// blocks of kColumnSumThreads threads × 8 columns at kColumnSumBlocksPerSm
+// blocks an SM. More chunks left a tail wave on a fraction of the SMs (2.2
+// waves at batch 32's GELU backward). Depends on the SM count: the same bits
+// on the same GPU.
+constexpr int kColumnSumThreads = 128, kColumnSumBlocksPerSm = 7;
+int64_t column_sum_chunks(int64_t rows, int64_t N);
+
 // db[n] += Σ_rows dy[row, n] for a 16-bit dy [rows, N] with N % 8 == 0 and
 // 16-byte alignment: float partials over chunks of rows (16-byte loads), the
 // chunks added in double in a fixed order. `scratch`: column_sums_scratch_bytes;

@@ -136,14 +136,14 @@ void launch(cudaStream_t s, const T* x, const T* dy, T* dx, T* y, int64_t n, Fwd
 // (chunk of rows, kBiasThreads × 8 columns); a thread walks its 8 columns down
 // the chunk's rows in order, adding dx as stored, and leaves one float partial
 // per chunk and column for column_partials_finish.
-constexpr int kBiasThreads = 128;
+constexpr int kBiasThreads = kColumnSumThreads;
 // Rows a thread loads before it computes (several 16-byte loads in flight).
 // Two rows and at most 73 registers (7 blocks an SM) rather than four rows in
 // 128 registers (4 blocks): ncu on an H100 found the four-row kernel with the
 // SM 65% busy, DRAM at 57% and only 16 warps an SM to hide either.
 constexpr int kBiasUnroll = 2;
 template <typename T, typename Fwd, typename Bwd>
-__global__ void __launch_bounds__(kBiasThreads, 7)
+__global__ void __launch_bounds__(kBiasThreads, kColumnSumBlocksPerSm)
     recompute_backward_bias_kernel(const T* x, const T* dy, T* dx, T* y, int64_t rows, int N, int64_t rows_per_chunk,
                                    float* partial, Fwd fwd, Bwd bwd) {
   const int n = 8 * (blockIdx.y * kBiasThreads + threadIdx.x);
@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(kBiasThreads, 7)
 template <typename T, typename Fwd, typename Bwd>
 void launch_bias(cudaStream_t s, const T* x, const T* dy, T* dx, T* y, int64_t rows, int64_t N, float* partial,
                  Fwd fwd, Bwd bwd) {
-  const int64_t chunks = fused_partial_chunks(rows);
+  const int64_t chunks = column_sum_chunks(rows, N);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>((N / 8 + kBiasThreads - 1) / kBiasThreads));
   recompute_backward_bias_kernel<<<grid, kBiasThreads, 0, s>>>(x, dy, dx, y, rows, static_cast<int>(N),
@@ -227,7 +227,7 @@ void activation_backward_recompute_bias(cudaStream_t s, DType dtype, ActivationK
                   rows, N, partial, fwd, bwd);
     });
   });
-  column_partials_finish(s, partial, d_bias, fused_partial_chunks(rows), N);
+  column_partials_finish(s, partial, d_bias, column_sum_chunks(rows, N), N);
 }
 
 void activation_backward_recompute_half(cudaStream_t s, Half h, ActivationKind kind, const void* x, const void* dy,

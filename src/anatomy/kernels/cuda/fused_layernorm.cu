@@ -313,7 +313,7 @@ void launch_partials_finish(cudaStream_t s, const FinishPlanes& p, int planes, i
 // rows: a thread per 8 columns (16-byte loads), rows in order. Plane
 // blockIdx.z: the matrix dy_plane elements on, its partials a chunks × N
 // block further.
-constexpr int kColThreads = 128;
+constexpr int kColThreads = kColumnSumThreads;
 template <typename T>
 __global__ void __launch_bounds__(kColThreads)
     column_partials_kernel(const T* dy, int64_t dy_plane, float* partial, int64_t rows, int N, int64_t rows_per_chunk) {
@@ -365,6 +365,16 @@ int64_t multiprocessor_count() {
   ANATOMY_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   return std::max(sms, 1);
 }
+
+}  // namespace
+
+int64_t column_sum_chunks(int64_t rows, int64_t N) {
+  const int64_t column_blocks = std::max<int64_t>(1, (N / 8 + kColumnSumThreads - 1) / kColumnSumThreads);
+  return std::clamp<int64_t>(kColumnSumBlocksPerSm * multiprocessor_count() / column_blocks, 1,
+                             fused_partial_chunks(rows));
+}
+
+namespace {
 
 float keep_scale_of(const DropoutSpec& d) { return d.p > 0.0f ? 1.0f / (1.0f - d.p) : 1.0f; }
 
@@ -451,7 +461,7 @@ void column_sums_accumulate_half_fast(cudaStream_t s, Half half, const void* dy,
                                       void* scratch, int planes, int64_t dy_plane, int64_t db_plane) {
   if (rows <= 0 || N <= 0 || planes <= 0) return;
   ANATOMY_CHECK(planes <= 65535, "column sums: {} planes are too many", planes);
-  const int64_t chunks = chunk_count(rows);
+  const int64_t chunks = column_sum_chunks(rows, N);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   float* partial = static_cast<float*>(scratch);
   with_half_type(half, [&](auto tag) {
