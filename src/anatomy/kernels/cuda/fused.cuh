@@ -40,9 +40,9 @@ void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* 
 
 // out[n] += Σ_c partial[c, n] over `chunks` float partials of N columns, in
 // double, in a fixed order (32 strided runs of chunks, then a tree): the last
-// step of the column sums above. With
-// planes > 1, plane p's partials follow plane p - 1's (chunks × N floats
-// each) and its sums go to out + p · out_plane, in one launch.
+// step of the column sums above. With planes > 1, plane p's partials follow
+// plane p - 1's (chunks × N floats each) and its sums go to out + p ·
+// out_plane, in one launch.
 void column_partials_finish(cudaStream_t s, const float* partial, float* out, int64_t chunks, int64_t N,
                             int planes = 1, int64_t out_plane = 0);
 
