@@ -8,8 +8,8 @@
 // comes from L1.
 //
 // dgamma and dbeta are sums over all rows: a first kernel sums fixed chunks of
-// rows per column into `scratch` (in double), a second adds the chunks in
-// chunk order and adds the totals into dgamma and dbeta. No atomics.
+// rows per column into `scratch` (in double), a second adds the chunks in a
+// fixed order and adds the totals into dgamma and dbeta. No atomics.
 //
 // The kernels are templates over the element type T of x, y, dy and dx
 // (float, __nv_bfloat16, __half) and the width V of each lane's loads. The
@@ -210,18 +210,40 @@ __global__ void __launch_bounds__(kColTile* kRowLanes)
   }
 }
 
-// One thread per column adds the chunks in order and accumulates the total.
-__global__ void layernorm_param_finish_kernel(const double* partial_gamma, const double* partial_beta,
-                                              float* dgamma, float* dbeta, int64_t chunks, int64_t H) {
-  const int64_t h = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (h >= H) return;
+// Adds the chunks' partials into dgamma and dbeta: a block of 32 columns × 32
+// lanes; lane y sums chunks y, y + 32, ... in double, then the 32 lane sums
+// are added in a fixed tree. Same order every run. One thread a column walking
+// every chunk took 55 µs at 16384 rows of 1024 (an H100, ncu), a fifth of the
+// embeddings' LayerNorm backward.
+constexpr int kFinishCols = 32, kFinishLanes = 32;
+__global__ void __launch_bounds__(kFinishCols* kFinishLanes)
+    layernorm_param_finish_kernel(const double* partial_gamma, const double* partial_beta, float* dgamma,
+                                  float* dbeta, int64_t chunks, int64_t H) {
+  __shared__ double sg[kFinishLanes][kFinishCols + 1], sb[kFinishLanes][kFinishCols + 1];
+  const int tx = threadIdx.x % kFinishCols, ty = threadIdx.x / kFinishCols;
+  const int64_t h = static_cast<int64_t>(blockIdx.x) * kFinishCols + tx;
   double g = 0.0, b = 0.0;
-  for (int64_t c = 0; c < chunks; ++c) {
-    g += partial_gamma[c * H + h];
-    b += partial_beta[c * H + h];
+  if (h < H) {
+#pragma unroll 4
+    for (int64_t c = ty; c < chunks; c += kFinishLanes) {
+      g += partial_gamma[c * H + h];
+      b += partial_beta[c * H + h];
+    }
   }
-  dgamma[h] += static_cast<float>(g);
-  dbeta[h] += static_cast<float>(b);
+  sg[ty][tx] = g;
+  sb[ty][tx] = b;
+  __syncthreads();
+  for (int half = kFinishLanes / 2; half > 0; half /= 2) {
+    if (ty < half) {
+      sg[ty][tx] += sg[ty + half][tx];
+      sb[ty][tx] += sb[ty + half][tx];
+    }
+    __syncthreads();
+  }
+  if (ty == 0 && h < H) {
+    dgamma[h] += static_cast<float>(sg[0][tx]);
+    dbeta[h] += static_cast<float>(sb[0][tx]);
+  }
 }
 
 unsigned row_blocks(int64_t rows) {
@@ -257,9 +279,9 @@ void layernorm_backward_impl(cudaStream_t s, const T* dy, const T* x, const floa
                                                                                 partial_beta, rows, H,
                                                                                 rows_per_chunk);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
-  constexpr int kThreads = 256;
-  layernorm_param_finish_kernel<<<static_cast<unsigned>((H + kThreads - 1) / kThreads), kThreads, 0, s>>>(
-      partial_gamma, partial_beta, dgamma, dbeta, chunks, H);
+  layernorm_param_finish_kernel<<<static_cast<unsigned>((H + kFinishCols - 1) / kFinishCols),
+                                  kFinishCols * kFinishLanes, 0, s>>>(partial_gamma, partial_beta, dgamma, dbeta,
+                                                                      chunks, H);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 
