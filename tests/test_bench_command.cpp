@@ -201,6 +201,8 @@ TEST(BenchCommand, FiguresAreTheRowsOwn) {
   EXPECT_EQ(bench["reference"], "vanilla");
   EXPECT_EQ(bench["memory_measure"], "ledger_peak_mb");
   EXPECT_EQ(bench["setup"]["model"], "bert-tiny");
+  EXPECT_EQ(bench["setup"]["warm_up_steps"], 0) << "no warm-up runs on the CPU unless asked";
+  EXPECT_EQ(r.err.find("warm-up"), std::string::npos) << r.err;
   const json& rows = bench["rows"];
   ASSERT_EQ(rows.size(), 4u);
   const std::vector<std::string> names = {"vanilla", "accum", "fp16", "adafactor"};
@@ -373,6 +375,61 @@ TEST(BenchCommand, OutOfMemoryRowsAreRecordedAsOom) {
   EXPECT_EQ(table_cells(md, "accum").at(2), "OOM") << md;
   EXPECT_NE(r.out.find("| vanilla |"), std::string::npos) << r.out;
   EXPECT_TRUE(well_formed_xml(test::read_all_bytes(out + "/bench.svg")));
+}
+
+// --warm-up-steps, with a stand-in for bench/hf_trainer.py that records every
+// run's settings: each row's measured run, ours and Trainer's, comes after an
+// unmeasured run of that many steps with the same settings, and neither the
+// warm-ups' figures nor their files are left in the sweep.
+TEST(BenchCommand, WarmUpRunsComeFirstAndAreNotMeasured) {
+  test::TempDir tmp;
+  const std::string calls = tmp.file("calls.jsonl"), script = tmp.file("fake_hf_trainer.py");
+  std::ofstream(script) << "import json, sys\n"
+                           "if sys.argv[1] == '--check':\n"
+                           "    print(json.dumps({'status': 'ok', 'torch': 'stand-in', 'transformers': 'stand-in'}))\n"
+                           "    sys.exit(0)\n"
+                           "s = json.loads(sys.argv[1])\n"
+                           "open('" << calls << "', 'a').write(json.dumps(s) + '\\n')\n"
+                           "print(json.dumps({'status': 'ok', 'train_runtime': 2.0, 'train_samples_per_second': 4.0,\n"
+                           "                  'global_step': s['args']['max_steps'], 'peak_rss_mb': 100}))\n";
+  const std::string out = tmp.file("sweep");
+  const SplitResult r = run_split(tmp, "bench --output-dir " + out + " " + kSmall +
+                                           " --rows vanilla,accum --max-steps 2 --warm-up-steps 1 --with-hf "
+                                           "--hf-script " + script);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+
+  // Trainer: a 1-step run, then the measured 2-step run with otherwise the same settings, for each row.
+  std::vector<json> seen;
+  std::istringstream lines(test::read_all_bytes(calls));
+  for (std::string line; std::getline(lines, line);) seen.push_back(json::parse(line));
+  ASSERT_EQ(seen.size(), 4u) << test::read_all_bytes(calls);
+  for (size_t k : {0u, 2u}) {
+    EXPECT_EQ(seen[k]["args"]["max_steps"], 1) << seen[k].dump();
+    EXPECT_EQ(seen[k + 1]["args"]["max_steps"], 2) << seen[k + 1].dump();
+    json warm = seen[k], measured = seen[k + 1];
+    for (json* j : {&warm, &measured}) {
+      (*j)["args"].erase("max_steps");
+      j->erase("output_dir");
+    }
+    EXPECT_EQ(warm, measured);
+  }
+  EXPECT_EQ(seen[2]["args"]["gradient_accumulation_steps"], 4) << "the accum row's own settings";
+
+  // Ours: the warm-up before the row's measured run, whose figures are the table's.
+  const size_t warm = r.err.find("[1/2] vanilla: warm-up, 1 step ...");
+  ASSERT_NE(warm, std::string::npos) << r.err;
+  EXPECT_LT(warm, r.err.find("samples/s")) << r.err;
+  EXPECT_NE(r.err.find("[2/2] accum: warm-up, Hugging Face, 1 step ..."), std::string::npos) << r.err;
+  const json bench = read_json(out + "/bench.json");
+  EXPECT_EQ(bench["setup"]["warm_up_steps"], 1);
+  for (const json& row : bench["rows"]) {
+    EXPECT_EQ(row["status"], "ok") << row.dump(1);
+    EXPECT_EQ(row["steps"], 2) << "the measured run's log, not the warm-up's";
+    EXPECT_EQ(row["hf"]["samples_per_second"], 4.0);
+  }
+  EXPECT_NE(test::read_all_bytes(out + "/bench.md").find("after an unmeasured run of 1 step"), std::string::npos);
+  for (const auto& entry : fs::directory_iterator(out + "/rows"))
+    EXPECT_EQ(entry.path().filename().string().find("warm-up"), std::string::npos) << entry.path();
 }
 
 // --with-hf on the CPU, where Python has torch, transformers and accelerate

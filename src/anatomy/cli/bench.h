@@ -107,6 +107,7 @@ struct BenchSetup {
   int64_t dummy_size = 0;
   int64_t dummy_seq_len = 0;
   int64_t max_steps = -1;
+  int64_t warm_up_steps = 0;      // unmeasured steps before each row's run (and Trainer's)
   std::string device;             // "cuda" or "cpu": the children's --device
   std::string gpu_name;           // NVML's, "" on the CPU
   std::vector<std::string> passthrough;

@@ -50,6 +50,7 @@ struct BenchFlags {
   bool with_hf = false;
   std::string hf_python = "python3";
   std::string hf_script;
+  int64_t warm_up_steps = -1;  // -1: 2 on the GPU, 0 on the CPU
   std::vector<std::string> passthrough;
 };
 
@@ -285,6 +286,36 @@ struct Sweep {
     io::write_text_file_atomic((out / "bench.svg").string(), bench_chart_svg(results, setup));
   }
 
+  // Row k's `anatomy train`, writing to output_dir, for max_steps steps (<= 0: the sweep's length).
+  std::vector<std::string> train_command(size_t k, const std::string& output_dir, int64_t max_steps) const {
+    std::vector<std::string> command = {
+        exe_path(),      "train",       "--model",      setup.model, "--dummy-size", std::to_string(setup.dummy_size),
+        "--dummy-seq-len", std::to_string(setup.dummy_seq_len), "--device", setup.device, "--output-dir", output_dir,
+        "--no-progress"};
+    if (max_steps > 0) command.insert(command.end(), {"--max-steps", std::to_string(max_steps)});
+    for (const std::string& f : results[k].row.train_flags()) command.push_back(f);
+    for (const std::string& f : setup.passthrough) command.push_back(f);
+    return command;
+  }
+
+  // The unmeasured run before a measured one (--warm-up-steps): its files go
+  // to `dir`, removed afterwards; only how it ended is shown. A warm-up that
+  // fails does not stop the row: its measured run reports what went wrong.
+  void warm_up(size_t k, const std::vector<std::string>& command, const fs::path& dir, const std::string& who,
+               const std::string& program = "") {
+    fresh_directory(dir.string());
+    progress.line(fmt::format("{}: warm-up{}, {} step{} ...", tag(k), who, setup.warm_up_steps,
+                              setup.warm_up_steps == 1 ? "" : "s"));
+    progress.reset();
+    const ChildOutcome child = run_child(
+        command, (dir / "stdout.txt").string(), (dir / "stderr.txt").string(),
+        [&](double s) { progress.ticking(tag(k) + ": warm-up" + who, s); }, kPollSeconds, program);
+    if (child.exit_code != 0)
+      progress.line(fmt::format("{}: warm-up{} exited {}; the measured run follows", tag(k), who, child.exit_code));
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+
   void run_ours(size_t k) {
     RowResult& r = results[k];
     r.device = setup.device == "cpu" ? "cpu" : "cuda:0";
@@ -294,14 +325,14 @@ struct Sweep {
       progress.line(fmt::format("{}: n/a ({} runs on the GPU only)", tag(k), r.row.precision));
       return;
     }
+    // The first run of a product shape on a machine times cuBLASLt's candidates: kept out of the figures.
+    if (setup.warm_up_steps > 0) {
+      const fs::path dir = out / "rows" / (r.row.name + ".warm-up");
+      warm_up(k, train_command(k, dir.string(), setup.warm_up_steps), dir, "", "/proc/self/exe");
+    }
     r.output_dir = (out / "rows" / r.row.name).string();
     fresh_directory(r.output_dir);  // a previous sweep's files must not pass for this one's
-    r.command = {exe_path(), "train", "--model", setup.model, "--dummy-size", std::to_string(setup.dummy_size),
-                 "--dummy-seq-len", std::to_string(setup.dummy_seq_len), "--device", setup.device, "--output-dir",
-                 r.output_dir, "--no-progress"};
-    if (setup.max_steps > 0) r.command.insert(r.command.end(), {"--max-steps", std::to_string(setup.max_steps)});
-    for (const std::string& f : r.row.train_flags()) r.command.push_back(f);
-    for (const std::string& f : setup.passthrough) r.command.push_back(f);
+    r.command = train_command(k, r.output_dir, setup.max_steps);
 
     const std::string stdout_path = (fs::path(r.output_dir) / "stdout.txt").string();
     const std::string stderr_path = (fs::path(r.output_dir) / "stderr.txt").string();
@@ -366,10 +397,19 @@ struct Sweep {
     if (ec) fail("{}: cannot create ({})", dir.string(), ec.message());
     nlohmann::json args = r.row.hf_arguments();
     if (setup.max_steps > 0) args["max_steps"] = setup.max_steps;
-    const nlohmann::json settings = {{"samples", setup.dummy_size}, {"seq_len", setup.dummy_seq_len},
-                                     {"batch", r.row.batch},        {"config", model_config},
-                                     {"args", args},                {"output_dir", (dir / "hf").string()},
-                                     {"device", setup.device}};
+    nlohmann::json settings = {{"samples", setup.dummy_size}, {"seq_len", setup.dummy_seq_len},
+                               {"batch", r.row.batch},        {"config", model_config},
+                               {"args", args},                {"output_dir", (dir / "hf").string()},
+                               {"device", setup.device}};
+    // Trainer's first process on a machine runs slower than the next ones
+    // (kernels compiled and cached at run time, docs/BENCHMARKS.md).
+    if (setup.warm_up_steps > 0) {
+      nlohmann::json warm = settings;
+      const fs::path warm_dir = out / "rows" / (r.row.name + ".hf-warm-up");
+      warm["args"]["max_steps"] = setup.warm_up_steps;
+      warm["output_dir"] = (warm_dir / "hf").string();
+      warm_up(k, {flags.hf_python, hf_script, warm.dump()}, warm_dir, ", Hugging Face");
+    }
     const std::string stdout_path = (dir / "hf-stdout.txt").string(), stderr_path = (dir / "hf-stderr.txt").string();
     progress.line(fmt::format("{}: Hugging Face Trainer ...", tag(k)));
     NvmlPeak nvml{setup.device != "cpu"};
@@ -504,6 +544,7 @@ int run_bench(const BenchFlags& flags, const CLI::App& app) {
   const ModelSource source = resolve_model(setup.model);
   sweep.model_config = bert_config_to_json(source.config);
   if (setup.device != "cpu") setup.gpu_name = gpu::Nvml::instance().device_name(nvml_index_of(0)).value_or("");
+  setup.warm_up_steps = flags.warm_up_steps >= 0 ? flags.warm_up_steps : (setup.device == "cpu" ? 0 : 2);
   if (flags.with_hf) {
     sweep.hf_script = find_hf_script(flags.hf_script);
     setup.hf_versions = check_hf(flags, sweep.hf_script, setup.device != "cpu");
@@ -580,6 +621,12 @@ Command add_bench_command(CLI::App& app) {
                "Run Hugging Face Trainer on the same rows (bench/hf_trainer.py) and show it beside anatomy");
   app.add_option("--hf-python", flags->hf_python, "The Python that has torch and transformers")->capture_default_str();
   app.add_option("--hf-script", flags->hf_script, "bench/hf_trainer.py (found beside the build directory by default)");
+  app.add_option("--warm-up-steps", flags->warm_up_steps,
+                 "Before each row's measured run (and Trainer's, with --with-hf), an unmeasured run of this many "
+                 "steps with the same flags: a product shape's first run on a machine times cuBLASLt's "
+                 "candidates, and Trainer's first process runs slower than the next (default: 2 on the GPU, 0 on "
+                 "the CPU)")
+      ->check(non_negative_number());
   app.add_option("train-flags", flags->passthrough, "After --: flags given to every row's anatomy train");
   return [flags, &app]() -> int { return run_bench(*flags, app); };
 }

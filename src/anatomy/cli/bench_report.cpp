@@ -74,6 +74,9 @@ std::string heading(const BenchSetup& setup) {
   std::string out = fmt::format("{}, {} dummy sequences of {} tokens, {}, on {}.", setup.model, setup.dummy_size,
                                 setup.dummy_seq_len, length, where);
   if (!setup.passthrough.empty()) out += fmt::format(" Every row also has `{}`.", fmt::join(setup.passthrough, " "));
+  if (setup.warm_up_steps > 0)
+    out += fmt::format(" Each run came after an unmeasured run of {} step{} with the same flags.",
+                       setup.warm_up_steps, setup.warm_up_steps == 1 ? "" : "s");
   return out;
 }
 
@@ -170,6 +173,7 @@ std::string bench_json(const std::vector<RowResult>& rows, const BenchSetup& set
                 {"dummy_size", setup.dummy_size},
                 {"dummy_seq_len", setup.dummy_seq_len},
                 {"max_steps", setup.max_steps},
+                {"warm_up_steps", setup.warm_up_steps},
                 {"device", setup.device},
                 {"gpu_name", setup.gpu_name},
                 {"passthrough", setup.passthrough},
