@@ -1,6 +1,7 @@
 """bench_util.py: what the bench scripts that drive `anatomy` share."""
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,14 @@ def run(cmd, env=None):
         sys.stderr.write(p.stdout[-4000:] + p.stderr[-4000:])
         raise SystemExit(f"failed with exit code {p.returncode}: {' '.join(cmd)}")
     return p.stdout
+
+
+def figure(pattern, text, what):
+    """Every match of `pattern` (its group) on the lines of `text`; none stops the script, naming `what`."""
+    found = re.findall(pattern, text, re.M)
+    if not found:
+        raise SystemExit(f"no {what} in the output:\n{text[-3000:]}")
+    return found
 
 
 def steady_rate(log_dir):

@@ -36,13 +36,13 @@ which fits kernels that the libraries compile at run time and cache between proc
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+from bench_util import figure
 from gpu_memory import PeakMemory
 
 FUSED = dict(optim="adamw_torch_fused")
@@ -77,13 +77,6 @@ def run(cmd, env=None):
     return proc.stdout, mem.peak, wall
 
 
-def figure(pattern, out):
-    found = re.search(pattern, out, re.M)
-    if not found:
-        sys.exit(f"no line matching {pattern!r} in anatomy's output:\n{out[-3000:]}")
-    return float(found.group(1))
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--anatomy", default="build/anatomy")
@@ -112,9 +105,11 @@ def main():
         ours_runs, hf_runs = [], []
         for i in range(a.repeats):
             ours_out, ours_mem, ours_wall = run(common + flags + ["--dummy-size", str(samples)])
-            ours_runs.append(dict(samples_per_second=figure(r"^Samples/second: ([0-9.]+)", ours_out),
-                                  steady_samples_per_second=figure(r"^Samples/second after the first step: ([0-9.]+)",
-                                                                   ours_out),
+            ours_runs.append(dict(samples_per_second=float(figure(r"^Samples/second: ([0-9.]+)", ours_out,
+                                                                  "Samples/second")[-1]),
+                                  steady_samples_per_second=float(
+                                      figure(r"^Samples/second after the first step: ([0-9.]+)", ours_out,
+                                             "Samples/second after the first step")[-1]),
                                   peak_mb=ours_mem, wall_s=ours_wall))
             hf_out, hf_mem, hf_wall = run([sys.executable, HF_TRAINER, json.dumps(hf_cfg)])
             hf_result = json.loads([line for line in hf_out.splitlines() if line.startswith("{")][-1])

@@ -34,14 +34,7 @@ import re
 import sys
 import tempfile
 
-from bench_util import run, scratch_dir, steady_rate
-
-
-def figure(pattern, text, what):
-    found = re.findall(pattern, text, re.M)
-    if not found:
-        raise SystemExit(f"no {what} in the output:\n{text[-3000:]}")
-    return found
+from bench_util import figure, run, scratch_dir, steady_rate
 
 
 def train_args(args, extra):
