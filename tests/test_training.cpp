@@ -2,7 +2,10 @@
 // checkpoints: determinism, accounting that adds up, Hugging Face's rules.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
+#include <memory>
+#include <random>
 #include <regex>
 #include <set>
 
@@ -184,6 +187,75 @@ TEST(Schedule, LinearWithWarmupAndConstant) {
   EXPECT_DOUBLE_EQ(scheduled_lr(ScheduleKind::Constant, 3.0, 0, 5, 10), 3.0);
   EXPECT_DOUBLE_EQ(scheduled_lr(ScheduleKind::ConstantWithWarmup, 1.0, 1, 4, 10), 0.25);
   EXPECT_DOUBLE_EQ(scheduled_lr(ScheduleKind::ConstantWithWarmup, 1.0, 9, 4, 10), 1.0);
+}
+
+// The trainer hands clipping's coefficient to Optimizer::step instead of
+// scaling the gradients first: every optimizer must give the bits of
+// clip_grad_norm's scaling followed by an unscaled step, over several steps
+// (clipped and not), with a 16-bit copy; AdamW and SGD leave the gradients as
+// they were (they multiply as they read).
+TEST(Optimizer, ClippingCoefficientFoldedIntoTheStepGivesTheScaledStepsBits) {
+  auto backend = make_cpu_backend(1);
+  // A tensor of 5120 elements (8-bit AdamW quantizes it) and a small one (kept in float32).
+  const std::vector<ParamSpec> specs = {{"w.weight", {64, 80}, true, ParamInit::Normal},
+                                        {"w.bias", {80}, false, ParamInit::Zeros}};
+  struct Case {
+    const char* name;
+    OptimizerOptions options;
+  };
+  std::vector<Case> cases;
+  for (const char* name : {"adamw", "adamw_8bit", "sgd", "adafactor"}) {
+    OptimizerOptions o;
+    ASSERT_TRUE(parse_optimizer_kind(name, &o.kind));
+    o.adam.weight_decay = 0.01;
+    if (o.kind == OptimizerKind::Sgd) parse_optim_args("momentum=0.9,nesterov=True", &o);
+    cases.push_back({name, o});
+  }
+  const double max_norm = 1.0;
+  for (const Case& c : cases) {
+    // [0]: clip_grad_norm then step(coefficient 1); [1]: gradient_norm, then step(coefficient).
+    std::vector<std::unique_ptr<ParameterSet>> params, grads, halves;
+    std::vector<std::unique_ptr<Optimizer>> opts;
+    for (int k = 0; k < 2; ++k) {
+      params.push_back(std::make_unique<ParameterSet>(*backend, specs, Category::Weights, ""));
+      grads.push_back(std::make_unique<ParameterSet>(*backend, specs, Category::Gradients, "grad."));
+      halves.push_back(std::make_unique<ParameterSet>(*backend, specs, Category::WeightsHalf, "half.", DType::BF16));
+      std::mt19937 rng(5);
+      std::normal_distribution<float> normal(0.0f, 0.05f);
+      float* p = params[k]->flat().data<float>();
+      for (int64_t i = 0; i < params[k]->flat().numel(); ++i) p[i] = normal(rng);
+      opts.push_back(make_optimizer(*backend, *params[k], c.options));
+    }
+    std::mt19937 rng(9);
+    for (int step = 0; step < 4; ++step) {
+      // Steps 0 and 2 clip (norm well above 1), 1 and 3 do not.
+      std::normal_distribution<float> normal(0.0f, step % 2 == 0 ? 0.1f : 1e-3f);
+      std::vector<float> g(static_cast<size_t>(grads[0]->flat().numel()));
+      for (float& x : g) x = normal(rng);
+      for (int k = 0; k < 2; ++k) std::copy(g.begin(), g.end(), grads[k]->flat().data<float>());
+      const double norm = clip_grad_norm(*backend, *grads[0], max_norm);
+      opts[0]->step(*params[0], *grads[0], 1e-3, halves[0].get());
+      const double folded_norm = gradient_norm(*backend, *grads[1]);
+      const double coefficient = clip_coefficient(folded_norm, max_norm);
+      EXPECT_EQ(norm, folded_norm);
+      EXPECT_EQ(coefficient < 1.0, step % 2 == 0) << c.name << " step " << step;
+      opts[1]->step(*params[1], *grads[1], 1e-3, halves[1].get(), coefficient);
+      const Tensor a = params[0]->flat(), b = params[1]->flat();
+      ASSERT_EQ(std::memcmp(a.data<float>(), b.data<float>(), a.numel() * sizeof(float)), 0)
+          << c.name << ": the weights differ after step " << step;
+      ASSERT_EQ(std::memcmp(halves[0]->flat().raw(), halves[1]->flat().raw(), a.numel() * 2), 0)
+          << c.name << ": the 16-bit copies differ after step " << step;
+      if (c.options.kind == OptimizerKind::AdamW || c.options.kind == OptimizerKind::Sgd ||
+          c.options.kind == OptimizerKind::AdamW8bit)
+        EXPECT_EQ(std::memcmp(grads[1]->flat().data<float>(), g.data(), g.size() * sizeof(float)), 0)
+            << c.name << " changed the gradients it read";
+    }
+    const auto sa = opts[0]->state_tensors(), sb = opts[1]->state_tensors();
+    ASSERT_EQ(sa.size(), sb.size());
+    for (size_t i = 0; i < sa.size(); ++i)
+      EXPECT_EQ(std::memcmp(sa[i].second.raw(), sb[i].second.raw(), sa[i].second.nbytes()), 0)
+          << c.name << ": state " << sa[i].first << " differs";
+  }
 }
 
 TEST(Optimizer, ClippingAndAdamWFollowTorch) {

@@ -72,6 +72,7 @@ TEST(CudaAdamW8bit, MatchesTheCpuReferenceByteForByte) {
     cpu->copy_from_host(c.grad, grad.data());
     gpu->copy_from_host(g.grad, grad.data());
     h.step = step;
+    h.grad_scale = step == 3 ? 0.3731 : 1.0;  // a clipped step: the coefficient folded into the update
     cpu->adamw8bit_step(c.param, c.grad, c.state1, c.state2, c.absmax1, c.absmax2, c.qmap1, c.qmap2, h, &c.copy);
     gpu->adamw8bit_step(g.param, g.grad, g.state1, g.state2, g.absmax1, g.absmax2, g.qmap1, g.qmap2, h, &g.copy);
     gpu->synchronize();

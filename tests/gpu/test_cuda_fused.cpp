@@ -236,7 +236,8 @@ TEST(CudaBackendLt, LinearWithBiasAndAccumulatedDxMatchTheCpu) {
 }
 
 // The multi-tensor AdamW: segments of both parameter groups, odd sizes, gaps
-// that must stay untouched, a 16-bit copy; the GPU's bits equal the CPU's.
+// that must stay untouched, a 16-bit copy, a clipping coefficient folded into
+// one step; the GPU's bits equal the CPU's.
 TEST(CudaBackendAdamW, FlatStepEqualsTheCpuBitForBitAndLeavesGapsAlone) {
   SKIP_WITHOUT_GPU();
   auto gpu = cuda::make_cuda_backend(0);
@@ -258,6 +259,7 @@ TEST(CudaBackendAdamW, FlatStepEqualsTheCpuBitForBitAndLeavesGapsAlone) {
       Tensor th = copy == DType::F32 ? Tensor() : upload(*b, {n}, std::vector<float>(n), copy, "half");
       for (int64_t step = 1; step <= 3; ++step) {
         hp.step = step;
+        hp.grad_scale = step == 2 ? 0.3731 : 1.0;  // a clipped step: the coefficient folded into the update
         b->adamw_step_flat(tp, tg, tm, tv, segments, hp, copy == DType::F32 ? nullptr : &th);
       }
       out[i][0] = download(*b, tp);

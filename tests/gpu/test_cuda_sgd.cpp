@@ -1,6 +1,7 @@
 // test_cuda_sgd.cpp: the CUDA SGD against the CPU reference, bit for bit (both
 // round as torch does: each add-with-alpha one fused multiply-add), with and without
-// momentum, dampening and Nesterov, odd segment sizes, and the bf16/fp16 copy.
+// momentum, dampening and Nesterov, odd segment sizes, the bf16/fp16 copy, and a
+// clipping coefficient folded into one step.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -52,6 +53,7 @@ TEST(CudaSgd, MatchesTheCpuBitForBit) {
         cpu->copy_from_host(c.g, g.data());
         gpu->copy_from_host(d.g, g.data());
         h.first_step = s == 0;
+        h.grad_scale = s == 2 ? 0.3731 : 1.0;  // a clipped step: the coefficient folded into the update
         cpu->sgd_step_flat(c.p, c.g, momentum != 0.0 ? c.buf : Tensor(), segments, h, &c.half);
         gpu->sgd_step_flat(d.p, d.g, momentum != 0.0 ? d.buf : Tensor(), segments, h, &d.half);
       }

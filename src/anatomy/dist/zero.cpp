@@ -50,7 +50,8 @@ class Zero1Optimizer final : public Optimizer {
     for (auto& [name, t] : state_) backend.zero(t);
   }
 
-  void step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy) override {
+  void step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy,
+            double grad_scale = 1.0) override {
     ++steps_;
     if (mine_.size() > 0) {
       const Tensor p = params.flat().slice(mine_.begin, {mine_.size()}, "weights_shard");
@@ -59,10 +60,10 @@ class Zero1Optimizer final : public Optimizer {
       if (half_copy) h = half_copy->flat().slice(mine_.begin, {mine_.size()}, "half_weights_shard");
       if (options_.kind == OptimizerKind::AdamW)
         backend_.adamw_step_flat(p, g, shard(state_[0].second), shard(state_[1].second), segments_,
-                                 adamw_hyper(options_.adam, lr, steps_), half_copy ? &h : nullptr);
+                                 adamw_hyper(options_.adam, lr, steps_, grad_scale), half_copy ? &h : nullptr);
       else
         backend_.sgd_step_flat(p, g, state_.empty() ? Tensor() : shard(state_[0].second), segments_,
-                               sgd_hyper(options_, lr, steps_), half_copy ? &h : nullptr);
+                               sgd_hyper(options_, lr, steps_, grad_scale), half_copy ? &h : nullptr);
     }
     // Every rank's updated run, from its owner, into everyone's whole copy (all at once: one group).
     comm_.group_begin();

@@ -329,7 +329,8 @@ class ZeroShardedOptimizer final : public Optimizer {
     for (auto& [name, t] : state_) backend.zero(t);
   }
 
-  void step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy) override {
+  void step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy,
+            double grad_scale = 1.0) override {
     ++steps_;
     const UnitShards& shards = sharding_.shards();
     const bool stage3 = sharding_.stage() == 3, masters = sharding_.shards_masters();
@@ -348,11 +349,11 @@ class ZeroShardedOptimizer final : public Optimizer {
       if (half) h = half_copy->flat().slice(mine.begin, {n}, "half_weights_chunk");
       auto state = [&](size_t i) { return state_[i].second.slice(at, {n}, state_[i].first); };
       if (options_.kind == OptimizerKind::AdamW)
-        backend_.adamw_step_flat(p, g, state(0), state(1), segments_[u], adamw_hyper(options_.adam, lr, steps_),
+        backend_.adamw_step_flat(p, g, state(0), state(1), segments_[u], adamw_hyper(options_.adam, lr, steps_, grad_scale),
                                  half ? &h : nullptr);
       else
         backend_.sgd_step_flat(p, g, state_.empty() ? Tensor() : state(0), segments_[u],
-                               sgd_hyper(options_, lr, steps_), half ? &h : nullptr);
+                               sgd_hyper(options_, lr, steps_, grad_scale), half ? &h : nullptr);
     }
     sharding_.weights_updated();
   }

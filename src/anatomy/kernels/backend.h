@@ -38,6 +38,11 @@ struct AdamWHyper {
   double eps = 1e-8;
   double weight_decay = 0.0;
   int64_t step = 1;  // 1-based, after incrementing, as torch.optim.AdamW
+  // Each gradient is multiplied by this, rounded to float32, before the update
+  // (in float32, as Backend::scale would have): gradient clipping's
+  // coefficient folded into the update instead of a pass of its own over the
+  // gradients, with the same bits. The gradients themselves are left as they are.
+  double grad_scale = 1.0;
 };
 
 // A run [offset, offset + count) of a flat parameter buffer, with whether its
@@ -75,6 +80,7 @@ struct SgdHyper {
   double weight_decay = 0.0;
   bool nesterov = false;
   bool first_step = true;  // the momentum buffer starts as the first gradient
+  double grad_scale = 1.0;  // as AdamWHyper's: each gradient times this (float32) first
 };
 
 // transformers.optimization.Adafactor as Hugging Face Trainer builds it for

@@ -45,9 +45,12 @@ class Adafactor final : public Optimizer {
     }
   }
 
-  void step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy) override {
+  void step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy,
+            double grad_scale = 1.0) override {
     ANATOMY_CHECK(params.specs().size() == states_by_tensor_.size() && grads.specs().size() == params.specs().size(),
                   "adafactor: the parameter sets differ from the one the optimizer was built for");
+    // Adafactor reads each gradient in several passes (its squares' row and column means first): scaled in place.
+    if (grad_scale != 1.0) backend_.scale(grads.flat(), grad_scale);
     ++steps_;
     AdafactorHyper h;
     h.lr = lr;

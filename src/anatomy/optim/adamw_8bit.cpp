@@ -65,14 +65,14 @@ class AdamW8bit final : public Optimizer {
     return out;
   }
 
-  void step(const ParameterSet& params, const ParameterSet& grads, double lr,
-            const ParameterSet* half_copy) override {
+  void step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy,
+            double grad_scale = 1.0) override {
     ANATOMY_CHECK(params.specs().size() == states_.size() && grads.specs().size() == states_.size(),
                   "adamw_8bit: {} parameter tensors, the optimizer was built for {}", params.specs().size(),
                   states_.size());
     ++steps_;
     for (size_t i = 0; i < states_.size(); ++i) {
-      AdamWHyper hyper = adamw_hyper(options_, lr, steps_);
+      AdamWHyper hyper = adamw_hyper(options_, lr, steps_, grad_scale);
       if (!params.specs()[i].weight_decay) hyper.weight_decay = 0.0;  // Trainer's no-decay group
       const Tensor& param = params.tensors()[i];
       const Tensor& grad = grads.tensors()[i];

@@ -90,13 +90,14 @@ AdamW::AdamW(Backend& backend, const ParameterSet& params, AdamWOptions options)
   segments_ = flat_segments(exp_avg_);
 }
 
-void AdamW::step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy) {
+void AdamW::step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy,
+                 double grad_scale) {
   ++steps_;
   backend_.adamw_step_flat(params.flat(), grads.flat(), exp_avg_.flat(), exp_avg_sq_.flat(), segments_,
-                           adamw_hyper(options_, lr, steps_), half_copy ? &half_copy->flat() : nullptr);
+                           adamw_hyper(options_, lr, steps_, grad_scale), half_copy ? &half_copy->flat() : nullptr);
 }
 
-AdamWHyper adamw_hyper(const AdamWOptions& options, double lr, int64_t step) {
+AdamWHyper adamw_hyper(const AdamWOptions& options, double lr, int64_t step, double grad_scale) {
   AdamWHyper hyper;
   hyper.lr = lr;
   hyper.beta1 = options.beta1;
@@ -104,10 +105,11 @@ AdamWHyper adamw_hyper(const AdamWOptions& options, double lr, int64_t step) {
   hyper.eps = options.eps;
   hyper.weight_decay = options.weight_decay;
   hyper.step = step;
+  hyper.grad_scale = grad_scale;
   return hyper;
 }
 
-SgdHyper sgd_hyper(const OptimizerOptions& options, double lr, int64_t step) {
+SgdHyper sgd_hyper(const OptimizerOptions& options, double lr, int64_t step, double grad_scale) {
   SgdHyper hyper;
   hyper.lr = lr;
   hyper.momentum = options.momentum;
@@ -115,15 +117,22 @@ SgdHyper sgd_hyper(const OptimizerOptions& options, double lr, int64_t step) {
   hyper.nesterov = options.nesterov;
   hyper.weight_decay = options.adam.weight_decay;
   hyper.first_step = step == 1;
+  hyper.grad_scale = grad_scale;
   return hyper;
 }
 
+double gradient_norm(Backend& backend, const ParameterSet& grads) {
+  return std::sqrt(backend.sum_of_squares(grads.flat()));
+}
+
+double clip_coefficient(double norm, double max_norm) {
+  return max_norm > 0.0 ? std::min(1.0, max_norm / (norm + 1e-6)) : 1.0;
+}
+
 double clip_grad_norm(Backend& backend, const ParameterSet& grads, double max_norm) {
-  const double norm = std::sqrt(backend.sum_of_squares(grads.flat()));
-  if (max_norm > 0.0) {
-    const double coef = std::min(1.0, max_norm / (norm + 1e-6));
-    if (coef < 1.0) backend.scale(grads.flat(), coef);
-  }
+  const double norm = gradient_norm(backend, grads);
+  const double coef = clip_coefficient(norm, max_norm);
+  if (coef < 1.0) backend.scale(grads.flat(), coef);
   return norm;
 }
 

@@ -47,11 +47,14 @@ void parse_optim_args(const std::string& text, OptimizerOptions* options);
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // One update at learning rate `lr` from the gradients; `half_copy` (a 16-bit
-  // set of the same layout, the weights a mixed-precision forward reads) is
-  // refreshed from the updated float32 weights.
+  // One update at learning rate `lr` from the gradients times `grad_scale`
+  // (clipping's coefficient: the same update as scaling the gradients first,
+  // bit for bit; AdamW and SGD fold it into their pass, the others scale the
+  // gradients in place first); `half_copy` (a 16-bit set of the same layout,
+  // the weights a mixed-precision forward reads) is refreshed from the updated
+  // float32 weights. Overrides declare the same default for grad_scale.
   virtual void step(const ParameterSet& params, const ParameterSet& grads, double lr,
-                    const ParameterSet* half_copy = nullptr) = 0;
+                    const ParameterSet* half_copy = nullptr, double grad_scale = 1.0) = 0;
   virtual std::string name() const = 0;
   int64_t steps_taken() const { return steps_; }
   // What a checkpoint saves and restores: every state tensor under a unique
@@ -66,8 +69,8 @@ class Optimizer {
 
 // The hyperparameters of one update of step `step` (1-based) at learning rate
 // `lr`: what AdamW, SGD and ZeRO-1's sharded update hand to the kernels.
-AdamWHyper adamw_hyper(const AdamWOptions& options, double lr, int64_t step);
-SgdHyper sgd_hyper(const OptimizerOptions& options, double lr, int64_t step);
+AdamWHyper adamw_hyper(const AdamWOptions& options, double lr, int64_t step, double grad_scale = 1.0);
+SgdHyper sgd_hyper(const OptimizerOptions& options, double lr, int64_t step, double grad_scale = 1.0);
 
 // Each tensor's run [offset, offset + count) of a set's flat buffer, with its
 // weight-decay group: the same for every set of these specs.
@@ -90,7 +93,7 @@ class AdamW final : public Optimizer {
   // one pass over the flat buffers. `half_copy` (a 16-bit set of the same
   // layout, the weights a mixed-precision forward reads) is refreshed in the same pass.
   void step(const ParameterSet& params, const ParameterSet& grads, double lr,
-            const ParameterSet* half_copy = nullptr) override;
+            const ParameterSet* half_copy = nullptr, double grad_scale = 1.0) override;
   std::string name() const override { return "adamw"; }
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override {
     return {{"exp_avg", exp_avg_.flat()}, {"exp_avg_sq", exp_avg_sq_.flat()}};
@@ -105,8 +108,14 @@ class AdamW final : public Optimizer {
   std::vector<ParamSegment> segments_;  // the flat layout's tensors and their groups
 };
 
+// The global L2 norm of all gradients.
+double gradient_norm(Backend& backend, const ParameterSet& grads);
+// torch.nn.utils.clip_grad_norm_'s factor for gradients of global norm `norm`:
+// min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0 (no clipping).
+double clip_coefficient(double norm, double max_norm);
 // Returns the global L2 norm of all gradients and scales them by
-// min(1, max_norm / (norm + 1e-6)). max_norm <= 0 only measures.
+// clip_coefficient in place (a pass of its own; the trainer instead hands the
+// coefficient to Optimizer::step). max_norm <= 0 only measures.
 double clip_grad_norm(Backend& backend, const ParameterSet& grads, double max_norm);
 
 enum class ScheduleKind { Linear, Constant, ConstantWithWarmup };

@@ -18,10 +18,11 @@ class Sgd final : public Optimizer {
     }
   }
 
-  void step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy) override {
+  void step(const ParameterSet& params, const ParameterSet& grads, double lr, const ParameterSet* half_copy,
+            double grad_scale = 1.0) override {
     ++steps_;
     backend_.sgd_step_flat(params.flat(), grads.flat(), buffer_ ? buffer_->flat() : Tensor(), segments_,
-                           sgd_hyper(options_, lr, steps_), half_copy ? &half_copy->flat() : nullptr);
+                           sgd_hyper(options_, lr, steps_, grad_scale), half_copy ? &half_copy->flat() : nullptr);
   }
   std::string name() const override { return "sgd"; }
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override {

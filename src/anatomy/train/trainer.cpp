@@ -442,8 +442,11 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       else backend_.scale(grads->flat(), 1.0 / step_scale);
     }
     // Under ZeRO 2/3 the norm sums every rank's shard: the same on every rank, so is fp16's overflow verdict.
-    const double grad_norm = grads_sharded ? zero->clip_gradients(args_.max_grad_norm)
-                                           : clip_grad_norm(backend_, *grads, args_.max_grad_norm);
+    // Otherwise the clipping coefficient goes to the optimizer, which multiplies it into each gradient as it
+    // reads it (the same bits as scaling them first, without a pass of its own over the gradients).
+    const double grad_norm =
+        grads_sharded ? zero->clip_gradients(args_.max_grad_norm) : gradient_norm(backend_, *grads);
+    const double grad_scale = grads_sharded ? 1.0 : clip_coefficient(grad_norm, args_.max_grad_norm);
     // The schedule advances with the updates made, as Hugging Face's does when GradScaler skips one.
     const double lr =
         scheduled_lr(args_.lr_scheduler_type, args_.learning_rate, updates, args_.warmup_steps, total_steps_);
@@ -461,7 +464,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
     }
     if (!skip) {
       // Refreshes the 16-bit copy too (ZeRO 2/3: the gradients are its shard's, and every rank gets the update).
-      optimizer->step(model_.weights(), grads ? *grads : model_.weights(), lr, model_.half_weights());
+      optimizer->step(model_.weights(), grads ? *grads : model_.weights(), lr, model_.half_weights(), grad_scale);
       ++updates;
     }
     if (step + 1 < total_steps_) {  // the next update's first batch uploads while this one's work runs

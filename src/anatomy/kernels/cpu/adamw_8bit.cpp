@@ -39,6 +39,7 @@ void adamw8bit_step(const Tensor& param, const Tensor& grad, const Tensor& state
   const double step_size = hp.lr / bias1;
   const double bias2_sqrt = std::sqrt(bias2);
   const double decay = 1.0 - hp.lr * hp.weight_decay;
+  const float gs = static_cast<float>(hp.grad_scale);
 
   float* p = param.data<float>();
   const float* g = grad.data<float>();
@@ -57,7 +58,7 @@ void adamw8bit_step(const Tensor& param, const Tensor& grad, const Tensor& state
       const int64_t i = begin + j;
       const float m_old = map1[s1[i]] * a1[b], v_old = map2[s2[i]] * a2[b];
       // adamw_loop's body, operation for operation.
-      const double gi = g[i];
+      const double gi = g[i] * gs;
       const double mi = hp.beta1 * m_old + (1.0 - hp.beta1) * gi;
       const double vi = hp.beta2 * v_old + (1.0 - hp.beta2) * gi * gi;
       m[j] = static_cast<float>(mi);

@@ -533,8 +533,9 @@ class CpuBackend final : public Backend {
     const double step_size = hp.lr / bias1;
     const double bias2_sqrt = std::sqrt(bias2);
     const double decay = 1.0 - hp.lr * hp.weight_decay;
+    const float gs = static_cast<float>(hp.grad_scale);
     for (int64_t i = 0; i < n; ++i) {
-      const double gi = g[i];
+      const double gi = g[i] * gs;  // float product, as scale() would have stored
       const double mi = hp.beta1 * m[i] + (1.0 - hp.beta1) * gi;
       const double vi = hp.beta2 * v[i] + (1.0 - hp.beta2) * gi * gi;
       m[i] = static_cast<float>(mi);

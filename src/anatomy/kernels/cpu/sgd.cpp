@@ -27,11 +27,12 @@ void sgd_step_flat(const Tensor& param, const Tensor& grad, const Tensor& moment
   const bool bf16 = half_copy && half_copy->dtype() == DType::BF16;
   const auto lr = static_cast<float>(h.lr), mu = static_cast<float>(h.momentum);
   const auto keep = static_cast<float>(1.0 - h.dampening);
+  const auto gs = static_cast<float>(h.grad_scale);
   for (const ParamSegment& seg : segments) {
     check_segment(seg, param, "sgd_step_flat");
     const float wd = seg.weight_decay ? static_cast<float>(h.weight_decay) : 0.0f;
     for (int64_t i = seg.offset; i < seg.offset + seg.count; ++i) {
-      float d = g[i];
+      float d = g[i] * gs;  // clipping's coefficient, as scale() would have stored it (exact at 1)
       if (wd != 0.0f) d = std::fma(p[i], wd, d);  // grad.add(param, alpha=weight_decay)
       if (momentum) {
         // torch.clone(grad) on the first step, then buf.mul_(momentum).add_(grad, alpha=1 - dampening)

@@ -17,6 +17,7 @@ namespace anatomy::cuda {
 // Constants of one AdamW step, computed on the host exactly as the CPU backend does.
 struct AdamWConstants {
   double beta1, one_minus_beta1, beta2, one_minus_beta2, eps, step_size, bias2_sqrt, decay;
+  float grad_scale;
 };
 
 inline AdamWConstants adamw_constants(const AdamWHyper& hp) {
@@ -24,7 +25,8 @@ inline AdamWConstants adamw_constants(const AdamWHyper& hp) {
   const double bias2 = 1.0 - std::pow(hp.beta2, static_cast<double>(hp.step));
   return AdamWConstants{hp.beta1,    1.0 - hp.beta1,        hp.beta2,
                         1.0 - hp.beta2, hp.eps,             hp.lr / bias1,
-                        std::sqrt(bias2), 1.0 - hp.lr * hp.weight_decay};
+                        std::sqrt(bias2), 1.0 - hp.lr * hp.weight_decay,
+                        static_cast<float>(hp.grad_scale)};
 }
 
 // The CPU's loop body with every operation rounded on its own (the _rn
@@ -33,7 +35,7 @@ inline AdamWConstants adamw_constants(const AdamWHyper& hp) {
 // updates m, v and p (one element) in place.
 __device__ __forceinline__ void adamw_element(const AdamWConstants& k, float grad, float& m_io, float& v_io,
                                               float& p_io) {
-  const double g = grad;
+  const double g = __fmul_rn(grad, k.grad_scale);  // exact when the scale is 1
   const double m = __dadd_rn(__dmul_rn(k.beta1, m_io), __dmul_rn(k.one_minus_beta1, g));
   const double v = __dadd_rn(__dmul_rn(k.beta2, v_io), __dmul_rn(__dmul_rn(k.one_minus_beta2, g), g));
   m_io = static_cast<float>(m);

@@ -185,9 +185,8 @@ __global__ void __launch_bounds__(kBiasThreads, kColumnSumBlocksPerSm)
 }
 
 template <typename T, typename Fwd, typename Bwd>
-void launch_bias(cudaStream_t s, const T* x, const T* dy, T* dx, T* y, int64_t rows, int64_t N, float* partial,
-                 Fwd fwd, Bwd bwd) {
-  const int64_t chunks = column_sum_chunks(rows, N);
+void launch_bias(cudaStream_t s, const T* x, const T* dy, T* dx, T* y, int64_t rows, int64_t N, int64_t chunks,
+                 float* partial, Fwd fwd, Bwd bwd) {
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>((N / 8 + kBiasThreads - 1) / kBiasThreads));
   recompute_backward_bias_kernel<<<grid, kBiasThreads, 0, s>>>(x, dy, dx, y, rows, static_cast<int>(N),
@@ -220,14 +219,15 @@ void activation_backward_recompute_bias(cudaStream_t s, DType dtype, ActivationK
                 "activation_backward_recompute: the bias gradient's fused pass wants rows of a multiple of 8 "
                 "elements at 16-byte aligned addresses (N = {})", N);
   float* partial = static_cast<float*>(scratch);
+  const int64_t chunks = column_sum_chunks(rows, N);  // the partials' count, for both kernels
   with_element_type(dtype, "activation_backward_recompute", [&](auto tag) {
     using T = typename decltype(tag)::type;
     with_activation<T>(kind, [&](auto fwd, auto bwd) {
       launch_bias(s, static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx), static_cast<T*>(y),
-                  rows, N, partial, fwd, bwd);
+                  rows, N, chunks, partial, fwd, bwd);
     });
   });
-  column_partials_finish(s, partial, d_bias, column_sum_chunks(rows, N), N);
+  column_partials_finish(s, partial, d_bias, chunks, N);
 }
 
 void activation_backward_recompute_half(cudaStream_t s, Half h, ActivationKind kind, const void* x, const void* dy,

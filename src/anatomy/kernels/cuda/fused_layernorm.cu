@@ -28,6 +28,7 @@
 #include <initializer_list>
 
 #include "anatomy/core/random.h"
+#include "anatomy/kernels/cuda/chunk_sums.cuh"
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda/fused.cuh"
 #include "anatomy/kernels/cuda/half_types.cuh"
@@ -266,49 +267,6 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, 2)
   }
 }
 
-// Adds the chunks' partials of column-sum planes into their outputs: a block
-// of 32 columns × 32 lanes per plane (blockIdx.y); lane y sums chunks y,
-// y + 32, ... in double, then the 32 lane sums are added in a fixed tree. Same
-// order every run. Plane y's partials start y · partial_plane floats on; its
-// sums go to out[y] (out_plane 0) or out[0] + y · out_plane. Wide rather than
-// long: with 8 lanes a column and 32 blocks for H = 1024 this took 6-9 µs, a
-// sixth of the LayerNorm backward, waiting on one load after another.
-constexpr int kFinishCols = 32, kFinishLanes = 32, kMaxFinishPlanes = 3;
-struct FinishPlanes {
-  const float* partial = nullptr;
-  int64_t partial_plane = 0;
-  float* out[kMaxFinishPlanes] = {};
-  int64_t out_plane = 0;
-};
-__global__ void __launch_bounds__(kFinishCols* kFinishLanes)
-    partials_finish_kernel(const FinishPlanes p, int64_t chunks, int H) {
-  __shared__ double sums[kFinishLanes][kFinishCols + 1];
-  const int tx = threadIdx.x % kFinishCols, ty = threadIdx.x / kFinishCols;
-  const int h = blockIdx.x * kFinishCols + tx;
-  const float* partial = p.partial + static_cast<int64_t>(blockIdx.y) * p.partial_plane;
-  double a = 0.0;
-  if (h < H) {
-#pragma unroll 4
-    for (int64_t c = ty; c < chunks; c += kFinishLanes) a += partial[c * H + h];
-  }
-  sums[ty][tx] = a;
-  __syncthreads();
-  for (int half = kFinishLanes / 2; half > 0; half /= 2) {
-    if (ty < half) sums[ty][tx] += sums[ty + half][tx];
-    __syncthreads();
-  }
-  if (ty == 0 && h < H) {
-    float* out = p.out_plane != 0 ? p.out[0] + static_cast<int64_t>(blockIdx.y) * p.out_plane : p.out[blockIdx.y];
-    out[h] += static_cast<float>(sums[0][tx]);
-  }
-}
-
-void launch_partials_finish(cudaStream_t s, const FinishPlanes& p, int planes, int64_t chunks, int64_t N) {
-  const dim3 grid(static_cast<unsigned>((N + kFinishCols - 1) / kFinishCols), static_cast<unsigned>(planes));
-  partials_finish_kernel<<<grid, kFinishCols * kFinishLanes, 0, s>>>(p, chunks, static_cast<int>(N));
-  ANATOMY_CUDA_CHECK(cudaGetLastError());
-}
-
 // Column sums of a 16-bit [rows, N] matrix into float partials per chunk of
 // rows: a thread per 8 columns (16-byte loads), rows in order. Plane
 // blockIdx.z: the matrix dy_plane elements on, its partials a chunks × N
@@ -437,24 +395,24 @@ void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* 
   });
   ANATOMY_CUDA_CHECK(cudaGetLastError());
   // dgamma, dbeta and the bias gradient in one launch: their partials lie one after another.
-  FinishPlanes planes;
+  FinishPlanes<float> planes;
   planes.partial = partial_gamma;
   planes.partial_plane = chunks * H;
   planes.out[0] = dgamma;
   planes.out[1] = dbeta;
   planes.out[2] = d_bias;
-  launch_partials_finish(s, planes, d_bias ? 3 : 2, chunks, H);
+  launch_chunk_sums_finish(s, planes, d_bias ? 3 : 2, chunks, H);
 }
 
 void column_partials_finish(cudaStream_t s, const float* partial, float* out, int64_t chunks, int64_t N,
                             int planes, int64_t out_plane) {
   ANATOMY_CHECK(planes == 1 || out_plane != 0, "column sums: {} planes need an output stride", planes);
-  FinishPlanes p;
+  FinishPlanes<float> p;
   p.partial = partial;
   p.partial_plane = chunks * N;
   p.out[0] = out;
   p.out_plane = planes > 1 ? out_plane : 0;
-  launch_partials_finish(s, p, planes, chunks, N);
+  launch_chunk_sums_finish(s, p, planes, chunks, N);
 }
 
 void column_sums_accumulate_half_fast(cudaStream_t s, Half half, const void* dy, int64_t rows, int64_t N, float* db,

@@ -16,10 +16,10 @@ namespace {
 template <typename HalfT>
 __global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ buf,
                            HalfT* __restrict__ half, int64_t begin, int64_t end, float lr, float wd, float mu,
-                           float keep, bool first_step, bool nesterov) {
+                           float keep, float grad_scale, bool first_step, bool nesterov) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = begin + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < end; i += stride) {
-    float d = g[i];
+    float d = __fmul_rn(g[i], grad_scale);  // exact when the scale is 1
     const float w = p[i];
     if (wd != 0.0f) d = __fmaf_rn(w, wd, d);
     if (buf != nullptr) {
@@ -44,7 +44,8 @@ void launch(cudaStream_t stream, const Tensor& param, const Tensor& grad, const 
     sgd_kernel<HalfT><<<blocks, kThreads, 0, stream>>>(
         param.data<float>(), grad.data<float>(), buf, half, seg.offset, seg.offset + seg.count,
         static_cast<float>(h.lr), seg.weight_decay ? static_cast<float>(h.weight_decay) : 0.0f,
-        static_cast<float>(h.momentum), static_cast<float>(1.0 - h.dampening), h.first_step, h.nesterov);
+        static_cast<float>(h.momentum), static_cast<float>(1.0 - h.dampening), static_cast<float>(h.grad_scale), h.first_step,
+        h.nesterov);
     ANATOMY_CUDA_CHECK(cudaGetLastError());
   }
 }
