@@ -349,8 +349,8 @@ class ZeroShardedOptimizer final : public Optimizer {
       if (half) h = half_copy->flat().slice(mine.begin, {n}, "half_weights_chunk");
       auto state = [&](size_t i) { return state_[i].second.slice(at, {n}, state_[i].first); };
       if (options_.kind == OptimizerKind::AdamW)
-        backend_.adamw_step_flat(p, g, state(0), state(1), segments_[u], adamw_hyper(options_.adam, lr, steps_, grad_scale),
-                                 half ? &h : nullptr);
+        backend_.adamw_step_flat(p, g, state(0), state(1), segments_[u],
+                                 adamw_hyper(options_.adam, lr, steps_, grad_scale), half ? &h : nullptr);
       else
         backend_.sgd_step_flat(p, g, state_.empty() ? Tensor() : state(0), segments_[u],
                                sgd_hyper(options_, lr, steps_, grad_scale), half ? &h : nullptr);

@@ -44,8 +44,8 @@ void launch(cudaStream_t stream, const Tensor& param, const Tensor& grad, const 
     sgd_kernel<HalfT><<<blocks, kThreads, 0, stream>>>(
         param.data<float>(), grad.data<float>(), buf, half, seg.offset, seg.offset + seg.count,
         static_cast<float>(h.lr), seg.weight_decay ? static_cast<float>(h.weight_decay) : 0.0f,
-        static_cast<float>(h.momentum), static_cast<float>(1.0 - h.dampening), static_cast<float>(h.grad_scale), h.first_step,
-        h.nesterov);
+        static_cast<float>(h.momentum), static_cast<float>(1.0 - h.dampening), static_cast<float>(h.grad_scale),
+        h.first_step, h.nesterov);
     ANATOMY_CUDA_CHECK(cudaGetLastError());
   }
 }
