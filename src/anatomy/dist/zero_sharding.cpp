@@ -252,15 +252,9 @@ void ZeroSharding::finish_gradients() { finish_pending(); }
 
 void ZeroSharding::scale_gradients(double factor) { backend_.scale(grad_shard_, factor); }
 
-double ZeroSharding::clip_gradients(double max_norm) {
+double ZeroSharding::gradient_norm() {
   // Padding is zero: the shards' squares sum to the whole gradient's.
-  const double squares = comm_.sum_host({backend_.sum_of_squares(grad_shard_)}).at(0);
-  const double norm = std::sqrt(squares);
-  if (max_norm > 0.0) {
-    const double coef = std::min(1.0, max_norm / (norm + 1e-6));
-    if (coef < 1.0) backend_.scale(grad_shard_, coef);
-  }
-  return norm;
+  return std::sqrt(comm_.sum_host({backend_.sum_of_squares(grad_shard_)}).at(0));
 }
 
 void ZeroSharding::weights_updated() {

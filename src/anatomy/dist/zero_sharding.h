@@ -105,9 +105,9 @@ class ZeroSharding final : public ParameterUnits {
   void zero_gradients();
   void finish_gradients();
   void scale_gradients(double factor);
-  // The global L2 norm of the gradients (every rank's shard), and the clip
-  // of clip_grad_norm by it: the same figure and factor on every rank.
-  double clip_gradients(double max_norm);
+  // The global L2 norm of the gradients (every rank's shard summed): the same
+  // figure on every rank, so the same clipping factor (clip_coefficient).
+  double gradient_norm();
   // After the optimizer updated this rank's chunks: stage 2 gathers the
   // updated weights (and their 16-bit copy) into every rank's whole copy;
   // stage 3 gives back its gathered units, now stale.

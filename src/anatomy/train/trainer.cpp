@@ -442,11 +442,10 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
       else backend_.scale(grads->flat(), 1.0 / step_scale);
     }
     // Under ZeRO 2/3 the norm sums every rank's shard: the same on every rank, so is fp16's overflow verdict.
-    // Otherwise the clipping coefficient goes to the optimizer, which multiplies it into each gradient as it
-    // reads it (the same bits as scaling them first, without a pass of its own over the gradients).
-    const double grad_norm =
-        grads_sharded ? zero->clip_gradients(args_.max_grad_norm) : gradient_norm(backend_, *grads);
-    const double grad_scale = grads_sharded ? 1.0 : clip_coefficient(grad_norm, args_.max_grad_norm);
+    // The clipping coefficient goes to the optimizer, which multiplies it into each gradient as it reads it
+    // (the same bits as scaling them first, without a pass of its own over the gradients).
+    const double grad_norm = grads_sharded ? zero->gradient_norm() : gradient_norm(backend_, *grads);
+    const double grad_scale = clip_coefficient(grad_norm, args_.max_grad_norm);
     // The schedule advances with the updates made, as Hugging Face's does when GradScaler skips one.
     const double lr =
         scheduled_lr(args_.lr_scheduler_type, args_.learning_rate, updates, args_.warmup_steps, total_steps_);
