@@ -1,6 +1,7 @@
-// dropout_keys.cuh: the dropout mask of core/random.h as the fused attention
-// kernels generate it (flash_attention.cu, flash_attention_f32.cu), with the
-// per-launch constants precomputed on the host. Included from .cu only.
+// dropout_keys.cuh: the dropout mask of core/random.h as the CUDA kernels
+// generate it (the fused attentions, the fused residual LayerNorm, the
+// element-wise dropout), with the per-launch constants precomputed on the
+// host. Included from .cu only.
 #pragma once
 
 #include <cmath>

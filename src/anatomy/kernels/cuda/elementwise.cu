@@ -20,6 +20,7 @@
 #include "anatomy/core/random.h"
 #include "anatomy/kernels/cuda/activation_math.cuh"
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/dropout_keys.cuh"
 #include "anatomy/kernels/cuda/half_types.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
 
@@ -185,8 +186,9 @@ struct ScaleOp {
 // index, not on i) and makes one call per group.
 
 struct DropoutArgs {
-  uint64_t seed, stream, index_base;
-  float p, scale;
+  DropoutKeys keys;  // the launch's generator constants (dropout_keys.cuh): dropout_keep4's bits
+  uint64_t index_base;
+  float scale;
 };
 
 // With index_base % 4 == 0 and x, y 16-byte aligned: 8 elements per thread,
@@ -199,8 +201,7 @@ __global__ void dropout_vec8_kernel(const T* x, T* y, int64_t n, DropoutArgs a) 
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < chunks; c += stride) {
     const int64_t i = c * 8;
     const uint64_t counter = (a.index_base + static_cast<uint64_t>(i)) >> 2;
-    const uint32_t keep = dropout_keep4(a.seed, a.stream, counter, a.p) |
-                          dropout_keep4(a.seed, a.stream, counter + 1, a.p) << 4;
+    const uint32_t keep = keep4(a.keys, counter) | keep4(a.keys, counter + 1) << 4;
     if (i + 8 <= n) {
       float v[8];
       load8(x + i, v);
@@ -223,7 +224,7 @@ __global__ void dropout_group_kernel(const T* x, T* y, int64_t n, DropoutArgs a)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < groups; c += stride) {
     const uint64_t counter = first + static_cast<uint64_t>(c);
-    const uint32_t keep = dropout_keep4(a.seed, a.stream, counter, a.p);
+    const uint32_t keep = keep4(a.keys, counter);
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       const uint64_t index = counter * 4 + static_cast<uint64_t>(w);
@@ -328,7 +329,7 @@ void dropout(cudaStream_t s, const float* x, float* y, int64_t n, const DropoutS
     return;
   }
   const float scale = 1.0f / (1.0f - spec.p);  // in float, as the CPU computes it
-  launch_dropout(s, x, y, n, DropoutArgs{spec.seed, spec.stream, index_base, spec.p, scale});
+  launch_dropout(s, x, y, n, DropoutArgs{make_dropout_keys(spec), index_base, scale});
 }
 
 void select_row(cudaStream_t s, const float* x, int64_t B, int64_t L, int64_t H, int64_t row, float* out) {
@@ -422,7 +423,7 @@ void dropout_half(cudaStream_t s, Half h, const void* x, void* y, int64_t n, con
   with_half_type(h, [&](auto tag) {
     using T = typename decltype(tag)::type;
     launch_dropout(s, static_cast<const T*>(x), static_cast<T*>(y), n,
-                   DropoutArgs{spec.seed, spec.stream, index_base, spec.p, scale});
+                   DropoutArgs{make_dropout_keys(spec), index_base, scale});
   });
 }
 

@@ -27,9 +27,9 @@
 #include <cstdint>
 #include <initializer_list>
 
-#include "anatomy/core/random.h"
 #include "anatomy/kernels/cuda/chunk_sums.cuh"
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/dropout_keys.cuh"
 #include "anatomy/kernels/cuda/fused.cuh"
 #include "anatomy/kernels/cuda/half_types.cuh"
 #include "anatomy/kernels/cuda/reductions.cuh"
@@ -46,23 +46,16 @@ static_assert(kMaxGroups == kFusedLayerNormMaxGroups, "fused_layernorm_supported
 // Pack8 / load_pack (packed 16-byte loads), load8 / store8 (widening and
 // rounding 16-byte accesses): half_types.cuh.
 
-// Keep bits of the 8 elements index .. index + 7 (index a multiple of 8): bit j for element index + j.
-__device__ __forceinline__ uint32_t keep_bits8(const DropoutSpec& d, uint64_t index) {
-  uint32_t bits = 0;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const uint64_t counter = (index >> 2) + half;
-    const Philox4 r = philox4x32(d.seed, static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32),
-                                 static_cast<uint32_t>(d.stream), static_cast<uint32_t>(d.stream >> 32));
-#pragma unroll
-    for (int w = 0; w < 4; ++w) bits |= static_cast<uint32_t>(uniform_from_bits(r.v[w]) >= d.p) << (4 * half + w);
-  }
-  return bits;
+// Keep bits of the 8 elements index .. index + 7 (index a multiple of 8): bit j
+// for element index + j; two generator calls with the launch's precomputed
+// keys (dropout_keys.cuh), the bits of dropout_keep4.
+__device__ __forceinline__ uint32_t keep_bits8(const DropoutKeys& keys, uint64_t index) {
+  return keep4(keys, index >> 2) | keep4(keys, (index >> 2) + 1) << 4;
 }
 
 template <typename T, int kGroups>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
-    residual_ln_forward_kernel(const T* x, const T* residual, const DropoutSpec d, float keep_scale,
+    residual_ln_forward_kernel(const T* x, const T* residual, const DropoutKeys keys, bool dropout, float keep_scale,
                                const float* gamma, const float* beta, float eps, T* sum_out, T* y, float* mean,
                                float* rstd, int64_t rows, int H) {
   const int lane = threadIdx.x % kWarp;
@@ -78,10 +71,10 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     float a[8], b[8];
     load8(x + base + h, a);
     load8(residual + base + h, b);
-    const uint32_t keep = d.p > 0.0f ? keep_bits8(d, static_cast<uint64_t>(base + h)) : 0xffu;
+    const uint32_t keep = dropout ? keep_bits8(keys, static_cast<uint64_t>(base + h)) : 0xffu;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const float branch = d.p > 0.0f ? (((keep >> j) & 1u) ? a[j] * keep_scale : 0.0f) : a[j];
+      const float branch = dropout ? (((keep >> j) & 1u) ? a[j] * keep_scale : 0.0f) : a[j];
       v[g][j] = to_float(from_float<T>(branch + b[j]));  // the saved, rounded sum
       lane_sum += v[g][j];
     }
@@ -153,7 +146,7 @@ __device__ __forceinline__ void store_slots8(float* base, int g, int lane, const
 template <typename T, int kGroups, bool kBias>
 __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, 2)
     residual_ln_backward_kernel(const T* dy, const T* x, const float* mean, const float* rstd, const float* gamma,
-                                const DropoutSpec d, float keep_scale, T* d_residual, T* d_x, float* partial_gamma,
+                                const DropoutKeys keys, bool dropout, float keep_scale, T* d_residual, T* d_x, float* partial_gamma,
                                 float* partial_beta, float* partial_bias, int64_t rows, int H,
                                 int64_t rows_per_chunk) {
   // γ, then each warp's column sums of dy·x̂, of dy and (kBias) of d_x:
@@ -230,13 +223,13 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock, 2)
       if (h >= H) continue;
       float o[8], od[8], ga[8];
       load_slots8(gamma_s, g, lane, ga);
-      const uint32_t keep = d.p > 0.0f ? keep_bits8(d, static_cast<uint64_t>(base + h)) : 0xffu;
+      const uint32_t keep = dropout ? keep_bits8(keys, static_cast<uint64_t>(base + h)) : 0xffu;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const float xh = (to_float(raw_x[g].e[j]) - m) * s;
         const float dyg = to_float(raw_dy[g].e[j]) * ga[j];
         o[j] = to_float(from_float<T>(s * (dyg - mean_dyg - xh * mean_dyg_xh)));
-        od[j] = d.p > 0.0f ? (((keep >> j) & 1u) ? o[j] * keep_scale : 0.0f) : o[j];
+        od[j] = dropout ? (((keep >> j) & 1u) ? o[j] * keep_scale : 0.0f) : o[j];
       }
       store8(d_residual + base + h, o);
       store8(d_x + base + h, od);
@@ -349,7 +342,8 @@ void residual_layernorm_forward_fused(cudaStream_t s, DType dtype, const void* x
     with_groups(H, [&](auto groups) {
       residual_ln_forward_kernel<T, decltype(groups)::value>
           <<<static_cast<unsigned>(blocks), kWarp * kWarpsPerBlock, 0, s>>>(
-              static_cast<const T*>(x), static_cast<const T*>(residual), dropout, keep_scale_of(dropout), gamma,
+              static_cast<const T*>(x), static_cast<const T*>(residual), make_dropout_keys(dropout), dropout.p > 0.0f,
+              keep_scale_of(dropout), gamma,
               beta, static_cast<float>(eps), static_cast<T*>(sum), static_cast<T*>(y), mean, rstd, rows,
               static_cast<int>(H));
     });
@@ -383,7 +377,8 @@ void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* 
       ANATOMY_CHECK(raised, "residual_layernorm_backward: no {} bytes of shared memory for H = {}", shared, H);
     }
     kernel<<<static_cast<unsigned>(chunks), kWarp * kWarpsPerBlock, shared, s>>>(
-        static_cast<const T*>(dy), static_cast<const T*>(sum), mean, rstd, gamma, dropout, keep_scale_of(dropout),
+        static_cast<const T*>(dy), static_cast<const T*>(sum), mean, rstd, gamma, make_dropout_keys(dropout),
+        dropout.p > 0.0f, keep_scale_of(dropout),
         static_cast<T*>(d_residual), static_cast<T*>(d_x), partial_gamma, partial_beta, partial_bias, rows,
         static_cast<int>(H), rows_per_chunk);
   };
