@@ -422,9 +422,11 @@ TEST(GeluTiming, DISABLED_AtBertLargeShape) {
 }
 
 // A measurement, not a test (run with --gtest_also_run_disabled_tests): the
-// fused residual LayerNorm backward at bert-large's shape (batch 32 × 512 rows
-// of 1024, bf16), with and without dropout and the bias gradient, against the
-// 128 MiB it must move at least (dy and the sum read, two gradients written).
+// fused residual LayerNorm forward and backward at bert-large's shape (batch
+// 32 × 512 rows of 1024, bf16), with and without dropout (and the backward's
+// bias gradient), against the 128 MiB each must move at least (forward: x and
+// the residual read, the sum and y written; backward: dy and the sum read, two
+// gradients written).
 TEST(FusedLayerNormTiming, DISABLED_BackwardAtBertLargeShape) {
   SKIP_WITHOUT_GPU();
   auto gpu = cuda::make_cuda_backend(0);
@@ -439,6 +441,15 @@ TEST(FusedLayerNormTiming, DISABLED_BackwardAtBertLargeShape) {
   Tensor dg = upload(*gpu, {H}, std::vector<float>(H), DType::F32, "dg");
   Tensor db = upload(*gpu, {H}, std::vector<float>(H), DType::F32, "db");
   Tensor dbias = upload(*gpu, {H}, std::vector<float>(H), DType::F32, "dbias");
+  Tensor y = upload(*gpu, {rows, H}, a, t, "y");
+  Tensor beta = upload(*gpu, {H}, random_vector(H, 3), DType::F32, "b");
+  for (float p : {0.0f, 0.1f}) {
+    const DropoutSpec drop{p, 1234, 77};
+    const auto run = [&] { gpu->residual_layernorm_forward(dx, dres, drop, gamma, beta, 1e-12, sum, y, mean, rstd); };
+    const double ms = test::mean_ms(*gpu, 50, run);
+    std::printf("residual LayerNorm forward, p %.1f: %.4f ms, %.0f GB/s of the 128 MiB floor\n", p, ms,
+                4.0 * rows * H * 2 / ms / 1e6);
+  }
   for (float p : {0.0f, 0.1f}) {
     for (bool bias : {false, true}) {
       const DropoutSpec drop{p, 1234, 77};
