@@ -677,3 +677,121 @@ TEST(CudaBackendAttention, InterleavedGradientsAreTheSeparateOnes) {
 
 }  // namespace
 }  // namespace anatomy
+
+namespace anatomy {
+namespace {
+
+// The embeddings block in one kernel each way (embedding_norm.cu) against
+// Backend's sequence of ops on the same GPU and against the CPU backend, for
+// every output dtype, hidden sizes with a partial last group of 128 and the
+// largest one, with and without dropout. The sum is the same float additions
+// (bits); the LayerNorm sums in double in another order, so mean, rstd, out
+// and d_sum may differ by a float rounding (and then out by one 16-bit
+// rounding); the dropout masks must be the same elements; work is the same
+// bits, and so dgamma and dbeta, summed by the same column kernels.
+TEST(CudaBackendEmbeddings, FusedLayerNormBlockMatchesTheOpsAndTheCpu) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = cuda::make_cuda_backend(0);
+  auto cpu = make_cpu_backend(1);
+  struct Case {
+    int64_t rows, H;
+  };
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    for (const Case c : {Case{74, 1024}, Case{15, 96}, Case{1, 4}, Case{33, 2048}, Case{9, 260}}) {
+      for (float p : {0.0f, 0.1f}) {
+        const int64_t V = 50, P = 40, Y = 2, n = c.rows * c.H;
+        const std::string what = std::string(dtype_name(t)) + " rows " + std::to_string(c.rows) + " H " +
+                                 std::to_string(c.H) + " p " + std::to_string(p);
+        std::vector<int64_t> ids(c.rows), pos(c.rows), types(c.rows);
+        for (int64_t r = 0; r < c.rows; ++r) {
+          ids[r] = (r * 7 + 3) % V;
+          pos[r] = r % P;
+          types[r] = (r / 3) % Y;
+        }
+        const auto word = random_vector(V * c.H, 41), ptab = random_vector(P * c.H, 42, 0.3f),
+                   ytab = random_vector(Y * c.H, 43, 0.2f), gamma = random_vector(c.H, 44),
+                   beta = random_vector(c.H, 45, 0.1f), dout = random_vector(n, 46);
+        const DropoutSpec drop{p, 99, 5};
+        struct Outs {
+          std::vector<float> sum, mean, rstd, out, work, d_sum, dgamma, dbeta;
+        };
+        // which: 0 the GPU's fused override, 1 Backend's ops on the GPU, 2 the CPU.
+        auto run = [&](int which, const std::vector<float>* mean_in, const std::vector<float>* rstd_in) {
+          Backend& b = which == 2 ? *cpu : *gpu;
+          auto ints = [&](const std::vector<int64_t>& v, const char* name) {
+            Tensor x = Tensor::empty(b.ledger(), {c.rows}, DType::I64, Category::Temporary, name);
+            b.copy_from_host(x, v.data());
+            return x;
+          };
+          const Tensor tids = ints(ids, "ids"), tpos = ints(pos, "pos"), ttypes = ints(types, "types");
+          const Tensor tw = upload(b, {V, c.H}, word, DType::F32, "word"), tp = upload(b, {P, c.H}, ptab, DType::F32, "p"),
+                       ty = upload(b, {Y, c.H}, ytab, DType::F32, "y");
+          const Tensor tg = upload(b, {c.H}, gamma, DType::F32, "g"), tb = upload(b, {c.H}, beta, DType::F32, "b");
+          const Tensor sum = upload(b, {c.rows, c.H}, std::vector<float>(n), DType::F32, "sum");
+          const Tensor mean = upload(b, {c.rows}, std::vector<float>(c.rows), DType::F32, "mean");
+          const Tensor rstd = upload(b, {c.rows}, std::vector<float>(c.rows), DType::F32, "rstd");
+          const Tensor out = upload(b, {c.rows, c.H}, std::vector<float>(n), t, "out");
+          const Tensor work = t == DType::F32 ? out : upload(b, {c.rows, c.H}, std::vector<float>(n), DType::F32, "w");
+          if (which == 0)
+            b.embeddings_layernorm_forward(tids, tpos, ttypes, tw, tp, ty, tg, tb, 1e-12, drop, sum, mean, rstd, work,
+                                           out);
+          else
+            b.Backend::embeddings_layernorm_forward(tids, tpos, ttypes, tw, tp, ty, tg, tb, 1e-12, drop, sum, mean,
+                                                    rstd, work, out);
+          Outs o;
+          o.sum = download(b, sum);
+          o.mean = download(b, mean);
+          o.rstd = download(b, rstd);
+          o.out = download(b, out);
+          // The backward from the same statistics on every path.
+          const Tensor m2 = upload(b, {c.rows}, mean_in ? *mean_in : o.mean, DType::F32, "m2");
+          const Tensor r2 = upload(b, {c.rows}, rstd_in ? *rstd_in : o.rstd, DType::F32, "r2");
+          const Tensor tdout = upload(b, {c.rows, c.H}, dout, t, "dout");
+          const Tensor bwork =
+              t == DType::F32 ? tdout : upload(b, {c.rows, c.H}, std::vector<float>(n), DType::F32, "bw");
+          const Tensor d_sum = upload(b, {c.rows, c.H}, std::vector<float>(n), DType::F32, "d_sum");
+          const Tensor dg = upload(b, {c.H}, std::vector<float>(c.H, 0.5f), DType::F32, "dg");
+          const Tensor db = upload(b, {c.H}, std::vector<float>(c.H, -0.25f), DType::F32, "db");
+          if (which == 0)
+            b.embeddings_layernorm_backward(tdout, sum, m2, r2, tg, drop, bwork, d_sum, dg, db);
+          else
+            b.Backend::embeddings_layernorm_backward(tdout, sum, m2, r2, tg, drop, bwork, d_sum, dg, db);
+          o.work = download(b, bwork);
+          o.d_sum = download(b, d_sum);
+          o.dgamma = download(b, dg);
+          o.dbeta = download(b, db);
+          return o;
+        };
+        const Outs fused = run(0, nullptr, nullptr);
+        const Outs ops = run(1, &fused.mean, &fused.rstd);
+        const Outs ref = run(2, &fused.mean, &fused.rstd);
+        const double u = 2 * unit_roundoff(t), f = 2 * unit_roundoff(DType::F32);
+        EXPECT_EQ(fused.sum, ops.sum) << what << " sum";
+        expect_near(fused.mean, ops.mean, f, 1e-7, what + " mean");
+        expect_near(fused.rstd, ops.rstd, f, 0.0, what + " rstd");
+        expect_near(fused.out, ops.out, u, 1e-7, what + " out");
+        int64_t zeros_differ = 0, dropped = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          zeros_differ += (fused.out[i] == 0.0f) != (ops.out[i] == 0.0f);
+          dropped += ops.out[i] == 0.0f;
+        }
+        EXPECT_EQ(zeros_differ, 0) << what << ": dropout masks differ";
+        if (p > 0.0f && n >= 1000) EXPECT_GT(dropped, n / 20) << what << ": no dropout";
+        EXPECT_EQ(fused.work, ops.work) << what << " work";
+        expect_near(fused.d_sum, ops.d_sum, f, 1e-6, what + " d_sum");
+        EXPECT_EQ(fused.dgamma, ops.dgamma) << what << " dgamma";
+        EXPECT_EQ(fused.dbeta, ops.dbeta) << what << " dbeta";
+        // The CPU: the same float sums, LayerNorm in double.
+        EXPECT_EQ(fused.sum, ref.sum) << what << " sum (cpu)";
+        expect_near(fused.out, ref.out, u, 1e-7, what + " out (cpu)");
+        EXPECT_EQ(fused.work, ref.work) << what << " work (cpu)";
+        expect_near(fused.d_sum, ref.d_sum, f, 1e-6, what + " d_sum (cpu)");
+        expect_near(fused.dgamma, ref.dgamma, 1e-6, 1e-6, what + " dgamma (cpu)");
+        expect_near(fused.dbeta, ref.dbeta, 1e-6, 1e-6, what + " dbeta (cpu)");
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace anatomy

@@ -27,4 +27,32 @@ void Backend::attention_forward_packed(const Tensor& q, const Tensor& k, const T
   }
 }
 
+void Backend::embeddings_layernorm_forward(const Tensor& ids, const Tensor& positions, const Tensor& token_types,
+                                           const Tensor& word, const Tensor& position, const Tensor& token_type,
+                                           const Tensor& gamma, const Tensor& beta, double eps,
+                                           const DropoutSpec& dropout_spec, const Tensor& sum, const Tensor& mean,
+                                           const Tensor& rstd, const Tensor& work, const Tensor& out) {
+  ANATOMY_CHECK(work.dtype() == DType::F32 && work.numel() == sum.numel() && out.numel() == sum.numel(),
+                "embeddings_layernorm_forward: {} must be float32 like {}, and {} the same size", work.name(),
+                sum.name(), out.name());
+  embedding_forward(ids, word, sum, false);
+  embedding_forward(positions, position, sum, true);
+  embedding_forward(token_types, token_type, sum, true);
+  layernorm_forward(sum, gamma, beta, eps, work, mean, rstd);
+  dropout(work, work, dropout_spec);
+  if (work.raw() != out.raw()) cast(work, out);
+}
+
+void Backend::embeddings_layernorm_backward(const Tensor& dout, const Tensor& sum, const Tensor& mean,
+                                            const Tensor& rstd, const Tensor& gamma, const DropoutSpec& dropout_spec,
+                                            const Tensor& work, const Tensor& d_sum, const Tensor& dgamma,
+                                            const Tensor& dbeta) {
+  ANATOMY_CHECK(work.dtype() == DType::F32 && work.numel() == dout.numel() && d_sum.numel() == dout.numel(),
+                "embeddings_layernorm_backward: {} must be float32 the size of {}, and {} too", work.name(),
+                dout.name(), d_sum.name());
+  if (work.raw() != dout.raw()) cast(dout, work);
+  dropout(work, work, dropout_spec);
+  layernorm_backward(work, sum, mean, rstd, gamma, d_sum, dgamma, dbeta);
+}
+
 }  // namespace anatomy

@@ -157,6 +157,27 @@ class Backend {
   // dtable[ids[t]] += dout[t], skipping rows whose id equals padding_idx (pass -1 for none).
   virtual void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx) = 0;
 
+  // The embeddings block, forward: sum = word[ids] + position[positions] +
+  // token_type[token_types] (float32 tables, added in that order, as three
+  // embedding_forward calls), y = LayerNorm(sum) (saves mean and rstd),
+  // out = dropout(y) rounded once to out's dtype. `work` is float32 like sum:
+  // where y is kept before the dropout and the rounding (out itself when out
+  // is float32). The default runs those ops; a backend may fuse them (and then
+  // need not touch work).
+  virtual void embeddings_layernorm_forward(const Tensor& ids, const Tensor& positions, const Tensor& token_types,
+                                            const Tensor& word, const Tensor& position, const Tensor& token_type,
+                                            const Tensor& gamma, const Tensor& beta, double eps,
+                                            const DropoutSpec& dropout, const Tensor& sum, const Tensor& mean,
+                                            const Tensor& rstd, const Tensor& work, const Tensor& out);
+  // Its backward up to the sum: work = dropout(float32(dout)) (written; work
+  // may be dout itself when dout is float32), d_sum = LayerNorm's input
+  // gradient from work (written), dgamma and dbeta accumulate. The default runs
+  // cast, dropout and layernorm_backward.
+  virtual void embeddings_layernorm_backward(const Tensor& dout, const Tensor& sum, const Tensor& mean,
+                                             const Tensor& rstd, const Tensor& gamma, const DropoutSpec& dropout,
+                                             const Tensor& work, const Tensor& d_sum, const Tensor& dgamma,
+                                             const Tensor& dbeta);
+
   // --- normalisation ---
   // y = (x - mean) * rstd * gamma + beta over the last dimension; saves mean and rstd [rows].
   virtual void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,

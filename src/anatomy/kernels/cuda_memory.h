@@ -207,6 +207,15 @@ inline bool fused_layernorm_supported(int64_t H, std::initializer_list<const voi
     if (!is_16_byte_aligned(p)) return false;
   return true;
 }
+// The fused embeddings block (embedding_norm.cu): float32 tables, rows of H
+// elements, H a multiple of 4 up to 2048, 16-byte aligned tensors. Its
+// backward takes layernorm_backward_scratch_bytes, as the plain path does.
+inline bool embeddings_layernorm_fused_supported(int64_t H, std::initializer_list<const void*> pointers) {
+  if (H <= 0 || H % 4 != 0 || H > 2048) return false;
+  for (const void* p : pointers)
+    if (!is_16_byte_aligned(p)) return false;
+  return true;
+}
 constexpr int64_t fused_partial_chunks(int64_t rows) {
   const int64_t rows_per_chunk = std::clamp<int64_t>(rows / (2 * kFusedLayerNormMaxChunks), 8, 32);
   return std::clamp<int64_t>((rows + rows_per_chunk - 1) / rows_per_chunk, 1, kFusedLayerNormMaxChunks);

@@ -234,6 +234,33 @@ void ProfilingBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, c
         bytes_of(x) + bytes_of(y) + bytes_of(gamma) + bytes_of(beta) + bytes_of(mean) + bytes_of(rstd),
         [&] { inner_.layernorm_forward(x, gamma, beta, eps, y, mean, rstd); });
 }
+// The embeddings block is one op each way, named after its LayerNorm. The
+// bytes are what it must move at least: the gathered word rows, the position
+// and token-type tables, sum and out written (forward); dout and sum read,
+// work and d_sum written (backward).
+void ProfilingBackend::embeddings_layernorm_forward(const Tensor& ids, const Tensor& positions,
+                                                    const Tensor& token_types, const Tensor& word,
+                                                    const Tensor& position, const Tensor& token_type,
+                                                    const Tensor& gamma, const Tensor& beta, double eps,
+                                                    const DropoutSpec& dropout, const Tensor& sum, const Tensor& mean,
+                                                    const Tensor& rstd, const Tensor& work, const Tensor& out) {
+  timed("embeddings_layernorm_forward", operand_name(gamma.name()), OpClass::Normalization, 12.0 * numel_of(sum),
+        bytes_of(ids) + bytes_of(positions) + bytes_of(token_types) + 2.0 * bytes_of(sum) + bytes_of(position) +
+            bytes_of(token_type) + bytes_of(out) + bytes_of(mean) + bytes_of(rstd) + bytes_of(gamma) + bytes_of(beta),
+        [&] {
+          inner_.embeddings_layernorm_forward(ids, positions, token_types, word, position, token_type, gamma, beta,
+                                              eps, dropout, sum, mean, rstd, work, out);
+        });
+}
+void ProfilingBackend::embeddings_layernorm_backward(const Tensor& dout, const Tensor& sum, const Tensor& mean,
+                                                     const Tensor& rstd, const Tensor& gamma,
+                                                     const DropoutSpec& dropout, const Tensor& work,
+                                                     const Tensor& d_sum, const Tensor& dgamma, const Tensor& dbeta) {
+  timed("embeddings_layernorm_backward", operand_name(gamma.name()), OpClass::Normalization, 14.0 * numel_of(sum),
+        bytes_of(dout) + bytes_of(sum) + bytes_of(work) + bytes_of(d_sum) +
+            bytes_of(mean) + bytes_of(rstd) + bytes_of(gamma) + 2.0 * (bytes_of(dgamma) + bytes_of(dbeta)),
+        [&] { inner_.embeddings_layernorm_backward(dout, sum, mean, rstd, gamma, dropout, work, d_sum, dgamma, dbeta); });
+}
 void ProfilingBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                           const Tensor& gamma, const Tensor& dx, const Tensor& dgamma,
                                           const Tensor& dbeta) {

@@ -85,6 +85,14 @@ class ProfilingBackend final : public Backend {
                                  const std::vector<Tensor>& dw, const std::vector<Tensor>& db) override;
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) override;
   void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx) override;
+  void embeddings_layernorm_forward(const Tensor& ids, const Tensor& positions, const Tensor& token_types,
+                                    const Tensor& word, const Tensor& position, const Tensor& token_type,
+                                    const Tensor& gamma, const Tensor& beta, double eps, const DropoutSpec& dropout,
+                                    const Tensor& sum, const Tensor& mean, const Tensor& rstd, const Tensor& work,
+                                    const Tensor& out) override;
+  void embeddings_layernorm_backward(const Tensor& dout, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
+                                     const Tensor& gamma, const DropoutSpec& dropout, const Tensor& work,
+                                     const Tensor& d_sum, const Tensor& dgamma, const Tensor& dbeta) override;
   void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
                          const Tensor& mean, const Tensor& rstd) override;
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,

@@ -270,14 +270,12 @@ ForwardOutput BertForSequenceClassification::forward(const BertInputs& inputs, c
 
 void BertForSequenceClassification::embeddings_forward(const SavedTensors& s) {
   const Tensor& sum = s["ln_in"];
-  backend_.embedding_forward(ids_, w_.word, sum, false);
-  backend_.embedding_forward(positions_, w_.position, sum, true);
-  backend_.embedding_forward(token_types_, w_.token_type, sum, true);
   // The embeddings compute in float32; under mixed precision their output is rounded once for the encoder.
-  const Tensor out = compute_ == DType::F32 ? s["out"] : temporary(sum.shape(), "embeddings_out");
-  backend_.layernorm_forward(sum, w_.emb_ln_w, w_.emb_ln_b, config_.layer_norm_eps, out, s["ln_mean"], s["ln_rstd"]);
-  backend_.dropout(out, out, dropout_at(config_.hidden_dropout_prob, site_embeddings()));
-  if (compute_ != DType::F32) backend_.cast(out, s["out"]);
+  const Tensor work = compute_ == DType::F32 ? s["out"] : temporary(sum.shape(), "embeddings_out");
+  backend_.embeddings_layernorm_forward(ids_, positions_, token_types_, w_.word, w_.position, w_.token_type,
+                                        w_.emb_ln_w, w_.emb_ln_b, config_.layer_norm_eps,
+                                        dropout_at(config_.hidden_dropout_prob, site_embeddings()), sum,
+                                        s["ln_mean"], s["ln_rstd"], work, s["out"]);
 }
 
 void BertForSequenceClassification::encoder_forward(int64_t l, const Tensor& x, const SavedTensors& s) {
@@ -508,15 +506,12 @@ Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& 
 }
 
 void BertForSequenceClassification::embeddings_backward(const SavedTensors& s, const Tensor& dout_in) {
-  Tensor dout = dout_in;
-  if (compute_ != DType::F32) {  // back to float32, where the embeddings computed
-    dout = temporary(dout_in.shape(), "d_embeddings_out");
-    backend_.cast(dout_in, dout);
-  }
-  backend_.dropout(dout, dout, dropout_at(config_.hidden_dropout_prob, site_embeddings()));
+  // Back to float32, where the embeddings computed (in place when the model computes in float32).
+  const Tensor work = compute_ == DType::F32 ? dout_in : temporary(dout_in.shape(), "d_embeddings_out");
   Tensor d_sum = temporary({B_, L_, config_.hidden_size}, "d_embeddings");
-  backend_.layernorm_backward(dout, s["ln_in"], s["ln_mean"], s["ln_rstd"], w_.emb_ln_w, d_sum, g_.emb_ln_w,
-                              g_.emb_ln_b);
+  backend_.embeddings_layernorm_backward(dout_in, s["ln_in"], s["ln_mean"], s["ln_rstd"], w_.emb_ln_w,
+                                         dropout_at(config_.hidden_dropout_prob, site_embeddings()), work, d_sum,
+                                         g_.emb_ln_w, g_.emb_ln_b);
   backend_.embedding_backward(ids_, d_sum, g_.word, config_.pad_token_id);
   backend_.embedding_backward(positions_, d_sum, g_.position, -1);
   backend_.embedding_backward(token_types_, d_sum, g_.token_type, -1);

@@ -346,6 +346,48 @@ class CudaBackend final : public Backend {
     else ANATOMY_CHECK(false, "cast from {} to {}", dtype_name(src.dtype()), dtype_name(dst.dtype()));
   }
 
+  // The embeddings block in one kernel each way where the shapes allow
+  // (embedding_norm.cu); otherwise Backend's sequence of ops.
+  void embeddings_layernorm_forward(const Tensor& ids, const Tensor& positions, const Tensor& token_types,
+                                    const Tensor& word, const Tensor& position, const Tensor& token_type,
+                                    const Tensor& gamma, const Tensor& beta, double eps, const DropoutSpec& dropout,
+                                    const Tensor& sum, const Tensor& mean, const Tensor& rstd, const Tensor& work,
+                                    const Tensor& out) override {
+    const int64_t H = sum.dim(-1), rows = rows_of(sum);
+    const bool fused =
+        word.dtype() == DType::F32 && position.dtype() == DType::F32 && token_type.dtype() == DType::F32 &&
+        sum.dtype() == DType::F32 && work.dtype() == DType::F32 && out.numel() == sum.numel() &&
+        word.dim(-1) == H && position.dim(-1) == H && token_type.dim(-1) == H && ids.numel() == rows &&
+        positions.numel() == rows && token_types.numel() == rows && ids.dtype() == DType::I64 &&
+        positions.dtype() == DType::I64 && token_types.dtype() == DType::I64 &&
+        embeddings_layernorm_fused_supported(H, {word.raw(), position.raw(), token_type.raw(), sum.raw(), out.raw()});
+    if (!fused)
+      return Backend::embeddings_layernorm_forward(ids, positions, token_types, word, position, token_type, gamma,
+                                                   beta, eps, dropout, sum, mean, rstd, work, out);
+    cuda::embeddings_layernorm_forward_fused(stream_, out.dtype(), ids.data<int64_t>(), positions.data<int64_t>(),
+                                             token_types.data<int64_t>(), word.data<float>(), position.data<float>(),
+                                             token_type.data<float>(), gamma.data<float>(), beta.data<float>(), eps,
+                                             dropout, sum.data<float>(), out.raw(), mean.data<float>(),
+                                             rstd.data<float>(), rows, H);
+  }
+  void embeddings_layernorm_backward(const Tensor& dout, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
+                                     const Tensor& gamma, const DropoutSpec& dropout, const Tensor& work,
+                                     const Tensor& d_sum, const Tensor& dgamma, const Tensor& dbeta) override {
+    const int64_t H = sum.dim(-1), rows = rows_of(sum);
+    const bool fused = sum.dtype() == DType::F32 && work.dtype() == DType::F32 && d_sum.dtype() == DType::F32 &&
+                       dout.numel() == sum.numel() && work.numel() == sum.numel() && d_sum.numel() == sum.numel() &&
+                       embeddings_layernorm_fused_supported(H, {dout.raw(), sum.raw(), work.raw(), d_sum.raw()});
+    if (!fused)
+      return Backend::embeddings_layernorm_backward(dout, sum, mean, rstd, gamma, dropout, work, d_sum, dgamma,
+                                                    dbeta);
+    // MIRRORED (through Backend's sequence, whose layernorm_backward asks the same): the partial sums' scratch.
+    void* scratch = scratch_bytes(layernorm_backward_scratch_bytes(rows, H));
+    cuda::embeddings_layernorm_backward_fused(stream_, dout.dtype(), dout.raw(), sum.data<float>(), mean.data<float>(),
+                                              rstd.data<float>(), gamma.data<float>(), dropout, work.data<float>(),
+                                              d_sum.data<float>(), dgamma.data<float>(), dbeta.data<float>(), rows, H,
+                                              scratch);
+  }
+
   void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
                          const Tensor& mean, const Tensor& rstd) override {
     if (x.dtype() != DType::F32) {

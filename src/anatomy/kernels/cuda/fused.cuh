@@ -38,6 +38,29 @@ void residual_layernorm_backward_fused(cudaStream_t s, DType dtype, const void* 
                                       void* d_residual, void* d_x, float* dgamma, float* dbeta, float* d_bias,
                                       int64_t rows, int64_t H, void* scratch);
 
+// The embeddings block (Backend::embeddings_layernorm_forward) in one pass:
+// sum = (word[ids] + pos[pos_ids]) + type[type_ids] (float32), LayerNorm in
+// double (mean and rstd saved), dropout in float, out rounded once to
+// `out_dtype` (float32, bf16 or fp16). Where embeddings_layernorm_fused_supported
+// (cuda_memory.h) holds.
+void embeddings_layernorm_forward_fused(cudaStream_t s, DType out_dtype, const int64_t* ids, const int64_t* pos_ids,
+                                        const int64_t* type_ids, const float* word, const float* pos,
+                                        const float* type, const float* gamma, const float* beta, double eps,
+                                        const DropoutSpec& dropout, float* sum, void* out, float* mean, float* rstd,
+                                        int64_t rows, int64_t H);
+// Its backward up to the sum: work = dropout(float(dout)), d_sum = LayerNorm's
+// input gradient (both written), dgamma and dbeta accumulate (layernorm.cu's
+// column sums from work and sum). `scratch`: layernorm_backward_scratch_bytes.
+void embeddings_layernorm_backward_fused(cudaStream_t s, DType dout_dtype, const void* dout, const float* sum,
+                                         const float* mean, const float* rstd, const float* gamma,
+                                         const DropoutSpec& dropout, float* work, float* d_sum, float* dgamma,
+                                         float* dbeta, int64_t rows, int64_t H, void* scratch);
+// dgamma += Σ_rows dy·x̂, dbeta += Σ_rows dy for float32 dy and x: the column
+// sums of layernorm_backward (layernorm.cu), without its input gradient.
+// `scratch`: layernorm_backward_scratch_bytes(rows, H).
+void layernorm_param_gradients(cudaStream_t s, const float* dy, const float* x, const float* mean, const float* rstd,
+                               float* dgamma, float* dbeta, int64_t rows, int64_t H, void* scratch);
+
 // out[n] += Σ_c partial[c, n] over `chunks` float partials of N columns, in
 // double, in a fixed order (32 strided runs of chunks, then a tree): the last
 // step of the column sums above. With planes > 1, plane p's partials follow

@@ -29,6 +29,7 @@
 
 #include "anatomy/kernels/cuda/chunk_sums.cuh"
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/fused.cuh"
 #include "anatomy/kernels/cuda/half_types.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
 #include "anatomy/kernels/cuda/reductions.cuh"
@@ -220,14 +221,10 @@ void layernorm_forward_impl(cudaStream_t s, const T* x, const float* gamma, cons
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename T, int V>
-void layernorm_backward_impl(cudaStream_t s, const T* dy, const T* x, const float* mean, const float* rstd,
-                             const float* gamma, T* dx, float* dgamma, float* dbeta, int64_t rows, int64_t H,
-                             void* scratch) {
-  layernorm_backward_dx_kernel<T, V><<<row_blocks(rows), kWarp * kRowsPerBlock, 0, s>>>(dy, x, mean, rstd, gamma,
-                                                                                        dx, rows, H);
-  ANATOMY_CUDA_CHECK(cudaGetLastError());
-
+// dgamma and dbeta: the chunks' column partials, then their sums.
+template <typename T>
+void layernorm_param_gradients_impl(cudaStream_t s, const T* dy, const T* x, const float* mean, const float* rstd,
+                                    float* dgamma, float* dbeta, int64_t rows, int64_t H, void* scratch) {
   const int64_t chunks = chunk_count(rows);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   auto* partial_gamma = static_cast<double*>(scratch);
@@ -246,7 +243,23 @@ void layernorm_backward_impl(cudaStream_t s, const T* dy, const T* x, const floa
   launch_chunk_sums_finish(s, planes, 2, chunks, H);
 }
 
+template <typename T, int V>
+void layernorm_backward_impl(cudaStream_t s, const T* dy, const T* x, const float* mean, const float* rstd,
+                             const float* gamma, T* dx, float* dgamma, float* dbeta, int64_t rows, int64_t H,
+                             void* scratch) {
+  layernorm_backward_dx_kernel<T, V><<<row_blocks(rows), kWarp * kRowsPerBlock, 0, s>>>(dy, x, mean, rstd, gamma,
+                                                                                        dx, rows, H);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+  layernorm_param_gradients_impl(s, dy, x, mean, rstd, dgamma, dbeta, rows, H, scratch);
+}
+
 }  // namespace
+
+void layernorm_param_gradients(cudaStream_t s, const float* dy, const float* x, const float* mean, const float* rstd,
+                               float* dgamma, float* dbeta, int64_t rows, int64_t H, void* scratch) {
+  if (rows <= 0 || H <= 0) return;
+  layernorm_param_gradients_impl(s, dy, x, mean, rstd, dgamma, dbeta, rows, H, scratch);
+}
 
 void layernorm_forward(cudaStream_t s, const float* x, const float* gamma, const float* beta, double eps, float* y,
                        float* mean, float* rstd, int64_t rows, int64_t H) {
