@@ -347,7 +347,17 @@ class CudaBackend final : public Backend {
   }
 
   // The embeddings block in one kernel each way where the shapes allow
-  // (embedding_norm.cu); otherwise Backend's sequence of ops.
+  // (embedding_norm.cu); otherwise Backend's sequence of ops, whose own ops
+  // reject what does not fit with their errors.
+  static bool norm_params_fit(const Tensor& a, const Tensor& b, int64_t H) {
+    return a.dtype() == DType::F32 && b.dtype() == DType::F32 && a.numel() == H && b.numel() == H;
+  }
+  static bool floating(const Tensor& t) {
+    return t.dtype() == DType::F32 || t.dtype() == DType::BF16 || t.dtype() == DType::F16;
+  }
+  static bool stats_fit(const Tensor& mean, const Tensor& rstd, int64_t rows) {
+    return mean.dtype() == DType::F32 && rstd.dtype() == DType::F32 && mean.numel() == rows && rstd.numel() == rows;
+  }
   void embeddings_layernorm_forward(const Tensor& ids, const Tensor& positions, const Tensor& token_types,
                                     const Tensor& word, const Tensor& position, const Tensor& token_type,
                                     const Tensor& gamma, const Tensor& beta, double eps, const DropoutSpec& dropout,
@@ -356,10 +366,11 @@ class CudaBackend final : public Backend {
     const int64_t H = sum.dim(-1), rows = rows_of(sum);
     const bool fused =
         word.dtype() == DType::F32 && position.dtype() == DType::F32 && token_type.dtype() == DType::F32 &&
-        sum.dtype() == DType::F32 && work.dtype() == DType::F32 && out.numel() == sum.numel() &&
+        sum.dtype() == DType::F32 && work.dtype() == DType::F32 && out.numel() == sum.numel() && floating(out) &&
         word.dim(-1) == H && position.dim(-1) == H && token_type.dim(-1) == H && ids.numel() == rows &&
         positions.numel() == rows && token_types.numel() == rows && ids.dtype() == DType::I64 &&
-        positions.dtype() == DType::I64 && token_types.dtype() == DType::I64 &&
+        positions.dtype() == DType::I64 && token_types.dtype() == DType::I64 && norm_params_fit(gamma, beta, H) &&
+        stats_fit(mean, rstd, rows) &&
         embeddings_layernorm_fused_supported(H, {word.raw(), position.raw(), token_type.raw(), sum.raw(), out.raw()});
     if (!fused)
       return Backend::embeddings_layernorm_forward(ids, positions, token_types, word, position, token_type, gamma,
@@ -375,7 +386,10 @@ class CudaBackend final : public Backend {
                                      const Tensor& d_sum, const Tensor& dgamma, const Tensor& dbeta) override {
     const int64_t H = sum.dim(-1), rows = rows_of(sum);
     const bool fused = sum.dtype() == DType::F32 && work.dtype() == DType::F32 && d_sum.dtype() == DType::F32 &&
+                       floating(dout) &&
                        dout.numel() == sum.numel() && work.numel() == sum.numel() && d_sum.numel() == sum.numel() &&
+                       norm_params_fit(gamma, dgamma, H) && dbeta.dtype() == DType::F32 && dbeta.numel() == H &&
+                       stats_fit(mean, rstd, rows) &&
                        embeddings_layernorm_fused_supported(H, {dout.raw(), sum.raw(), work.raw(), d_sum.raw()});
     if (!fused)
       return Backend::embeddings_layernorm_backward(dout, sum, mean, rstd, gamma, dropout, work, d_sum, dgamma,

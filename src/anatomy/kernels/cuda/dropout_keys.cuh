@@ -53,6 +53,10 @@ inline DropoutKeys make_dropout_keys(const DropoutSpec& d) {
 }
 
 
+// The scale of kept elements, 1/(1-p) in float as the reference computes it
+// (1 without dropout).
+inline float keep_scale_of(const DropoutSpec& d) { return d.p > 0.0f ? 1.0f / (1.0f - d.p) : 1.0f; }
+
 // Keep bits of elements 4·counter .. 4·counter + 3: bit w for element 4·counter + w
 // (dropout_keep4 of core/random.h).
 __host__ __device__ __forceinline__ uint32_t keep4(const DropoutKeys& K, uint64_t counter) {

@@ -201,8 +201,6 @@ unsigned row_blocks(int64_t rows) {
   return static_cast<unsigned>(blocks);
 }
 
-float keep_scale_of(const DropoutSpec& d) { return d.p > 0.0f ? 1.0f / (1.0f - d.p) : 1.0f; }
-
 }  // namespace
 
 void embeddings_layernorm_forward_fused(cudaStream_t s, DType out_dtype, const int64_t* ids, const int64_t* pos_ids,

@@ -331,12 +331,6 @@ int64_t column_sum_chunks(int64_t rows, int64_t N) {
                              fused_partial_chunks(rows));
 }
 
-namespace {
-
-float keep_scale_of(const DropoutSpec& d) { return d.p > 0.0f ? 1.0f / (1.0f - d.p) : 1.0f; }
-
-}  // namespace
-
 void residual_layernorm_forward_fused(cudaStream_t s, DType dtype, const void* x, const void* residual,
                                      const DropoutSpec& dropout, const float* gamma, const float* beta, double eps,
                                      void* sum, void* y, float* mean, float* rstd, int64_t rows, int64_t H) {
