@@ -50,9 +50,10 @@ class Optimizer {
   // One update at learning rate `lr` from the gradients times `grad_scale`
   // (clipping's coefficient: the same update as scaling the gradients first,
   // bit for bit; AdamW, 8-bit AdamW and SGD, ZeRO's sharded ones included,
-  // fold it into their pass, Adafactor scales the gradients in place first); `half_copy` (a 16-bit set of the same layout,
-  // the weights a mixed-precision forward reads) is refreshed from the updated
-  // float32 weights. Overrides declare the same default for grad_scale.
+  // fold it into their pass, Adafactor scales the gradients in place first);
+  // `half_copy` (a 16-bit set of the same layout, the weights a
+  // mixed-precision forward reads) is refreshed from the updated float32
+  // weights. Overrides declare the same default for grad_scale.
   virtual void step(const ParameterSet& params, const ParameterSet& grads, double lr,
                     const ParameterSet* half_copy = nullptr, double grad_scale = 1.0) = 0;
   virtual std::string name() const = 0;

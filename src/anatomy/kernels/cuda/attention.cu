@@ -14,6 +14,7 @@
 #include "anatomy/core/error.h"
 #include "anatomy/core/random.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/dropout_keys.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
 
 namespace anatomy::cuda {
@@ -181,7 +182,6 @@ __global__ void softmax_backward_rows_kernel(const float* probs, float* grad, in
 unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
 // The CPU scales kept elements by 1/(1-p) computed in float; so does this.
-float keep_scale_of(const DropoutSpec& d) { return 1.0f / (1.0f - d.p); }
 
 }  // namespace
 
@@ -209,7 +209,7 @@ void attention_forward(cudaStream_t s, cublasHandle_t cublas, const float* q, co
   float* dropped = use_dropout ? static_cast<float*>(scratch) : nullptr;
   const int64_t rows = B * heads * L;
   softmax_rows_kernel<<<row_blocks(rows), kWarpsPerBlock * kWarp, 0, s>>>(
-      probs, dropped, key_mask, rows, L, heads * L, dropout.p, use_dropout ? keep_scale_of(dropout) : 1.0f,
+      probs, dropped, key_mask, rows, L, heads * L, dropout.p, keep_scale_of(dropout),
       dropout.seed, dropout.stream);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
   if (D == 0) return;
@@ -230,7 +230,7 @@ void attention_backward(cudaStream_t s, cublasHandle_t cublas, const float* dctx
   const int64_t n = B * heads * LL;
   float* buffer = static_cast<float*>(scratch);
   const bool use_dropout = dropout.p > 0.0f;
-  const float keep_scale = use_dropout ? keep_scale_of(dropout) : 1.0f;
+  const float keep_scale = keep_scale_of(dropout);
 
   // dV_h = Wᵀ dctx_h, W the dropped probabilities, replayed from the saved ones
   // (column-major: dVᵀ = dctxᵀ · W).

@@ -328,8 +328,7 @@ void dropout(cudaStream_t s, const float* x, float* y, int64_t n, const DropoutS
     if (x != y) ANATOMY_CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice, s));
     return;
   }
-  const float scale = 1.0f / (1.0f - spec.p);  // in float, as the CPU computes it
-  launch_dropout(s, x, y, n, DropoutArgs{make_dropout_keys(spec), index_base, scale});
+  launch_dropout(s, x, y, n, DropoutArgs{make_dropout_keys(spec), index_base, keep_scale_of(spec)});
 }
 
 void select_row(cudaStream_t s, const float* x, int64_t B, int64_t L, int64_t H, int64_t row, float* out) {
@@ -419,11 +418,10 @@ void dropout_half(cudaStream_t s, Half h, const void* x, void* y, int64_t n, con
     if (x != y) ANATOMY_CUDA_CHECK(cudaMemcpyAsync(y, x, n * 2, cudaMemcpyDeviceToDevice, s));
     return;
   }
-  const float scale = 1.0f / (1.0f - spec.p);  // in float, as the float32 dropout
   with_half_type(h, [&](auto tag) {
     using T = typename decltype(tag)::type;
     launch_dropout(s, static_cast<const T*>(x), static_cast<T*>(y), n,
-                   DropoutArgs{make_dropout_keys(spec), index_base, scale});
+                   DropoutArgs{make_dropout_keys(spec), index_base, keep_scale_of(spec)});
   });
 }
 

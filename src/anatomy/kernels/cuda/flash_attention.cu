@@ -1193,7 +1193,7 @@ void flash_attention_forward(cudaStream_t s, AttnType t, const void* q, const vo
   p.lse = lse;
   p.L = static_cast<int>(L);
   p.heads = static_cast<int>(heads);
-  p.keep_scale = use_dropout ? 1.0f / (1.0f - dropout.p) : 1.0f;  // as the reference, in float
+  p.keep_scale = keep_scale_of(dropout);  // as the reference, in float
   p.dropout = make_dropout_keys(dropout);
   p.abs_scale_log2 = std::fabs(scale) * kLog2e;
   p.q_sign = scale < 0.0f ? 0x80008000u : 0u;
@@ -1254,7 +1254,7 @@ void flash_attention_backward(cudaStream_t s, AttnType t, const void* dctx, cons
   p.bh_count = static_cast<int>(bh);
   p.scale_log2 = scale * kLog2e;
   p.scale = scale;
-  p.keep_scale = use_dropout ? 1.0f / (1.0f - dropout.p) : 1.0f;
+  p.keep_scale = keep_scale_of(dropout);
   p.dropout = make_dropout_keys(dropout);
   dispatch(t, D, use_dropout, L, [&]<typename T, int kD, int kDrop>() {
     launch_backward<T, kD, kDrop>(s, p, dctx, ctx, delta, dq, B);

@@ -946,7 +946,7 @@ void flash_attention_f32_forward(cudaStream_t s, const float* q, const float* k,
   p.L = static_cast<int>(L);
   p.heads = static_cast<int>(heads);
   p.scale_log2 = scale * kLog2e;
-  p.keep_scale = use_dropout ? 1.0f / (1.0f - dropout.p) : 1.0f;  // as the reference, in float
+  p.keep_scale = keep_scale_of(dropout);  // as the reference, in float
   p.vec = aligned16({q, k, v, ctx});
   p.dropout = make_dropout_keys(dropout);
   dispatch(D, use_dropout, [&]<int kD, bool kDrop>() { launch_forward<kD, kDrop>(s, p, B); });
@@ -983,7 +983,7 @@ void flash_attention_f32_backward(cudaStream_t s, const float* dctx, const float
   p.splits = static_cast<int>(backward_splits(bh, L));
   p.scale_log2 = scale * kLog2e;
   p.scale = scale;
-  p.keep_scale = use_dropout ? 1.0f / (1.0f - dropout.p) : 1.0f;
+  p.keep_scale = keep_scale_of(dropout);
   p.vec = aligned16({dctx, q, k, v, ctx, dq, dk, dv, part});
   p.dropout = make_dropout_keys(dropout);
   dispatch(D, use_dropout, [&]<int kD, bool kDrop>() { launch_backward<kD, kDrop>(s, p, dctx, ctx, delta, dq, B); });
