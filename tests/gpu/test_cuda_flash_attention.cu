@@ -29,6 +29,7 @@
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "device_buffer.h"
 #include "anatomy/kernels/cuda/flash_attention.cuh"
+#include "anatomy/kernels/cuda/hopper_attention.cuh"
 
 namespace {
 
@@ -157,11 +158,18 @@ Outputs run_cpu(const FlashCase& c, const Inputs& in) {
 }
 
 // The GPU side: inputs uploaded once, then run() as many times as asked, each
-// time on outputs, log-sum-exp and scratch poisoned beforehand.
+// time on outputs, log-sum-exp and scratch poisoned beforehand. The kernels:
+// flash_attention.cuh's, or hopper_attention.cuh's forward with the flash
+// backward, or hopper_attention.cuh's both ways.
+// HopperBits: the Hopper forward also stores its dropout mask as bits, and
+// the Hopper backward reads them.
+enum class Kernels { Flash, HopperForward, Hopper, HopperBits };
+
 class GpuFlash {
  public:
-  GpuFlash(const FlashCase& c, const Inputs& in)
+  GpuFlash(const FlashCase& c, const Inputs& in, Kernels kernels = Kernels::Flash)
       : c_(c),
+        kernels_(kernels),
         in_(in),
         act_bytes_(static_cast<size_t>(c.B * c.L * c.heads * c.D) * sizeof(uint16_t)),
         q_(act_bytes_),
@@ -174,7 +182,9 @@ class GpuFlash {
         dv_(act_bytes_),
         lse_(static_cast<size_t>(c.B * c.heads * c.L) * sizeof(float)),
         mask_(in.mask.size() * sizeof(int64_t)),
-        scratch_(anatomy::cuda::flash_attention_scratch_bytes(c.B, c.L, c.heads, c.D)) {
+        bits_(static_cast<size_t>(c.B * c.heads * c.L * anatomy::cuda::attention_keep_words(c.L)) * sizeof(uint32_t)),
+        scratch_(std::max(anatomy::cuda::flash_attention_scratch_bytes(c.B, c.L, c.heads, c.D),
+                          anatomy::cuda::hopper_attention_scratch_bytes(c.B, c.L, c.heads))) {
     ANATOMY_CUDA_CHECK(cudaStreamCreate(&stream_));
     q_.upload(in.q.bits);
     k_.upload(in.k.bits);
@@ -187,13 +197,27 @@ class GpuFlash {
   GpuFlash& operator=(const GpuFlash&) = delete;
 
   const int64_t* mask() const { return in_.mask.empty() ? nullptr : mask_.as<int64_t>(); }
+  uint32_t* bits() const { return kernels_ == Kernels::HopperBits ? bits_.as<uint32_t>() : nullptr; }
 
   void forward() {
+    if (kernels_ != Kernels::Flash) {
+      anatomy::cuda::hopper_attention_forward(stream_, c_.type, q_.as<void>(), k_.as<void>(), v_.as<void>(), mask(),
+                                              c_.B, c_.L, c_.heads, c_.D, in_.scale, in_.dropout, ctx_.as<void>(),
+                                              lse_.as<float>(), bits());
+      return;
+    }
     anatomy::cuda::flash_attention_forward(stream_, c_.type, q_.as<void>(), k_.as<void>(), v_.as<void>(), mask(), c_.B,
                                            c_.L, c_.heads, c_.D, in_.scale, in_.dropout, ctx_.as<void>(),
                                            lse_.as<float>());
   }
   void backward() {
+    if (kernels_ == Kernels::Hopper || kernels_ == Kernels::HopperBits) {
+      anatomy::cuda::hopper_attention_backward(stream_, c_.type, dctx_.as<void>(), q_.as<void>(), k_.as<void>(),
+                                               v_.as<void>(), ctx_.as<void>(), lse_.as<float>(), mask(), c_.B, c_.L,
+                                               c_.heads, c_.D, in_.scale, in_.dropout, dq_.as<void>(), dk_.as<void>(),
+                                               dv_.as<void>(), scratch_.as<void>(), c_.heads * c_.D, bits());
+      return;
+    }
     anatomy::cuda::flash_attention_backward(stream_, c_.type, dctx_.as<void>(), q_.as<void>(), k_.as<void>(),
                                             v_.as<void>(), ctx_.as<void>(), lse_.as<float>(), mask(), c_.B, c_.L,
                                             c_.heads, c_.D, in_.scale, in_.dropout, dq_.as<void>(), dk_.as<void>(),
@@ -206,7 +230,7 @@ class GpuFlash {
     std::vector<float> lse;
   };
   Raw run() {
-    for (DeviceBuffer* b : {&ctx_, &dq_, &dk_, &dv_, &lse_, &scratch_}) b->poison();
+    for (DeviceBuffer* b : {&ctx_, &dq_, &dk_, &dv_, &lse_, &scratch_, &bits_}) b->poison();
     forward();
     backward();
     ANATOMY_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -218,10 +242,11 @@ class GpuFlash {
 
  private:
   FlashCase c_;
+  Kernels kernels_;
   const Inputs& in_;
   size_t act_bytes_;
   cudaStream_t stream_ = nullptr;
-  DeviceBuffer q_, k_, v_, dctx_, ctx_, dq_, dk_, dv_, lse_, mask_, scratch_;
+  DeviceBuffer q_, k_, v_, dctx_, ctx_, dq_, dk_, dv_, lse_, mask_, bits_, scratch_;
 };
 
 std::vector<float> widen(AttnType t, const std::vector<uint16_t>& x) {
@@ -254,14 +279,12 @@ std::string format_error(double e) {
   return text;
 }
 
-class CudaFlashAttention : public ::testing::TestWithParam<FlashCase> {};
-
-TEST_P(CudaFlashAttention, MatchesCpuBackendAndIsDeterministic) {
-  SKIP_WITHOUT_GPU();
-  const FlashCase c = GetParam();
+// The kernels' outputs against the CPU backend's, the masked keys' zero
+// gradients, and the same bits on a second run.
+void check_against_cpu(const FlashCase& c, Kernels kernels) {
   const Inputs in = make_inputs(c);
   const Outputs cpu = run_cpu(c, in);
-  GpuFlash gpu(c, in);
+  GpuFlash gpu(c, in, kernels);
   const GpuFlash::Raw first = gpu.run();
 
   // Tolerances. The reference works in float32 on the same (rounded) inputs,
@@ -331,6 +354,36 @@ TEST_P(CudaFlashAttention, MatchesCpuBackendAndIsDeterministic) {
   EXPECT_EQ(0, std::memcmp(first.lse.data(), second.lse.data(), first.lse.size() * sizeof(float))) << "lse";
 }
 
+class CudaFlashAttention : public ::testing::TestWithParam<FlashCase> {};
+
+TEST_P(CudaFlashAttention, MatchesCpuBackendAndIsDeterministic) {
+  SKIP_WITHOUT_GPU();
+  check_against_cpu(GetParam(), Kernels::Flash);
+}
+
+// The Hopper kernels (D = 64 only): the forward with the flash backward after
+// it (which reads the forward's log-sum-exp and replays its dropout mask, so
+// dq, dk and dv check those too), and both Hopper kernels.
+class CudaHopperAttention : public ::testing::TestWithParam<FlashCase> {};
+
+TEST_P(CudaHopperAttention, ForwardMatchesCpuBackendAndIsDeterministic) {
+  SKIP_WITHOUT_GPU();
+  if (!anatomy::cuda::hopper_attention_available(64)) GTEST_SKIP() << "no sm_90a device";
+  check_against_cpu(GetParam(), Kernels::HopperForward);
+}
+
+TEST_P(CudaHopperAttention, BothWaysMatchCpuBackendAndAreDeterministic) {
+  SKIP_WITHOUT_GPU();
+  if (!anatomy::cuda::hopper_attention_available(64)) GTEST_SKIP() << "no sm_90a device";
+  check_against_cpu(GetParam(), Kernels::Hopper);
+}
+
+TEST_P(CudaHopperAttention, BothWaysWithTheMaskAsBitsMatchCpuBackend) {
+  SKIP_WITHOUT_GPU();
+  if (!anatomy::cuda::hopper_attention_available(64)) GTEST_SKIP() << "no sm_90a device";
+  check_against_cpu(GetParam(), Kernels::HopperBits);
+}
+
 std::vector<FlashCase> all_cases() {
   // (B, L, heads, D): odd L with a partial tile; BERT-base-like; BERT-large at
   // L = 512; D = 32 with an odd L; D = 128; and with B·heads = 128, where the
@@ -355,6 +408,16 @@ std::vector<FlashCase> all_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaFlashAttention, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<FlashCase>& info) { return case_name(info.param); });
+
+std::vector<FlashCase> head64_cases() {
+  std::vector<FlashCase> cases;
+  for (const FlashCase& c : all_cases())
+    if (c.D == 64) cases.push_back(c);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaHopperAttention, ::testing::ValuesIn(head64_cases()),
                          [](const ::testing::TestParamInfo<FlashCase>& info) { return case_name(info.param); });
 
 // Timing only, not run by default (--gtest_also_run_disabled_tests): forward
@@ -391,6 +454,24 @@ TEST(CudaFlashAttentionTiming, DISABLED_ForwardBackward) {
       const double flops = 4.0 * c.B * c.heads * c.L * c.L * c.D;
       std::printf("flash attention %s: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f TFLOP/s), total %.3f ms\n",
                   case_name(c).c_str(), fwd, flops / (fwd * 1e9), bwd, 2.5 * flops / (bwd * 1e9), fwd + bwd);
+      if (anatomy::cuda::hopper_attention_available(c.D)) {
+        GpuFlash hopper(c, in, Kernels::HopperBits);
+        hopper.forward();  // warm-up
+        hopper.backward();
+        ANATOMY_CUDA_CHECK(cudaEventRecord(e0, hopper.stream()));
+        for (int i = 0; i < kRuns; ++i) hopper.forward();
+        ANATOMY_CUDA_CHECK(cudaEventRecord(e1, hopper.stream()));
+        for (int i = 0; i < kRuns; ++i) hopper.backward();
+        ANATOMY_CUDA_CHECK(cudaEventRecord(e2, hopper.stream()));
+        ANATOMY_CUDA_CHECK(cudaEventSynchronize(e2));
+        float hfwd = 0.0f, hbwd = 0.0f;
+        ANATOMY_CUDA_CHECK(cudaEventElapsedTime(&hfwd, e0, e1));
+        ANATOMY_CUDA_CHECK(cudaEventElapsedTime(&hbwd, e1, e2));
+        hfwd /= kRuns;
+        hbwd /= kRuns;
+        std::printf("hopper attention (mask as bits) %s: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f TFLOP/s), total %.3f ms\n",
+                    case_name(c).c_str(), hfwd, flops / (hfwd * 1e9), hbwd, 2.5 * flops / (hbwd * 1e9), hfwd + hbwd);
+      }
       (void)cudaEventDestroy(e0);
       (void)cudaEventDestroy(e1);
       (void)cudaEventDestroy(e2);

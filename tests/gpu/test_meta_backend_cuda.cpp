@@ -120,6 +120,8 @@ TEST_P(MetaMatchesCuda, LedgerOfTrainingStepsIsIdentical) {
   MetaOptions options;
   options.target = MetaTarget::Cuda;
   options.fp32_products = c.fp32_products;
+  // As `anatomy train` tells the plan: whether this device runs the Hopper attention kernels.
+  options.hopper_attention = cuda::make_cuda_backend(0)->attention_keeps_dropout_bits(DType::BF16, 64, 512);
   auto meta = make_meta_backend(options);
   EXPECT_EQ(meta->device(), Device::cuda(0));
   const RunRecord simulated = train_on(*meta, c);
@@ -131,6 +133,8 @@ TEST_P(MetaMatchesCuda, LedgerOfTrainingStepsIsIdentical) {
   auto gpu = cuda::make_cuda_backend(0);
   const int64_t D = c.config.head_dim();
   EXPECT_EQ(gpu->attention_saves_probabilities(c.compute, D), meta->attention_saves_probabilities(c.compute, D));
+  EXPECT_EQ(gpu->attention_keeps_dropout_bits(c.compute, D, c.seq_len),
+            meta->attention_keeps_dropout_bits(c.compute, D, c.seq_len));
 }
 
 INSTANTIATE_TEST_SUITE_P(Configurations, MetaMatchesCuda, ::testing::ValuesIn(gpu_cases()),

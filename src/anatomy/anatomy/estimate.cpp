@@ -69,6 +69,7 @@ Estimate estimate_training(const EstimateRequest& request) {
   target.world = request.nproc;
   target.gpu = request.gpu;
   target.fp32_products = request.fp32_products;
+  target.hopper_attention = request.hopper_attention;
   // Outside the ledger, NCCL's buffers are counted with the context, as a run's plan counts what it measures.
   target.context_bytes = request.gpu ? request.context_bytes + request.nccl_bytes : 0;
   e.plan = plan_training(request.config, request.args, request.shape, target);

@@ -26,6 +26,7 @@ struct EstimateRequest {
   int64_t other_processes = 0;   // bytes in use before the run: the driver's share, other processes
   int64_t batch_limit = 4096;    // the largest batch searched
   int nproc = 1;                 // data-parallel ranks (args.zero_stage applies); the plan is rank 0's
+  bool hopper_attention = false;  // the GPU runs the Hopper attention kernels (compute capability 9.0)
 };
 
 struct Estimate {

@@ -82,6 +82,7 @@ MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args
   options.target = target.gpu ? MetaTarget::Cuda : MetaTarget::Cpu;
   options.fp32_products = target.fp32_products;
   options.device_capacity = target.capacity;
+  options.hopper_attention = target.hopper_attention;
   MemoryPlan plan;
   plan.context_bytes = target.gpu ? target.context_bytes : 0;
   TrainingArguments simulated = args;

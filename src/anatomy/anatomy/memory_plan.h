@@ -40,6 +40,7 @@ struct PlanTarget {
   int64_t context_bytes = 0;    // the CUDA context and kernels, added to predict NVML
   int rank = 0, world = 1;      // data parallelism: the rank simulated, of this many (args.zero_stage applies)
   bool distributed = false;     // the data-parallel path even in a world of one (ANATOMY_DIST_FORCE)
+  bool hopper_attention = false;  // the GPU runs the Hopper attention kernels (MetaOptions::hopper_attention)
 };
 
 struct MemoryPlan {

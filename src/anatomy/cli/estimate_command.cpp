@@ -110,6 +110,8 @@ int run_estimate(const EstimateFlags& flags, const CLI::App& app) {
     if (spec) {
       r.context_bytes = spec->context_bytes;
       r.context_source = spec->context_source;
+      // The Hopper attention kernels run on compute capability 9.0 (H100, H200).
+      r.hopper_attention = spec->compute_capability_major == 9 && spec->compute_capability_minor == 0;
     } else {
       r.context_bytes = gpu::default_context_bytes();
       r.context_source = "a typical figure; give --context-memory to change it";

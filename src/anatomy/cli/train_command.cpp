@@ -39,12 +39,16 @@ namespace {
 
 // The attention kernels the CUDA backend runs for the encoder layers, as it
 // (and the memory plan, through cuda_memory.h) chooses them.
-std::string attention_kernels(DType compute, int64_t head_dim) {
+std::string attention_kernels(const Backend& backend, DType compute, int64_t head_dim, int64_t L) {
   if (!cuda::fused_attention(compute, head_dim))
     return fmt::format("unfused, in float32 (head size {} has no fused kernel): the probabilities are saved", head_dim);
   if (compute == DType::F32) return "our fused flash kernels, float32";
+  if (backend.attention_keeps_dropout_bits(compute, head_dim, L))
+    return "our Hopper (wgmma) kernels, the dropout mask kept as bits; cuDNN's forward without dropout "
+           "(ANATOMY_ATTENTION=hopper; unset, cuDNN's)";
   if (cuda::cudnn_attention_selected())
-    return "cuDNN's fused attention (ANATOMY_ATTENTION=anatomy selects our flash kernels)";
+    return "cuDNN's fused attention (ANATOMY_ATTENTION=hopper selects our Hopper kernels, =anatomy our flash "
+           "kernels)";
   return "our fused flash kernels, 16-bit";
 }
 
@@ -157,7 +161,9 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
                                     run.comm->describe())
                       : std::string(),
              trainer.total_steps());
-  if (on_gpu) fmt::print("Attention: {}\n", attention_kernels(compute, run.source.config.head_dim()));
+  if (on_gpu)
+    fmt::print("Attention: {}\n",
+               attention_kernels(backend, compute, run.source.config.head_dim(), run.data.seq_len));
   if (on_gpu) switch (fp32_products_of(flags)) {
       case Fp32Products::Tf32:
         fmt::print("Float32 products: TF32 on tensor cores (inputs rounded to 10-bit mantissas)\n");
@@ -378,6 +384,8 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
   target.rank = env.rank;
   target.world = env.world_size;
   target.distributed = session.has_value();
+  // Whether this device runs the Hopper attention kernels (the backend's answer at BERT's head size and a length they take).
+  target.hopper_attention = on_gpu && backend.attention_keeps_dropout_bits(DType::BF16, 64, 512);
   const int64_t reserved = backend.ledger().snapshot().reserved;
   if (probe)
     if (const auto m = probe->device()) target.capacity = static_cast<int64_t>(m->free) + reserved;

@@ -233,6 +233,18 @@ class Backend {
   // of a fused kernel that recomputes them. 16-bit q, k, v, ctx allowed where
   // the backend has such attention.
   virtual bool attention_saves_probabilities(DType dtype, int64_t head_dim) const = 0;
+  // Whether a fused attention of this shape also keeps its dropout mask, as
+  // bits, for the backward to read rather than draw again (no by default).
+  // Then, with dropout, `saved` is float32 [B, heads, L·(W + 1)], W =
+  // attention_keep_words(L) of cuda_memory.h: the bits [B, heads, L, W] as
+  // uint32 words (bit k of word w of row i: key 32w + k kept), then the row
+  // log-sum-exp [B, heads, L]. The model sizes `saved` so when asked for.
+  virtual bool attention_keeps_dropout_bits(DType dtype, int64_t head_dim, int64_t L) const {
+    (void)dtype;
+    (void)head_dim;
+    (void)L;
+    return false;
+  }
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                  int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& saved,
                                  const Tensor& ctx) = 0;

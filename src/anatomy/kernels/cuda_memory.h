@@ -146,17 +146,42 @@ constexpr size_t cudnn_attention_backward_scratch_bytes(int64_t B, int64_t L, in
   return cudnn_attention_param_bytes(B) + kCudnnAttentionForwardWorkspaceBytes + 4096 +
          static_cast<size_t>(B * heads * rounded) * static_cast<size_t>(2 * rounded + 4);
 }
-// Whether the CUDA backend's 16-bit fused attention runs through cuDNN: the
-// build has cuDNN's attention (ANATOMY_HAVE_CUDNN) and the environment
-// variable ANATOMY_ATTENTION is not "anatomy" (our own flash kernels); any
-// value but "cudnn" and "anatomy" is refused.
+// The 16-bit fused attention the environment variable ANATOMY_ATTENTION asks
+// for: "cudnn" (the default: cuDNN's), "hopper" (hopper_attention.cu where
+// the device and the shape allow, else cuDNN), "anatomy" (our flash kernels
+// of flash_attention.cu); any other value is refused. The Hopper kernels are
+// not the default: with dropout they are still a little slower than cuDNN's
+// (docs/BENCHMARKS.md, eighteenth session).
+inline std::string_view attention_choice() {
+  return env_choice("ANATOMY_ATTENTION", {"hopper", "cudnn", "anatomy"}, "hopper, cudnn or anatomy");
+}
+// Whether the CUDA backend's 16-bit fused attention may run through cuDNN:
+// the build has cuDNN's attention (ANATOMY_HAVE_CUDNN) and ANATOMY_ATTENTION
+// is not "anatomy". (The Hopper kernels come first where they apply.)
 inline bool cudnn_attention_selected() {
-  const std::string_view want = env_choice("ANATOMY_ATTENTION", {"cudnn", "anatomy"}, "cudnn or anatomy");
+  const std::string_view want = attention_choice();
 #ifdef ANATOMY_HAVE_CUDNN
   return want != "anatomy";
 #else
   return false;
 #endif
+}
+// Whether ANATOMY_ATTENTION asks for the Hopper kernels ("hopper").
+inline bool hopper_attention_selected() { return attention_choice() == "hopper"; }
+
+// The Hopper attention kernels (hopper_attention.cu, wgmma on sm_90a): 16-bit,
+// head size 64, and L <= 512 (the backward keeps dQ of a whole batch entry
+// and head in shared memory). Where the CUDA backend runs them with dropout it
+// keeps the forward's mask as bits, attention_keep_words(L) uint32 words a
+// row of the probabilities (keys rounded up to 128), for the backward to read.
+constexpr int64_t kHopperAttentionMaxL = 512;
+constexpr bool hopper_attention_shape(DType dtype, int64_t head_dim, int64_t L) {
+  return dtype != DType::F32 && head_dim == 64 && L >= 1 && L <= kHopperAttentionMaxL;
+}
+constexpr int64_t attention_keep_words(int64_t L) { return (L + 127) / 128 * 4; }
+// The backward's scratch: the row terms Δ and lse·log2(e), [B, heads, L] floats each.
+constexpr size_t hopper_attention_scratch_bytes(int64_t B, int64_t L, int64_t heads) {
+  return 2 * scratch_allocation_bytes(static_cast<size_t>(std::max<int64_t>(B * heads * L, 0)) * sizeof(float));
 }
 
 // The float32 flash backward (flash_attention_f32.cu): keys per tile, and the

@@ -109,6 +109,9 @@ class ProfilingBackend final : public Backend {
   bool attention_saves_probabilities(DType dtype, int64_t head_dim) const override {
     return inner_.attention_saves_probabilities(dtype, head_dim);
   }
+  bool attention_keeps_dropout_bits(DType dtype, int64_t head_dim, int64_t L) const override {
+    return inner_.attention_keeps_dropout_bits(dtype, head_dim, L);
+  }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
                          double scale, const DropoutSpec& dropout, const Tensor& saved, const Tensor& ctx) override;
   void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx,

@@ -2,7 +2,11 @@
 // place. The model allocates exactly these tensors (category "activations")
 // during a training forward pass, the memory plan reads the same list, and
 // gradient checkpointing is a policy over it. Dropout masks are not saved:
-// they are replayed from the counter-based RNG (core/random.h).
+// they are replayed from the counter-based RNG (core/random.h), except the
+// attention probabilities' where the backend keeps them as bits (the CUDA
+// backend's Hopper kernels: one bit per probability, about 1/16 of
+// the probabilities' float32 size, where drawing the mask again costs as much
+// as the backward's products).
 #pragma once
 
 #include <map>
@@ -33,6 +37,9 @@ enum class LayerKind { Embeddings, EncoderLayer, Head };
 struct ActivationPlan {
   DType compute = DType::F32;
   bool attention_probabilities = true;
+  // The fused attention's `saved` also holds its dropout mask as bits
+  // (Backend::attention_keeps_dropout_bits, with dropout in this pass).
+  bool attention_keep_bits = false;
 };
 
 // Selective gradient checkpointing: what an encoder layer recomputes in

@@ -81,7 +81,10 @@ BertForSequenceClassification::BertForSequenceClassification(Backend& backend, B
 }
 
 ActivationPlan BertForSequenceClassification::activation_plan() const {
-  return ActivationPlan{compute_, backend_.attention_saves_probabilities(compute_, config_.head_dim())};
+  ActivationPlan plan{compute_, backend_.attention_saves_probabilities(compute_, config_.head_dim())};
+  plan.attention_keep_bits = dropout_at(config_.attention_probs_dropout_prob, 0).p > 0.0f &&
+                             backend_.attention_keeps_dropout_bits(compute_, config_.head_dim(), L_);
+  return plan;
 }
 
 void BertForSequenceClassification::refresh_half_weights() {

@@ -34,6 +34,7 @@
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda/flash_attention.cuh"
 #include "anatomy/kernels/cuda/flash_attention_f32.cuh"
+#include "anatomy/kernels/cuda/hopper_attention.cuh"
 #ifdef ANATOMY_HAVE_CUDNN
 #include "anatomy/kernels/cuda/cudnn_attention.h"
 #endif
@@ -496,6 +497,30 @@ class CudaBackend final : public Backend {
   bool attention_saves_probabilities(DType dtype, int64_t head_dim) const override {
     return !fused_attention(dtype, head_dim);
   }
+  // The Hopper kernels, where ANATOMY_ATTENTION allows them, the device runs
+  // them (sm_90a) and the shape fits, come before cuDNN; with dropout they
+  // keep the forward's mask as bits in `saved`.
+  static bool hopper_attention(DType dtype, int64_t head_dim, int64_t L) {
+    return hopper_attention_shape(dtype, head_dim, L) && hopper_attention_selected() &&
+           hopper_attention_available(head_dim);
+  }
+  bool attention_keeps_dropout_bits(DType dtype, int64_t head_dim, int64_t L) const override {
+    return hopper_attention(dtype, head_dim, L);
+  }
+  // The parts of a Hopper path's `saved`: the mask bits (when it holds them)
+  // and the log-sum-exp after them.
+  struct HopperSaved {
+    uint32_t* bits = nullptr;
+    float* lse = nullptr;
+  };
+  static HopperSaved hopper_saved(const Tensor& saved, int64_t B, int64_t heads, int64_t L) {
+    const int64_t rows = B * heads * L;
+    if (saved.numel() == rows) return HopperSaved{nullptr, saved.data<float>()};
+    const int64_t words = attention_keep_words(L);
+    ANATOMY_CHECK(saved.numel() == rows * (words + 1), "attention: {} holds {} floats, not {} (log-sum-exp) or {} (mask bits too)",
+                  saved.name(), saved.numel(), rows, rows * (words + 1));
+    return HopperSaved{reinterpret_cast<uint32_t*>(saved.data<float>()), saved.data<float>() + rows * words};
+  }
 
   // A float32 copy of a 16-bit tensor (temporary memory).
   Tensor as_f32(const Tensor& t, const char* name) {
@@ -521,6 +546,15 @@ class CudaBackend final : public Backend {
       return flash_attention_f32_forward(stream_, q.data<float>(), k.data<float>(), v.data<float>(),
                                          key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
                                          static_cast<float>(scale), dropout, ctx.data<float>(), probs.data<float>());
+    // With dropout the Hopper forward (its mask generator is cheaper to run
+    // once than twice); without, cuDNN's forward is the faster, and either
+    // backward reads its log-sum-exp.
+    if (probs.defined() && dropout.p > 0.0f && hopper_attention(q.dtype(), D, L)) {
+      const HopperSaved saved = hopper_saved(probs, B, heads, L);
+      return hopper_attention_forward(stream_, attn_type(q.dtype()), q.raw(), k.raw(), v.raw(),
+                                      key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
+                                      static_cast<float>(scale), dropout, ctx.raw(), saved.lse, saved.bits);
+    }
 #ifdef ANATOMY_HAVE_CUDNN
     if (q.dtype() != DType::F32) {
       const CudnnAttentionShape s = cudnn_shape(q, key_mask, heads, scale, dropout, probs.defined());
@@ -579,6 +613,15 @@ class CudaBackend final : public Backend {
                                    ctx.data<float>(), probs.data<float>(), mask, B, L, heads, D,
                                    static_cast<float>(scale), dropout, static_cast<float*>(dq),
                                    static_cast<float*>(dk), static_cast<float*>(dv), scratch, grad_row_stride);
+      return true;
+    }
+    if (hopper_attention(q.dtype(), D, L)) {
+      const HopperSaved saved = hopper_saved(probs, B, heads, L);
+      // MIRRORED: the row terms.
+      void* scratch = scratch_bytes(hopper_attention_scratch_bytes(B, L, heads));
+      hopper_attention_backward(stream_, attn_type(q.dtype()), dctx.raw(), q.raw(), k.raw(), v.raw(), ctx.raw(),
+                                saved.lse, mask, B, L, heads, D, static_cast<float>(scale), dropout, dq, dk, dv,
+                                scratch, grad_row_stride, saved.bits);
       return true;
     }
 #ifdef ANATOMY_HAVE_CUDNN

@@ -62,6 +62,7 @@
 
 #include "anatomy/core/error.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/attention_dropout.cuh"
 #include "anatomy/kernels/cuda/dropout_keys.cuh"
 #include "anatomy/kernels/cuda/shared_memory_config.cuh"
 
@@ -221,44 +222,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 // The dropout mask's generator: dropout_keys.cuh.
 
-// Spreading the nibbles of calls over the lanes that own their elements. A
-// thread's mask has bit 4n + e for its accumulator element s[n][e]; its
-// elements, in both kernels, pair up with those of its neighbours in groups of
-// four consecutive dropout indices (when L % 4 == 0, so that no group
-// straddles a row), one call per group, and each lane computes a share of the
-// calls of its group of lanes and hands out the bits:
-//
-// Forward (rows = queries, columns = keys 8n + 2·t4 + {0, 1}): keys
-// 8n + 4c + {0..3} are the elements of lanes t4 = 2c (words 0, 1) and 2c + 1
-// (words 2, 3) in the same row. Lane j = t4 & 1 makes the 8 calls of its row
-// j (row_a or row_b), n = 0..7, into nibble n of `calls`; bits 4n + 2j + {0, 1}
-// (its row's elements) are its own, and its words of row j go to the partner
-// at the partner's bits for that row, 4n + 2j + {0, 1}.
-__device__ __forceinline__ uint32_t share_pairs(uint32_t calls, int j) {
-  const uint32_t own = calls & (0x33333333u << (2 * j));
-  const uint32_t give = j ? (calls << 2) & 0xCCCCCCCCu : (calls >> 2) & 0x33333333u;
-  return own | __shfl_xor_sync(0xffffffffu, give, 1);
-}
-// Backward (rows = keys key_a = 16w + g and key_b = key_a + 8, columns =
-// queries 8n + 2·t4 + {0, 1}): keys 4m .. 4m + 3 of one query are the elements
-// of the four lanes g = 4m' + {0..3} (same t4, lane ids 4 apart), word g & 3,
-// at the same bit 4n + e in each. Lane j = g & 3 makes the 8 calls of its
-// element e = j, n = 0..7, into nibble n of `calls`: bit 4n + w of it is lane
-// w's bit 4n + j. So lane j keeps bits w = j and sends lane j ^ d (d = 1..3,
-// lane id ^ 4d) bits w = j ^ d, each moved to 4n + j.
-__device__ __forceinline__ uint32_t share_quads(uint32_t calls, int j) {
-  uint32_t keep = calls & (0x11111111u << j);
-#pragma unroll
-  for (int d = 1; d < 4; ++d)
-    keep |= __shfl_xor_sync(0xffffffffu, ((calls >> (j ^ d)) & 0x11111111u) << j, 4 * d);
-  return keep;
-}
-
-// Dropout modes of the kernels (a template parameter: no run-time branch
-// around the mask's generator calls).
-constexpr int kNoDrop = 0;      // no dropout
-constexpr int kDropGroups = 1;  // L % 4 == 0: the lanes holding a call's four elements share it
-constexpr int kDropEach = 2;    // otherwise: a call per element
+// share_pairs, share_quads, the dropout modes: attention_dropout.cuh.
 
 // ---------------------------------------------------------------------------
 // Forward.
@@ -622,41 +586,7 @@ struct BwdParams {
   void* dq;  // written by the kernel itself when it keeps dq in shared memory
 };
 
-// The forward's dropout mask as the backward's lanes hold it: bit 4n + e of
-// the lane (g, t4) of the warp whose keys start at kw0 (= key tile start +
-// 16·warp), at query tile it, is element (key kw0 + g (+ 8 for e >= 2),
-// query it*64 + 8n + 2·t4 + (e & 1)). kDropGroups (L % 4 == 0): keys
-// 4m .. 4m + 3 of one query are the elements of four lanes (g = 4m' + {0..3},
-// same t4), which share the calls (share_quads): 8 per lane, one per 4
-// elements. kDropEach: a call per element. All 32 lanes must call it.
-template <int kDrop>
-__device__ __forceinline__ uint32_t bwd_keep_bits(const DropoutKeys& keys, uint64_t head_base, int L, int kw0, int it,
-                                                  int g, int t4) {
-  const uint64_t row0 = head_base + static_cast<uint64_t>(it * kTile + 2 * t4) * static_cast<uint64_t>(L);
-  if constexpr (kDrop == kDropGroups) {
-    // This lane's calls: element e = j of every n, i.e. query it*64 + 8n + 2·t4 + (j & 1) and the
-    // keys of key_a's group (j < 2) or key_b's, kw0 + 4·(g >> 2) (+ 8).
-    const int j = g & 3;
-    const uint64_t c0 = (row0 + static_cast<uint64_t>(j & 1) * static_cast<uint64_t>(L) +
-                         static_cast<uint64_t>(kw0 + 4 * (g >> 2) + 8 * (j >> 1))) >> 2;
-    const uint64_t step = 2 * static_cast<uint64_t>(L);  // 8 queries of L elements, in groups of 4
-    uint32_t calls = 0u;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) calls |= keep4(keys, c0 + step * n) << (4 * n);
-    return share_quads(calls, j);
-  } else {
-    const int key_a = kw0 + g, key_b = key_a + 8;
-    uint32_t bits = 0u;
-#pragma unroll 4
-    for (int i = 0; i < 32; ++i) {
-      const int n = i >> 2, e = i & 3;
-      const uint64_t idx = row0 + static_cast<uint64_t>(n * 8 + (e & 1)) * static_cast<uint64_t>(L) +
-                           static_cast<uint64_t>((e >> 1) ? key_b : key_a);
-      bits |= static_cast<uint32_t>(keep_element(keys, idx)) << i;
-    }
-    return bits;
-  }
-}
+// bwd_keep_bits: attention_dropout.cuh.
 
 // Backward with key tiles of 16 keys a warp, 8 warps (128 keys) for D <= 64,
 // 4 warps (64 keys) for D = 128; query tiles of 64. dQ = dS·K for a query
@@ -814,9 +744,9 @@ __global__ void __launch_bounds__(32 * bwd_warps<D>(), 1) flash_bwd_kernel(const
       // other's products. Otherwise: here, first, while few registers are live.
       uint32_t keep = 0xffffffffu;
       if constexpr (kDrop == kDropGroups && kW == 8) {
-        keep = warp < 4 ? bwd_keep_bits<kDrop>(p.dropout, head_base, L, k0 + warp * 16, it, g, t4) : keep_next;
+        keep = warp < 4 ? bwd_keep_bits<kDrop>(p.dropout, head_base, L, k0 + warp * 16, it * kTile, g, t4) : keep_next;
       } else if constexpr (kDrop != kNoDrop) {
-        keep = bwd_keep_bits<kDrop>(p.dropout, head_base, L, k0 + warp * 16, it, g, t4);
+        keep = bwd_keep_bits<kDrop>(p.dropout, head_base, L, k0 + warp * 16, it * kTile, g, t4);
       }
 
       // Sᵀ = K·Qᵀ: this warp's 16 keys x 64 queries.
@@ -937,7 +867,7 @@ __global__ void __launch_bounds__(32 * bwd_warps<D>(), 1) flash_bwd_kernel(const
       __syncthreads();
       if constexpr (kDrop == kDropGroups && kW == 8) {
         if (warp >= 4 && it + 1 < nq)
-          keep_next = bwd_keep_bits<kDrop>(p.dropout, head_base, L, k0 + warp * 16, it + 1, g, t4);
+          keep_next = bwd_keep_bits<kDrop>(p.dropout, head_base, L, k0 + warp * 16, (it + 1) * kTile, g, t4);
       }
 
       // dQ (this tile's part) = dS·K over the tile's kN keys: this warp's 16
@@ -1177,6 +1107,25 @@ void dispatch(AttnType t, int64_t D, bool dropout, int64_t L, F&& f) {
 }
 
 }  // namespace
+
+void flash_attention_row_terms(cudaStream_t s, AttnType t, const void* dctx, const void* ctx, const float* lse,
+                               int64_t B, int64_t L, int64_t heads, int64_t D, float* delta, float* lse2) {
+  if (B == 0 || L == 0 || heads == 0) return;
+  if (!flash_attention_supported(D)) fail("flash_attention_row_terms: head size {} is not supported", D);
+  const int64_t rows = B * L * heads;
+  constexpr int threads = 256;
+  const int64_t blocks = (rows * (D / 8) + threads - 1) / threads;
+  auto run = [&]<typename T, int kD>() {
+    row_dot_kernel<T, kD><<<static_cast<unsigned>(blocks), threads, 0, s>>>(
+        static_cast<const T*>(dctx), static_cast<const T*>(ctx), lse, delta, lse2, rows, static_cast<int>(L),
+        static_cast<int>(heads));
+  };
+  const bool bf16 = t == AttnType::BF16;
+  if (D == 32) bf16 ? run.template operator()<__nv_bfloat16, 32>() : run.template operator()<__half, 32>();
+  else if (D == 64) bf16 ? run.template operator()<__nv_bfloat16, 64>() : run.template operator()<__half, 64>();
+  else bf16 ? run.template operator()<__nv_bfloat16, 128>() : run.template operator()<__half, 128>();
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
 
 void flash_attention_forward(cudaStream_t s, AttnType t, const void* q, const void* k, const void* v,
                              const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, float scale,

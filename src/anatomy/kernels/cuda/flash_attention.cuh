@@ -53,6 +53,11 @@ void flash_attention_forward_packed(cudaStream_t s, AttnType t, const void* q, c
                                     const int64_t* offsets, int64_t B, int64_t longest, int64_t rows, int64_t heads,
                                     int64_t D, float scale, void* ctx);
 
+// The backward's row terms: delta[b, h, t] = Σ_d dctx·ctx (float sums of the
+// 16-bit values) and lse2 = lse·log2(e), both float32 [B, heads, L].
+void flash_attention_row_terms(cudaStream_t s, AttnType t, const void* dctx, const void* ctx, const float* lse,
+                               int64_t B, int64_t L, int64_t heads, int64_t D, float* delta, float* lse2);
+
 // dq, dk, dv are written (=). `scratch` holds flash_attention_scratch_bytes(B, L, heads, D) bytes, 256-byte aligned.
 void flash_attention_backward(cudaStream_t s, AttnType t, const void* dctx, const void* q, const void* k, const void* v,
                               const void* ctx, const float* lse, const int64_t* key_mask, int64_t B, int64_t L,

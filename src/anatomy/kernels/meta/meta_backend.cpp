@@ -54,6 +54,7 @@ class MetaBackend final : public Backend {
   explicit MetaBackend(const MetaOptions& options)
       : target_(options.target),
         split_tf32_(options.target == MetaTarget::Cuda && options.fp32_products == Fp32Products::SplitTf32),
+        hopper_attention_(options.target == MetaTarget::Cuda && options.hopper_attention),
         ledger_(options.target == MetaTarget::Cuda ? Device::cuda(0) : Device::cpu(),
                 options.target == MetaTarget::Cuda ? make_pool_allocator(make_simulated_segments(options.device_capacity))
                                                    : make_simulated_cpu_allocator(options.device_capacity)) {
@@ -202,6 +203,15 @@ class MetaBackend final : public Backend {
   bool attention_saves_probabilities(DType dtype, int64_t head_dim) const override {
     return cuda() ? !cuda::fused_attention(dtype, head_dim) : true;
   }
+  // MIRRORS CudaBackend::hopper_attention, for a device that runs the Hopper
+  // kernels (MetaOptions::hopper_attention).
+  bool hopper(DType dtype, int64_t head_dim, int64_t L) const {
+    return cuda() && hopper_attention_ && cuda::hopper_attention_shape(dtype, head_dim, L) &&
+           cuda::hopper_attention_selected();
+  }
+  bool attention_keeps_dropout_bits(DType dtype, int64_t head_dim, int64_t L) const override {
+    return hopper(dtype, head_dim, L);
+  }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
                          double scale, const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) override {
     if (!cuda()) return;
@@ -216,6 +226,7 @@ class MetaBackend final : public Backend {
       return attention_forward(q32, k32, v32, key_mask, heads, scale, dropout, probs, ctx32);
     }
     if (q.dtype() == DType::F32 && cuda::fused_attention(DType::F32, D)) return;  // flash, float32
+    if (probs.defined() && dropout.p > 0.0f && hopper(q.dtype(), D, L)) return;    // Hopper: no scratch
     if (q.dtype() != DType::F32) {                                                 // 16-bit: cuDNN, or flash
       if (cuda::cudnn_attention_selected()) scratch_bytes(cuda::cudnn_attention_forward_scratch_bytes(B));
       return;
@@ -242,6 +253,7 @@ class MetaBackend final : public Backend {
     }
     if (q.dtype() == DType::F32 && cuda::fused_attention(DType::F32, D))
       return scratch_bytes(cuda::flash_attention_f32_scratch_bytes(B, L, heads, D));
+    if (hopper(q.dtype(), D, L)) return scratch_bytes(cuda::hopper_attention_scratch_bytes(B, L, heads));
     if (q.dtype() != DType::F32)
       return scratch_bytes(cuda::cudnn_attention_selected() ? cuda::cudnn_attention_backward_scratch_bytes(B, L, heads)
                                                             : cuda::flash_attention_scratch_bytes(B, L, heads, D));
@@ -258,7 +270,8 @@ class MetaBackend final : public Backend {
     if (!cuda()) return;
     const int64_t D = q.dim(2) / heads;
     const bool native = q.dtype() == DType::F32 ? cuda::fused_attention(DType::F32, D)
-                                                : cuda::fused_attention(q.dtype(), D) && cuda::cudnn_attention_selected();
+                                                : hopper(q.dtype(), D, q.dim(1)) ||
+                                                      (cuda::fused_attention(q.dtype(), D) && cuda::cudnn_attention_selected());
     if (native) {
       Tensor none;
       return attention_backward(dctx, q, k, v, ctx, saved, key_mask, heads, scale, dropout, none, none, none);
@@ -343,6 +356,7 @@ class MetaBackend final : public Backend {
 
   MetaTarget target_;
   bool split_tf32_ = false;  // float32 products in split TF32 (CUDA target only)
+  bool hopper_attention_ = false;  // the device runs the Hopper attention kernels (CUDA target only)
   Ledger ledger_;  // first, so that it outlives the buffers below
   Tensor workspace_, results_, scratch_, adamw_table_;
   std::vector<ParamSegment> adamw_segments_;  // what adamw_table_ was built from

@@ -29,6 +29,10 @@ struct MetaOptions {
   // As make_cuda_backend's: split TF32 takes kernel scratch for the split operands.
   Fp32Products fp32_products = Fp32Products::Float32;
   int64_t device_capacity = 0;  // bytes the simulated device has; 0: unlimited
+  // The device runs the CUDA backend's Hopper attention kernels (compute
+  // capability 9.0 and the sm_90a build): its attention keeps the dropout mask
+  // as bits and takes the Hopper kernels' scratch.
+  bool hopper_attention = false;
 };
 
 // device() is Device::cpu() for the CPU target and Device::cuda(0) for CUDA.
