@@ -138,63 +138,51 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
       "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
       "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 
+// The three products the kernels issue, for the 16-bit type TYPE (bf16 or
+// f16), each wrapped so that one asm string serves both types. Immediates
+// after the descriptors: scale A, scale B (1: no negation), then transpose
+// A (shared A only) and transpose B (1: the operand is MN-major).
 // d (64x64 f32) (+)= A (64x16, K-major, shared) · B (16x64, K-major, shared).
-template <typename T>
-__device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " ANATOMY_WGMMA_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : ANATOMY_WGMMA_D32_OUT(d)
-        : "l"(a), "l"(b), "r"(accumulate));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " ANATOMY_WGMMA_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : ANATOMY_WGMMA_D32_OUT(d)
-        : "l"(a), "l"(b), "r"(accumulate));
-  }
-}
-
+#define ANATOMY_WGMMA_SS(TYPE)                                                                             \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." #TYPE "." #TYPE " " ANATOMY_WGMMA_D32         \
+               ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                                           \
+               : ANATOMY_WGMMA_D32_OUT(d)                                                                  \
+               : "l"(a), "l"(b), "r"(accumulate))
 // d (64x64 f32) += A (64x16, registers) · B (16x64, N-major, shared).
-template <typename T>
-__device__ __forceinline__ void wgmma_rs_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " ANATOMY_WGMMA_D32
-                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-                 : ANATOMY_WGMMA_D32_OUT(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-  } else {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " ANATOMY_WGMMA_D32
-                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-                 : ANATOMY_WGMMA_D32_OUT(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-  }
-}
+#define ANATOMY_WGMMA_RS_TB(TYPE)                                                                          \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                                  \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." #TYPE "." #TYPE " " ANATOMY_WGMMA_D32         \
+               ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                             \
+               : ANATOMY_WGMMA_D32_OUT(d)                                                                  \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b))
+// d (64x32 f32) (+)= A (64x16, M-major, shared) · B (16x32, N-major, shared).
+#define ANATOMY_WGMMA_SS_N32_TT(TYPE)                                                                      \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                                \
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32." #TYPE "." #TYPE " " ANATOMY_WGMMA_D16         \
+               ", %16, %17, p, 1, 1, 1, 1;\n}\n"                                                           \
+               : ANATOMY_WGMMA_D16_OUT(d)                                                                  \
+               : "l"(a), "l"(b), "r"(accumulate))
 
 #define ANATOMY_WGMMA_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define ANATOMY_WGMMA_D16_OUT(d)                                                                                 \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),     \
       "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 
-// d (64x32 f32) (+)= A (64x16, M-major, shared) · B (16x32, N-major, shared).
+template <typename T>
+__device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) ANATOMY_WGMMA_SS(bf16);
+  else ANATOMY_WGMMA_SS(f16);
+}
+template <typename T>
+__device__ __forceinline__ void wgmma_rs_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) ANATOMY_WGMMA_RS_TB(bf16);
+  else ANATOMY_WGMMA_RS_TB(f16);
+}
 template <typename T>
 __device__ __forceinline__ void wgmma_ss_n32_tt(float (&d)[16], uint64_t a, uint64_t b, int accumulate) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " ANATOMY_WGMMA_D16 ", %16, %17, p, 1, 1, 1, 1;\n}\n"
-        : ANATOMY_WGMMA_D16_OUT(d)
-        : "l"(a), "l"(b), "r"(accumulate));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " ANATOMY_WGMMA_D16 ", %16, %17, p, 1, 1, 1, 1;\n}\n"
-        : ANATOMY_WGMMA_D16_OUT(d)
-        : "l"(a), "l"(b), "r"(accumulate));
-  }
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) ANATOMY_WGMMA_SS_N32_TT(bf16);
+  else ANATOMY_WGMMA_SS_N32_TT(f16);
 }
 
 template <typename T>
