@@ -297,9 +297,11 @@ __global__ void __launch_bounds__(kThreads, 2) hopper_fwd_kernel(const FwdParams
 
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
-  const int bh = blockIdx.y, b = bh / p.heads, h = bh % p.heads;
-  const int L = p.L;
-  const int q0 = blockIdx.x * kRows;
+  // One-dimensional grid, the query blocks of a (batch entry, head) adjacent
+  // (so that they share its keys in L2), and no 65535 limit on B·heads.
+  const int L = p.L, q_blocks = (L + kRows - 1) / kRows;
+  const int bh = static_cast<int>(blockIdx.x / q_blocks), b = bh / p.heads, h = bh % p.heads;
+  const int q0 = static_cast<int>(blockIdx.x % q_blocks) * kRows;
   const int64_t rs = static_cast<int64_t>(p.heads) * kD;
   const int64_t off = static_cast<int64_t>(b) * L * rs + static_cast<int64_t>(h) * kD;
   const uint16_t* gq = static_cast<const uint16_t*>(p.q) + off;
@@ -800,7 +802,7 @@ void launch_forward(cudaStream_t s, const FwdParams& p, int64_t B) {
   auto kernel = hopper_fwd_kernel<T, kDrop>;
   static std::atomic<uint64_t> configured{0};
   configure_shared_memory(kernel, kSmemBytes, configured);
-  const dim3 grid(static_cast<unsigned>((p.L + kRows - 1) / kRows), static_cast<unsigned>(B * p.heads));
+  const dim3 grid(static_cast<unsigned>((p.L + kRows - 1) / kRows * B * p.heads));
   kernel<<<grid, kThreads, kSmemBytes, s>>>(p);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
@@ -884,7 +886,7 @@ void hopper_attention_forward(cudaStream_t s, AttnType t, const void* q, const v
                               const DropoutSpec& dropout, void* ctx, float* lse, uint32_t* keep_bits) {
   if (B == 0 || L == 0 || heads == 0) return;
   if (D != kD) fail("hopper_attention_forward: head size {} is not supported (64 only)", D);
-  if (L > (int64_t{1} << 24) || B * heads > 65535 || B * L * heads >= (int64_t{1} << 31))
+  if (L > (int64_t{1} << 24) || B * L * heads >= (int64_t{1} << 31))
     fail("hopper_attention_forward: shape B={} L={} heads={} too large", B, L, heads);
   if (!(dropout.p >= 0.0f && dropout.p < 1.0f))
     fail("hopper_attention_forward: dropout probability {} not in [0, 1)", dropout.p);
