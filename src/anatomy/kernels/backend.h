@@ -100,6 +100,10 @@ struct AdafactorHyper {
 // moment, unsigned for the second) scaled by its block's absmax.
 constexpr int64_t kAdam8bitBlock = 256;
 
+// uint32 words of attention mask bits a row of L probabilities takes, keys
+// rounded up to 128 (Backend::attention_keeps_dropout_bits).
+constexpr int64_t attention_keep_words(int64_t L) { return (L + 127) / 128 * 4; }
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -236,8 +240,8 @@ class Backend {
   // Whether a fused attention of this shape also keeps its dropout mask, as
   // bits, for the backward to read rather than draw again (no by default).
   // Then, with dropout, `saved` is float32 [B, heads, L·(W + 1)], W =
-  // attention_keep_words(L) of cuda_memory.h: the bits [B, heads, L, W] as
-  // uint32 words (bit k of word w of row i: key 32w + k kept), then the row
+  // attention_keep_words(L) (below): the bits [B, heads, L, W] as uint32
+  // words (bit k of word w of row i: key 32w + k kept), then the row
   // log-sum-exp [B, heads, L]. The model sizes `saved` so when asked for.
   virtual bool attention_keeps_dropout_bits(DType dtype, int64_t head_dim, int64_t L) const {
     (void)dtype;

@@ -173,12 +173,12 @@ inline bool hopper_attention_selected() { return attention_choice() == "hopper";
 // head size 64, and L <= 512 (the backward keeps dQ of a whole batch entry
 // and head in shared memory). Where the CUDA backend runs them with dropout it
 // keeps the forward's mask as bits, attention_keep_words(L) uint32 words a
-// row of the probabilities (keys rounded up to 128), for the backward to read.
+// row of the probabilities (backend.h), for the backward to read.
 constexpr int64_t kHopperAttentionMaxL = 512;
 constexpr bool hopper_attention_shape(DType dtype, int64_t head_dim, int64_t L) {
   return dtype != DType::F32 && head_dim == 64 && L >= 1 && L <= kHopperAttentionMaxL;
 }
-constexpr int64_t attention_keep_words(int64_t L) { return (L + 127) / 128 * 4; }
+using anatomy::attention_keep_words;
 // The backward's scratch: the row terms Δ and lse·log2(e), [B, heads, L] floats each.
 constexpr size_t hopper_attention_scratch_bytes(int64_t B, int64_t L, int64_t heads) {
   return 2 * scratch_allocation_bytes(static_cast<size_t>(std::max<int64_t>(B * heads * L, 0)) * sizeof(float));

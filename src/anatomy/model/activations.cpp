@@ -1,8 +1,6 @@
 // activations.cpp: the saved-for-backward declaration of every BERT layer.
 #include "anatomy/model/activations.h"
 
-#include "anatomy/kernels/cuda_memory.h"
-
 namespace anatomy {
 
 std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& c, int64_t B, int64_t L,
@@ -23,7 +21,7 @@ std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& c, i
           {"qkv", {3, B, L, H}, x, "attention backward (query, key, value)"},
           plan.attention_probabilities ? SavedSpec{"attn_saved", {B, N, L, L}, f32, "attention backward (softmax output)"}
           : plan.attention_keep_bits
-              ? SavedSpec{"attn_saved", {B, N, L * (cuda::attention_keep_words(L) + 1)}, f32,
+              ? SavedSpec{"attn_saved", {B, N, L * (attention_keep_words(L) + 1)}, f32,
                           "attention backward (dropout mask bits, row log-sum-exp)"}
               : SavedSpec{"attn_saved", {B, N, L}, f32, "attention backward (row log-sum-exp)"},
           {"ctx", {B, L, H}, x, "attention output dense backward (and fused attention backward)"},

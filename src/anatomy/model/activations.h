@@ -4,9 +4,9 @@
 // gradient checkpointing is a policy over it. Dropout masks are not saved:
 // they are replayed from the counter-based RNG (core/random.h), except the
 // attention probabilities' where the backend keeps them as bits (the CUDA
-// backend's Hopper kernels: one bit per probability, about 1/16 of
-// the probabilities' float32 size, where drawing the mask again costs as much
-// as the backward's products).
+// backend's Hopper kernels: one bit per probability, 1/32 of the
+// probabilities' float32 size, where drawing the mask again costs the
+// backward a fifth of its time).
 #pragma once
 
 #include <map>

@@ -517,8 +517,9 @@ class CudaBackend final : public Backend {
     const int64_t rows = B * heads * L;
     if (saved.numel() == rows) return HopperSaved{nullptr, saved.data<float>()};
     const int64_t words = attention_keep_words(L);
-    ANATOMY_CHECK(saved.numel() == rows * (words + 1), "attention: {} holds {} floats, not {} (log-sum-exp) or {} (mask bits too)",
-                  saved.name(), saved.numel(), rows, rows * (words + 1));
+    ANATOMY_CHECK(saved.numel() == rows * (words + 1),
+                  "attention: {} holds {} floats, not {} (log-sum-exp) or {} (mask bits too)", saved.name(),
+                  saved.numel(), rows, rows * (words + 1));
     return HopperSaved{reinterpret_cast<uint32_t*>(saved.data<float>()), saved.data<float>() + rows * words};
   }
 
