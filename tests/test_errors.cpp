@@ -57,6 +57,15 @@ TEST_F(CliErrors, ValidInputsTrainAndSave) {
   EXPECT_TRUE(fs::exists(out_ + "/config.json"));
 }
 
+// A value of ANATOMY_ATTENTION the CUDA backend does not know ends the run
+// before anything is written, on the CPU too.
+TEST_F(CliErrors, UnknownAttentionChoice) {
+  test::ScopedEnv bad("ANATOMY_ATTENTION", "flash3");
+  const auto r = train(model_, train_file_);
+  EXPECT_TRUE(failed_cleanly(r, {"ANATOMY_ATTENTION=flash3", "hopper, cudnn or anatomy"}));
+  EXPECT_TRUE(nothing_at(out_));
+}
+
 // ---------------------------------------------------------------------------
 // Checkpoint weights
 

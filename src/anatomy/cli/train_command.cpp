@@ -275,6 +275,8 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
 }  // namespace
 
 int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_command) {
+  // A bad ANATOMY_ATTENTION ends every run, not only those that reach a GPU's attention.
+  (void)cuda::attention_choice();
   TrainingArguments args = resolve_training_flags(flags, app);
   if (profile_command && !app.count("--max-steps") && !app.count("--num-train-epochs"))
     args.max_steps = flags.profile_warmup + flags.profile_steps;  // profile: just the steps it needs
