@@ -4,7 +4,9 @@
 // a thread's accumulator elements are not four consecutive ones. Both the
 // mma.sync m16n8 layout (flash_attention.cu) and a wgmma m64nN accumulator
 // (hopper_attention.cu) give lane 4g + t4 the columns 8n + 2·t4 + {0, 1} of
-// rows g and g + 8 of its 16-row slice; these helpers serve both.
+// rows g and g + 8 of its 16-row slice; these helpers serve both. keep_run4
+// gives the bits of four consecutive elements at any alignment (the float32
+// flash kernels and the Hopper forward).
 // Included from .cu only.
 #pragma once
 
@@ -13,6 +15,17 @@
 #include "anatomy/kernels/cuda/dropout_keys.cuh"
 
 namespace anatomy::cuda {
+
+// Keep bits of the four consecutive elements index .. index + 3: bit e for
+// element index + e. One call when index % 4 == 0 (always, when L % 4 == 0),
+// else the two calls the run straddles.
+__host__ __device__ __forceinline__ uint32_t keep_run4(const DropoutKeys& K, uint64_t index) {
+  const uint32_t shift = static_cast<uint32_t>(index & 3);
+  const uint32_t lo = keep4(K, index >> 2);
+  if (shift == 0) return lo;
+  const uint32_t hi = keep4(K, (index >> 2) + 1);
+  return ((lo >> shift) | (hi << (4 - shift))) & 0xFu;
+}
 
 // Spreading the nibbles of calls over the lanes that own their elements. A
 // thread's mask has bit 4n + e for its accumulator element s[n][e]; its

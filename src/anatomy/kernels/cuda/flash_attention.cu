@@ -62,6 +62,7 @@
 
 #include "anatomy/core/error.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/attention_common.cuh"
 #include "anatomy/kernels/cuda/attention_dropout.cuh"
 #include "anatomy/kernels/cuda/dropout_keys.cuh"
 #include "anatomy/kernels/cuda/shared_memory_config.cuh"
@@ -204,21 +205,7 @@ __device__ __forceinline__ void load_tile(T* sm, const T* g, int64_t rs, int row
   }
 }
 
-// 1 when batch entry `mrow` keeps at least one key (or there is no mask). All
-// threads of the block must call it.
-__device__ __forceinline__ bool any_key_kept(const int64_t* mrow, int L) {
-  if (mrow == nullptr) return true;
-  int local = 0;
-  for (int j = threadIdx.x; j < L; j += blockDim.x) local |= mrow[j] != 0;
-  return __syncthreads_or(local) != 0;
-}
-
-// 2^x on the special-function unit (flush-to-zero; 2^-inf = 0).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
+// fast_exp2, any_key_kept: attention_common.cuh.
 
 // The dropout mask's generator: dropout_keys.cuh.
 

@@ -61,6 +61,8 @@
 
 #include "anatomy/core/error.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/attention_common.cuh"
+#include "anatomy/kernels/cuda/attention_dropout.cuh"
 #include "anatomy/kernels/cuda/dropout_keys.cuh"
 #include "anatomy/kernels/cuda/shared_memory_config.cuh"
 
@@ -92,31 +94,13 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 // DropoutKeys, make_dropout_keys, keep4: dropout_keys.cuh.
 
-// Keep bits of the four consecutive elements index .. index + 3: bit e for
-// element index + e. One call when index % 4 == 0 (always, when L % 4 == 0),
-// else the two calls the run straddles.
-__host__ __device__ __forceinline__ uint32_t keep_run4(const DropoutKeys& K, uint64_t index) {
-  const uint32_t shift = static_cast<uint32_t>(index & 3);
-  const uint32_t lo = keep4(K, index >> 2);
-  if (shift == 0) return lo;
-  const uint32_t hi = keep4(K, (index >> 2) + 1);
-  return ((lo >> shift) | (hi << (4 - shift))) & 0xFu;
-}
+// keep_run4: attention_dropout.cuh.
 
 // ---------------------------------------------------------------------------
 // Primitives.
 // ---------------------------------------------------------------------------
 
-// 2^x on the special-function unit (flush-to-zero; 2^-inf = 0).
-__device__ __forceinline__ float fast_exp2(float x) {
-#if defined(__CUDA_ARCH__)
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-#else
-  return exp2f(x);
-#endif
-}
+// fast_exp2, any_key_kept: attention_common.cuh.
 
 __device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 
@@ -165,15 +149,6 @@ __device__ __forceinline__ void cp_async_wait_all() {
 }
 
 __device__ __forceinline__ float shfl_xor(float x, int mask) { return __shfl_xor_sync(0xffffffffu, x, mask); }
-
-// 1 when batch entry `mrow` keeps at least one key (or there is no mask). All
-// threads of the block must call it.
-__device__ __forceinline__ bool any_key_kept(const int64_t* mrow, int L) {
-  if (mrow == nullptr) return true;
-  int local = 0;
-  for (int j = threadIdx.x; j < L; j += blockDim.x) local |= mrow[j] != 0;
-  return __syncthreads_or(local) != 0;
-}
 
 __device__ __forceinline__ float comp(const float4& x, int i) { return i == 0 ? x.x : i == 1 ? x.y : i == 2 ? x.z : x.w; }
 

@@ -43,6 +43,7 @@
 #include <type_traits>
 
 #include "anatomy/core/error.h"
+#include "anatomy/kernels/cuda/attention_common.cuh"
 #include "anatomy/kernels/cuda/attention_dropout.cuh"
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda/dropout_keys.cuh"
@@ -196,22 +197,6 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// Keep bits of the four consecutive elements index .. index + 3 (bit e for
-// element index + e): one call when aligned, else the two it straddles.
-__device__ __forceinline__ uint32_t keep_run4(const DropoutKeys& K, uint64_t index) {
-  const uint32_t shift = static_cast<uint32_t>(index & 3);
-  const uint32_t lo = keep4(K, index >> 2);
-  if (shift == 0) return lo;
-  const uint32_t hi = keep4(K, (index >> 2) + 1);
-  return ((lo >> shift) | (hi << (4 - shift))) & 0xFu;
-}
-
 // Rows row0 .. row0 + nrows - 1 (of L) of a [*, L, heads*64] tensor at
 // `g` (already offset to the head) into a swizzled shared tile; rows past L
 // are zeros.
@@ -309,12 +294,7 @@ __global__ void __launch_bounds__(kThreads, 2) hopper_fwd_kernel(const FwdParams
   const uint16_t* gv = static_cast<const uint16_t*>(p.v) + off;
   const int64_t* mrow = p.mask ? p.mask + static_cast<int64_t>(b) * L : nullptr;
 
-  bool all_masked = false;
-  if (mrow != nullptr) {
-    int local = 0;
-    for (int j = tid; j < L; j += kThreads) local |= mrow[j] != 0;
-    all_masked = __syncthreads_or(local) == 0;
-  }
+  const bool all_masked = !any_key_kept(mrow, L);
   const bool always_slow = all_masked || p.slow_tiles != 0;
 
   auto load_kv = [&](int tile, int buf) {
@@ -568,12 +548,7 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_bwd_kernel(const BwdParams
   const float* gdelta = p.delta + static_cast<int64_t>(bh) * L;
   const int64_t* mrow = p.mask ? p.mask + static_cast<int64_t>(b) * L : nullptr;
 
-  bool all_masked = false;
-  if (mrow != nullptr) {
-    int local = 0;
-    for (int j = tid; j < L; j += kThreads) local |= mrow[j] != 0;
-    all_masked = __syncthreads_or(local) == 0;
-  }
+  const bool all_masked = !any_key_kept(mrow, L);
   const int nq = (L + kBwdRows - 1) / kBwdRows, nkb = (L + kBwdKeys - 1) / kBwdKeys;
   for (int i = tid; i < nq * kBwdRows * kD; i += kThreads) sdQ[i] = 0.0f;
 
