@@ -85,6 +85,32 @@ TEST(Random, DropoutMaskKnownBits) {
   EXPECT_EQ(dropout_keep4(1234, 7, 1, 0.1f), 0x7u);
 }
 
+// The Hopper attention's mask: eight elements a call, 16-bit halves of the
+// words in order (low half first), kept when >= ceil(p·65536).
+TEST(Random, AttentionMaskTakesEightSixteenBitHalvesFromEachCall) {
+  for (float p : {0.1f, 0.5f, 0.0f, 0.9f})
+    for (uint64_t stream : {uint64_t{7}, (uint64_t{3} << 16) | 1})
+      for (uint64_t start : kStarts)
+        for (uint64_t i = start; i < start + 4000; ++i) {
+          const Philox4 r = dropout_philox(1234, stream, i >> 3);
+          const uint32_t half = (r.v[(i >> 1) & 3] >> (16 * (i & 1))) & 0xFFFFu;
+          const bool keep = static_cast<double>(half) >= std::ceil(static_cast<double>(p) * 65536.0);
+          ASSERT_EQ(attention_keep(1234, stream, i, p), keep) << "index " << i << " p " << p;
+          ASSERT_EQ((attention_keep8(1234, stream, i >> 3, p) >> (i & 7)) & 1u, keep ? 1u : 0u) << "index " << i;
+        }
+}
+
+TEST(Random, AttentionMaskKeepsOneMinusTheRoundedP) {
+  // p = 0.1: kept with probability 1 - 6554/65536.
+  const int n = 400000;
+  int kept = 0;
+  for (int i = 0; i < n; ++i) kept += attention_keep(99, 3, static_cast<uint64_t>(i), 0.1f) ? 1 : 0;
+  const double q = 1.0 - 6554.0 / 65536.0;
+  EXPECT_NEAR(kept, n * q, 6.0 * std::sqrt(n * q * (1.0 - q)));
+  EXPECT_EQ(attention_drop_threshold16(0.1f), 6554u);
+  EXPECT_EQ(attention_keep8(1, 2, 3, 0.0f), 0xFFu);
+}
+
 TEST(Random, DropoutKeepsAboutOneMinusP) {
   for (float p : {0.0f, 0.1f, 0.5f, 0.9f}) {
     const int n = 200000;

@@ -31,6 +31,7 @@
 #include "anatomy/kernels/backend.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "../test_util.h"
+#include "attention_reference.h"
 #include "device_buffer.h"
 #include "anatomy/kernels/cuda_memory.h"
 #include "anatomy/kernels/cuda/flash_attention.cuh"
@@ -91,69 +92,12 @@ std::vector<int64_t> lengths_of(const Case& c) {
   return len;
 }
 
-struct Reference {
-  std::vector<double> ctx, lse, dq, dk, dv;
-};
+using Reference = anatomy::test::AttentionReference;
 
-// Float64 attention over [B, L, heads, D] data with the keep mask `keep`
-// ([B, heads, L, L], 1 kept; empty: no dropout).
 Reference reference(const Case& c, const Rounded& q, const Rounded& k, const Rounded& v, const Rounded& dout,
                     const std::vector<int64_t>& len, const std::vector<float>& keep, double scale) {
-  const int64_t L = c.L, D = c.D, H = c.heads, row = H * D;
-  const size_t n = static_cast<size_t>(c.B * L * row);
-  Reference r{std::vector<double>(n), std::vector<double>(static_cast<size_t>(c.B * H * L)), std::vector<double>(n),
-              std::vector<double>(n), std::vector<double>(n)};
-  const double inv_keep = c.p > 0.0f ? 1.0 / (1.0 - c.p) : 1.0;
-  std::vector<double> P(static_cast<size_t>(L * L)), dP(static_cast<size_t>(L * L)), drop(static_cast<size_t>(L * L));
-  for (int64_t b = 0; b < c.B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t n_keys = len[static_cast<size_t>(b)];
-      auto at = [&](int64_t t, int64_t d) { return static_cast<size_t>((b * L + t) * row + h * D + d); };
-      for (int64_t i = 0; i < L; ++i) {
-        double m = -INFINITY;
-        for (int64_t j = 0; j < n_keys; ++j) {
-          double s = 0.0;
-          for (int64_t d = 0; d < D; ++d) s += q.values[at(i, d)] * k.values[at(j, d)];
-          P[static_cast<size_t>(i * L + j)] = s * scale;
-          m = std::max(m, s * scale);
-        }
-        double sum = 0.0;
-        for (int64_t j = 0; j < n_keys; ++j) sum += std::exp(P[static_cast<size_t>(i * L + j)] - m);
-        r.lse[static_cast<size_t>((b * H + h) * L + i)] = m + std::log(sum);
-        for (int64_t j = 0; j < n_keys; ++j) {
-          const size_t ij = static_cast<size_t>(i * L + j);
-          P[ij] = std::exp(P[ij] - m) / sum;
-          const double kept = keep.empty() ? 1.0 : keep[static_cast<size_t>(((b * H + h) * L + i) * L + j)];
-          drop[ij] = kept * inv_keep;
-        }
-        for (int64_t d = 0; d < D; ++d) {
-          double o = 0.0;
-          for (int64_t j = 0; j < n_keys; ++j) o += P[static_cast<size_t>(i * L + j)] * drop[static_cast<size_t>(i * L + j)] * v.values[at(j, d)];
-          r.ctx[at(i, d)] = o;
-        }
-      }
-      // Backward.
-      for (int64_t i = 0; i < L; ++i) {
-        double rowsum = 0.0;  // Σ_j P_ij dP_ij = dO_i · O_i
-        for (int64_t j = 0; j < n_keys; ++j) {
-          double g = 0.0;
-          for (int64_t d = 0; d < D; ++d) g += dout.values[at(i, d)] * v.values[at(j, d)];
-          const size_t ij = static_cast<size_t>(i * L + j);
-          dP[ij] = g * drop[ij];
-          rowsum += P[ij] * dP[ij];
-        }
-        for (int64_t j = 0; j < n_keys; ++j) {
-          const size_t ij = static_cast<size_t>(i * L + j);
-          const double dS = P[ij] * (dP[ij] - rowsum) * scale;
-          for (int64_t d = 0; d < D; ++d) {
-            r.dq[at(i, d)] += dS * k.values[at(j, d)];
-            r.dk[at(j, d)] += dS * q.values[at(i, d)];
-            r.dv[at(j, d)] += P[ij] * drop[ij] * dout.values[at(i, d)];
-          }
-        }
-      }
-    }
-  return r;
+  return anatomy::test::attention_reference(c.B, c.L, c.heads, c.D, c.p, q.values, k.values, v.values, dout.values,
+                                            len, keep, scale);
 }
 
 struct Errors {

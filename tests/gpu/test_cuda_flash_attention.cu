@@ -24,9 +24,11 @@
 
 #include "anatomy/core/dtype.h"
 #include "anatomy/core/ledger.h"
+#include "anatomy/core/random.h"
 #include "anatomy/core/tensor.h"
 #include "anatomy/kernels/backend.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "attention_reference.h"
 #include "device_buffer.h"
 #include "anatomy/kernels/cuda/flash_attention.cuh"
 #include "anatomy/kernels/cuda/hopper_attention.cuh"
@@ -161,9 +163,9 @@ Outputs run_cpu(const FlashCase& c, const Inputs& in) {
 // time on outputs, log-sum-exp and scratch poisoned beforehand. The kernels:
 // flash_attention.cuh's, or hopper_attention.cuh's forward with the flash
 // backward, or hopper_attention.cuh's both ways.
-// HopperBits: the Hopper forward also stores its dropout mask as bits, and
-// the Hopper backward reads them.
-enum class Kernels { Flash, HopperForward, Hopper, HopperBits };
+// Hopper: with dropout the forward stores its mask (attention_keep8 of
+// core/random.h, not the CPU backend's) as bits, which the backward reads.
+enum class Kernels { Flash, Hopper };
 
 class GpuFlash {
  public:
@@ -197,7 +199,7 @@ class GpuFlash {
   GpuFlash& operator=(const GpuFlash&) = delete;
 
   const int64_t* mask() const { return in_.mask.empty() ? nullptr : mask_.as<int64_t>(); }
-  uint32_t* bits() const { return kernels_ == Kernels::HopperBits ? bits_.as<uint32_t>() : nullptr; }
+  uint32_t* bits() const { return kernels_ == Kernels::Hopper && c_.p > 0.0f ? bits_.as<uint32_t>() : nullptr; }
 
   void forward() {
     if (kernels_ != Kernels::Flash) {
@@ -211,7 +213,7 @@ class GpuFlash {
                                            lse_.as<float>());
   }
   void backward() {
-    if (kernels_ == Kernels::Hopper || kernels_ == Kernels::HopperBits) {
+    if (kernels_ == Kernels::Hopper) {
       anatomy::cuda::hopper_attention_backward(stream_, c_.type, dctx_.as<void>(), q_.as<void>(), k_.as<void>(),
                                                v_.as<void>(), ctx_.as<void>(), lse_.as<float>(), mask(), c_.B, c_.L,
                                                c_.heads, c_.D, in_.scale, in_.dropout, dq_.as<void>(), dk_.as<void>(),
@@ -228,6 +230,7 @@ class GpuFlash {
   struct Raw {
     std::vector<uint16_t> ctx, dq, dk, dv;
     std::vector<float> lse;
+    std::vector<uint32_t> bits;  // the Hopper forward's mask bits (with dropout)
   };
   Raw run() {
     for (DeviceBuffer* b : {&ctx_, &dq_, &dk_, &dv_, &lse_, &scratch_, &bits_}) b->poison();
@@ -235,7 +238,7 @@ class GpuFlash {
     backward();
     ANATOMY_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return Raw{ctx_.download<uint16_t>(), dq_.download<uint16_t>(), dk_.download<uint16_t>(),
-               dv_.download<uint16_t>(), lse_.download<float>()};
+               dv_.download<uint16_t>(), lse_.download<float>(), bits_.download<uint32_t>()};
   }
 
   cudaStream_t stream() const { return stream_; }
@@ -279,13 +282,43 @@ std::string format_error(double e) {
   return text;
 }
 
-// The kernels' outputs against the CPU backend's, the masked keys' zero
-// gradients, and the same bits on a second run.
+// The Hopper kernels' reference: their dropout mask is attention_keep8's
+// (core/random.h), so the float64 reference of attention_reference.h runs on
+// that mask, generated here; it also checks the forward's mask bits against it.
+Outputs hopper_reference(const FlashCase& c, const Inputs& in, const std::vector<uint32_t>& bits) {
+  std::vector<int64_t> len(static_cast<size_t>(c.B), c.L);
+  if (!in.mask.empty())
+    for (int64_t b = 0; b < c.B; ++b)
+      len[static_cast<size_t>(b)] = std::count(in.mask.begin() + b * c.L, in.mask.begin() + (b + 1) * c.L, int64_t{1});
+  std::vector<float> keep;
+  if (c.p > 0.0f) {
+    const int64_t words = anatomy::cuda::attention_keep_words(c.L);
+    keep.resize(static_cast<size_t>(c.B * c.heads * c.L * c.L));
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < c.B * c.heads * c.L; ++r)
+      for (int64_t j = 0; j < c.L; ++j) {
+        const int64_t index = r * c.L + j;
+        const bool kept = anatomy::attention_keep(in.dropout.seed, in.dropout.stream, static_cast<uint64_t>(index), c.p);
+        keep[static_cast<size_t>(index)] = kept ? 1.0f : 0.0f;
+        wrong += ((bits[static_cast<size_t>(r * words + j / 32)] >> (j % 32)) & 1u) != (kept ? 1u : 0u);
+      }
+    EXPECT_EQ(wrong, 0) << "mask bits that differ from attention_keep8's";
+  }
+  auto doubles = [](const Rounded& x) { return std::vector<double>(x.values.begin(), x.values.end()); };
+  const anatomy::test::AttentionReference r = anatomy::test::attention_reference(
+      c.B, c.L, c.heads, c.D, c.p, doubles(in.q), doubles(in.k), doubles(in.v), doubles(in.dctx), len, keep, in.scale);
+  auto floats = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
+  return Outputs{floats(r.ctx), floats(r.dq), floats(r.dk), floats(r.dv)};
+}
+
+// The kernels' outputs against the CPU backend's (the Hopper kernels: against
+// the reference on their own mask), the masked keys' zero gradients, and the
+// same bits on a second run.
 void check_against_cpu(const FlashCase& c, Kernels kernels) {
   const Inputs in = make_inputs(c);
-  const Outputs cpu = run_cpu(c, in);
   GpuFlash gpu(c, in, kernels);
   const GpuFlash::Raw first = gpu.run();
+  const Outputs cpu = kernels == Kernels::Hopper ? hopper_reference(c, in, first.bits) : run_cpu(c, in);
 
   // Tolerances. The reference works in float32 on the same (rounded) inputs,
   // so the difference is the kernels' 16-bit rounding: (1) ctx, dq, dk, dv are
@@ -361,27 +394,14 @@ TEST_P(CudaFlashAttention, MatchesCpuBackendAndIsDeterministic) {
   check_against_cpu(GetParam(), Kernels::Flash);
 }
 
-// The Hopper kernels (D = 64 only): the forward with the flash backward after
-// it (which reads the forward's log-sum-exp and replays its dropout mask, so
-// dq, dk and dv check those too), and both Hopper kernels.
+// The Hopper kernels (D = 64 only), forward and backward, the mask passed as
+// bits from one to the other.
 class CudaHopperAttention : public ::testing::TestWithParam<FlashCase> {};
 
-TEST_P(CudaHopperAttention, ForwardMatchesCpuBackendAndIsDeterministic) {
-  SKIP_WITHOUT_GPU();
-  if (!anatomy::cuda::hopper_attention_available(64)) GTEST_SKIP() << "no sm_90a device";
-  check_against_cpu(GetParam(), Kernels::HopperForward);
-}
-
-TEST_P(CudaHopperAttention, BothWaysMatchCpuBackendAndAreDeterministic) {
+TEST_P(CudaHopperAttention, MatchesTheReferenceOnItsMaskAndIsDeterministic) {
   SKIP_WITHOUT_GPU();
   if (!anatomy::cuda::hopper_attention_available(64)) GTEST_SKIP() << "no sm_90a device";
   check_against_cpu(GetParam(), Kernels::Hopper);
-}
-
-TEST_P(CudaHopperAttention, BothWaysWithTheMaskAsBitsMatchCpuBackend) {
-  SKIP_WITHOUT_GPU();
-  if (!anatomy::cuda::hopper_attention_available(64)) GTEST_SKIP() << "no sm_90a device";
-  check_against_cpu(GetParam(), Kernels::HopperBits);
 }
 
 std::vector<FlashCase> all_cases() {
@@ -455,7 +475,7 @@ TEST(CudaFlashAttentionTiming, DISABLED_ForwardBackward) {
       std::printf("flash attention %s: forward %.3f ms (%.0f TFLOP/s), backward %.3f ms (%.0f TFLOP/s), total %.3f ms\n",
                   case_name(c).c_str(), fwd, flops / (fwd * 1e9), bwd, 2.5 * flops / (bwd * 1e9), fwd + bwd);
       if (anatomy::cuda::hopper_attention_available(c.D)) {
-        GpuFlash hopper(c, in, Kernels::HopperBits);
+        GpuFlash hopper(c, in, Kernels::Hopper);
         hopper.forward();  // warm-up
         hopper.backward();
         ANATOMY_CUDA_CHECK(cudaEventRecord(e0, hopper.stream()));

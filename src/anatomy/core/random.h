@@ -86,4 +86,32 @@ ANATOMY_HD bool dropout_keep(uint64_t seed, uint64_t stream, uint64_t index, flo
   return uniform_from_bits(bits) >= p;
 }
 
+// The attention probabilities' mask of the CUDA backend's Hopper kernels
+// (kernels/cuda/hopper_attention.cu): one Philox call per eight consecutive
+// elements, each compared as a 16-bit number, which halves the generator's
+// work against dropout_keep4. Element `index` of `stream` is kept when half
+// (index & 1) (0: the low 16 bits) of word ((index >> 1) & 3) of Philox-4x32-10
+// at counter (index >> 3, stream) under key `seed` is >= ceil(p·65536). So an
+// element is kept with probability 1 - ceil(p·65536)/65536 (0.899994 for
+// p = 0.1; PyTorch's flash attention compares 8-bit numbers: 0.898); kept
+// values are scaled by 1/(1-p) as everywhere.
+ANATOMY_HD uint32_t attention_drop_threshold16(float p) {
+  return static_cast<uint32_t>(std::ceil(static_cast<double>(p) * 65536.0));
+}
+// Keep bits of elements 8·counter .. 8·counter + 7: bit e for element 8·counter + e.
+ANATOMY_HD uint32_t attention_keep8(uint64_t seed, uint64_t stream, uint64_t counter, float p) {
+  const Philox4 r = dropout_philox(seed, stream, counter);
+  const uint32_t t = attention_drop_threshold16(p);
+  uint32_t bits = 0;
+  for (int e = 0; e < 8; ++e) {
+    const uint32_t half = (r.v[e >> 1] >> (16 * (e & 1))) & 0xFFFFu;
+    bits |= static_cast<uint32_t>(half >= t) << e;
+  }
+  return bits;
+}
+// Whether element `index` is kept (attention_keep8's mask).
+ANATOMY_HD bool attention_keep(uint64_t seed, uint64_t stream, uint64_t index, float p) {
+  return (attention_keep8(seed, stream, index >> 3, p) >> (index & 7)) & 1u;
+}
+
 }  // namespace anatomy

@@ -27,6 +27,17 @@ __host__ __device__ __forceinline__ uint32_t keep_run4(const DropoutKeys& K, uin
   return ((lo >> shift) | (hi << (4 - shift))) & 0xFu;
 }
 
+// attention_keep8's bits of the eight consecutive elements index .. index + 7
+// (bit e for element index + e; the Hopper kernels' own mask): one call when
+// aligned (L % 8 == 0), else the two it straddles.
+__host__ __device__ __forceinline__ uint32_t keep_run8(const DropoutKeys& K, uint64_t index) {
+  const uint32_t shift = static_cast<uint32_t>(index & 7);
+  const uint32_t lo = keep8(K, index >> 3);
+  if (shift == 0) return lo;
+  const uint32_t hi = keep8(K, (index >> 3) + 1);
+  return ((lo >> shift) | (hi << (8 - shift))) & 0xFFu;
+}
+
 // Spreading the nibbles of calls over the lanes that own their elements. A
 // thread's mask has bit 4n + e for its accumulator element s[n][e]; its
 // elements, in both kernels, pair up with those of its neighbours in groups of

@@ -547,10 +547,12 @@ class CudaBackend final : public Backend {
       return flash_attention_f32_forward(stream_, q.data<float>(), k.data<float>(), v.data<float>(),
                                          key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
                                          static_cast<float>(scale), dropout, ctx.data<float>(), probs.data<float>());
-    // With dropout the Hopper forward (its mask generator is cheaper to run
-    // once than twice); without, cuDNN's forward is the faster, and either
-    // backward reads its log-sum-exp.
-    if (probs.defined() && dropout.p > 0.0f && hopper_attention(q.dtype(), D, L)) {
+    // With dropout the Hopper forward, where `saved` has room for its mask
+    // bits (its own mask, attention_keep8 of core/random.h, which only the
+    // Hopper backward replays); without dropout cuDNN's forward is the faster,
+    // and either backward reads its log-sum-exp.
+    if (probs.defined() && dropout.p > 0.0f && hopper_attention(q.dtype(), D, L) &&
+        hopper_saved(probs, B, heads, L).bits != nullptr) {
       const HopperSaved saved = hopper_saved(probs, B, heads, L);
       return hopper_attention_forward(stream_, attn_type(q.dtype()), q.raw(), k.raw(), v.raw(),
                                       key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
@@ -616,7 +618,7 @@ class CudaBackend final : public Backend {
                                    static_cast<float*>(dk), static_cast<float*>(dv), scratch, grad_row_stride);
       return true;
     }
-    if (hopper_attention(q.dtype(), D, L)) {
+    if (hopper_attention(q.dtype(), D, L) && (dropout.p == 0.0f || hopper_saved(probs, B, heads, L).bits != nullptr)) {
       const HopperSaved saved = hopper_saved(probs, B, heads, L);
       // MIRRORED: the row terms.
       void* scratch = scratch_bytes(hopper_attention_scratch_bytes(B, L, heads));

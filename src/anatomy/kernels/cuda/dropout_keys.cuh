@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "anatomy/core/random.h"
 #include "anatomy/kernels/backend.h"
 
 namespace anatomy::cuda {
@@ -28,6 +29,11 @@ struct DropoutKeys {
   uint32_t r0_c1;           // lo(M1 · stream_lo): round 0's new word 1
   uint32_t r0_c3k1;         // stream_hi ^ k1[0]
   uint32_t keep_min;        // kept iff the element's word >= keep_min
+  // attention_keep8's comparison (core/random.h): kept iff a 16-bit half >=
+  // the threshold; both halves of keep_min16x2 hold it, for __vcmpgeu2.
+  // none16: the threshold is 65536 (p > 65535/65536), nothing is kept.
+  uint32_t keep_min16x2;
+  uint32_t none16;
 };
 
 constexpr uint32_t kPhiloxM0 = 0xD2511F53u, kPhiloxM1 = 0xCD9E8D57u;
@@ -49,6 +55,9 @@ inline DropoutKeys make_dropout_keys(const DropoutSpec& d) {
   // <=>  w >= 256 · ceil(p · 2^24); below 2^32 for every float p < 1.
   const double t = std::ceil(static_cast<double>(d.p) * 16777216.0);
   k.keep_min = static_cast<uint32_t>(t * 256.0);
+  const uint32_t t16 = attention_drop_threshold16(d.p);
+  k.none16 = t16 > 0xFFFFu ? 1u : 0u;
+  k.keep_min16x2 = k.none16 ? 0u : t16 | t16 << 16;
   return k;
 }
 
@@ -57,9 +66,8 @@ inline DropoutKeys make_dropout_keys(const DropoutSpec& d) {
 // (1 without dropout).
 inline float keep_scale_of(const DropoutSpec& d) { return d.p > 0.0f ? 1.0f / (1.0f - d.p) : 1.0f; }
 
-// Keep bits of elements 4·counter .. 4·counter + 3: bit w for element 4·counter + w
-// (dropout_keep4 of core/random.h).
-__host__ __device__ __forceinline__ uint32_t keep4(const DropoutKeys& K, uint64_t counter) {
+// The four Philox-4x32-10 words of `counter` under the launch's keys.
+__host__ __device__ __forceinline__ void philox_words(const DropoutKeys& K, uint64_t counter, uint32_t (&w)[4]) {
   const uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
   uint32_t x0 = K.r0_c0 ^ c1, x1 = K.r0_c1;
   // A 32x32 -> 64-bit product gives both halves in one instruction (IMAD.WIDE.U32).
@@ -75,8 +83,39 @@ __host__ __device__ __forceinline__ uint32_t keep4(const DropoutKeys& K, uint64_
     x0 = n0;
     x2 = n2;
   }
-  return static_cast<uint32_t>(x0 >= K.keep_min) | static_cast<uint32_t>(x1 >= K.keep_min) << 1 |
-         static_cast<uint32_t>(x2 >= K.keep_min) << 2 | static_cast<uint32_t>(x3 >= K.keep_min) << 3;
+  w[0] = x0;
+  w[1] = x1;
+  w[2] = x2;
+  w[3] = x3;
+}
+
+// Keep bits of elements 4·counter .. 4·counter + 3: bit w for element 4·counter + w
+// (dropout_keep4 of core/random.h).
+__host__ __device__ __forceinline__ uint32_t keep4(const DropoutKeys& K, uint64_t counter) {
+  uint32_t x[4];
+  philox_words(K, counter, x);
+  return static_cast<uint32_t>(x[0] >= K.keep_min) | static_cast<uint32_t>(x[1] >= K.keep_min) << 1 |
+         static_cast<uint32_t>(x[2] >= K.keep_min) << 2 | static_cast<uint32_t>(x[3] >= K.keep_min) << 3;
+}
+
+// Keep bits of elements 8·counter .. 8·counter + 7 of the attention mask of
+// the Hopper kernels: bit e for element 8·counter + e (attention_keep8 of
+// core/random.h).
+__host__ __device__ __forceinline__ uint32_t keep8(const DropoutKeys& K, uint64_t counter) {
+  uint32_t x[4];
+  philox_words(K, counter, x);
+  uint32_t bits = 0u;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#if defined(__CUDA_ARCH__)
+    const uint32_t ge = __vcmpgeu2(x[i], K.keep_min16x2);  // 0xffff in each half that is >= the threshold
+    bits |= (ge & 1u) << (2 * i) | ((ge >> 16) & 1u) << (2 * i + 1);
+#else
+    const uint32_t t = K.keep_min16x2 & 0xFFFFu;
+    bits |= static_cast<uint32_t>((x[i] & 0xFFFFu) >= t) << (2 * i) | static_cast<uint32_t>((x[i] >> 16) >= t) << (2 * i + 1);
+#endif
+  }
+  return K.none16 ? 0u : bits;
 }
 
 // Whether element `index` is kept: its own call, of which one word is used

@@ -1,5 +1,6 @@
-// hopper_attention.cu: the attention forward of hopper_attention.cuh on
-// Hopper's warpgroup matrix instructions (wgmma.mma_async, sm_90a).
+// hopper_attention.cu: the attention forward and backward of
+// hopper_attention.cuh on Hopper's warpgroup matrix instructions
+// (wgmma.mma_async, sm_90a).
 //
 // One block of two warpgroups (256 threads) per (128 query rows, batch entry,
 // head); warpgroup w owns query rows 64w .. 64w + 63 of the block. Q stays in
@@ -24,12 +25,14 @@
 // each n8 block i, (row 16w + g, columns 8i + 2t, 8i + 2t + 1) in elements
 // 4i, 4i + 1 and (row 16w + g + 8, the same columns) in 4i + 2, 4i + 3.
 //
-// The dropout mask is the reference's and flash_attention.cu's: one
-// Philox-4x32-10 call per four consecutive keys of a row (keep_run4: two
-// calls when L % 4 != 0 makes a group straddle). A lane pair (t = 2c, 2c + 1)
-// holds keys 8i + 4c .. 8i + 4c + 3 of its two rows; the even lane makes the
-// call of the first row, the odd lane that of the second, and they swap
-// nibbles with one shuffle.
+// The dropout mask is attention_keep8's (core/random.h): one Philox-4x32-10
+// call per eight consecutive keys of a row, compared as 16-bit numbers
+// (keep_run8: two calls when L % 8 != 0 makes a group straddle). The eight
+// keys 8i .. 8i + 7 of a row are one n8 block, two keys in each lane of a
+// quad; lane t makes the calls of blocks t and t + 4 of both its rows and
+// the quad swaps bytes with four shuffles. The generator is the forward's
+// largest cost after the products (0.14 ms a pass at batch 32 with one call
+// per four keys, the reference's scheme), hence the eight.
 #include "anatomy/kernels/cuda/hopper_attention.cuh"
 
 #include <cuda_bf16.h>
@@ -315,10 +318,11 @@ __global__ void __launch_bounds__(kThreads, 2) hopper_fwd_kernel(const FwdParams
   const int nk = (L + kKeys - 1) / kKeys;
   const int row_a = q0 + 64 * wg + 16 * warp + g, row_b = row_a + 8;  // this thread's two query rows
   const uint64_t head_base = static_cast<uint64_t>(bh) * static_cast<uint64_t>(L) * static_cast<uint64_t>(L);
-  // This lane's dropout calls: row (t4 & 1 ? row_b : row_a), keys 8i + 4·(t4 >> 1) + {0..3}.
-  const uint64_t drop_row =
-      head_base + static_cast<uint64_t>((t4 & 1) ? row_b : row_a) * static_cast<uint64_t>(L) + 4 * (t4 >> 1);
-
+  // This lane's dropout calls: keys 8i .. 8i + 7 of rows row_a and row_b for
+  // the blocks i = t4 and t4 + 4 (each group of eight keys of a row is held by
+  // the quad's four lanes, two keys each).
+  const uint64_t drop_a = head_base + static_cast<uint64_t>(row_a) * static_cast<uint64_t>(L) + 8 * t4;
+  const uint64_t drop_b = drop_a + 8 * static_cast<uint64_t>(L);
   float o[32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) o[i] = 0.0f;
@@ -358,10 +362,20 @@ __global__ void __launch_bounds__(kThreads, 2) hopper_fwd_kernel(const FwdParams
     // accumulator element 4i + e.
     uint32_t keep = 0xffffffffu;
     if constexpr (kDrop) {
-      uint32_t calls = 0u;
+      const uint64_t k0 = static_cast<uint64_t>(jt) * kKeys;
+      // Byte j of `mine`: the eight keep bits of (row a, block t4), (row a, block t4 + 4), (row b, block t4),
+      // (row b, block t4 + 4).
+      const uint32_t mine = keep_run8(p.dropout, drop_a + k0) | keep_run8(p.dropout, drop_a + k0 + 32) << 8 |
+                            keep_run8(p.dropout, drop_b + k0) << 16 | keep_run8(p.dropout, drop_b + k0 + 32) << 24;
+      // From lane s of the quad, blocks s and s + 4: this lane's keys are bits 2·t4, 2·t4 + 1 of each
+      // byte, at accumulator bits 4i + {0, 1} (row a) and 4i + {2, 3} (row b).
+      keep = 0u;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) calls |= keep_run4(p.dropout, drop_row + jt * kKeys + 8 * i) << (4 * i);
-      keep = share_pairs(calls, t4 & 1);  // nibble i: keys 8i + 4·(t4 >> 1) + {0..3} of row t4 & 1
+      for (int src = 0; src < 4; ++src) {
+        const uint32_t x = __shfl_sync(0xffffffffu, mine, (lane & ~3) | src) >> (2 * t4);
+        keep |= (x & 3u) << (4 * src) | ((x >> 8) & 3u) << (4 * src + 16) | ((x >> 16) & 3u) << (4 * src + 2) |
+                ((x >> 24) & 3u) << (4 * src + 18);
+      }
       if (p.keep_bits != nullptr) store_keep_bits(p.keep_bits, p.keep_words, bh, L, row_a, jt, keep, t4);
     }
 
@@ -518,7 +532,7 @@ struct BwdParams {
   int keep_words;
 };
 
-template <typename T, int kDrop>
+template <typename T, bool kDrop>
 __global__ void __launch_bounds__(kThreads, 1) hopper_bwd_kernel(const BwdParams p) {
 #if ANATOMY_WGMMA
   extern __shared__ unsigned char smem_raw[];
@@ -575,7 +589,6 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_bwd_kernel(const BwdParams
     }
   };
 
-  const uint64_t head_base = static_cast<uint64_t>(bh) * static_cast<uint64_t>(L) * static_cast<uint64_t>(L);
   const int key_a = 64 * wg + 16 * warp + g;  // this thread's keys within the block: key_a, key_a + 8
 
   for (int kb = 0; kb < nkb; ++kb) {
@@ -621,10 +634,10 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_bwd_kernel(const BwdParams
         wgmma_ss<T>(dpt, smem_desc(sV + wg * 64 * kRowBytes + kk * 32, 16, 1024),
                     smem_desc(o_tile + kk * 32, 16, 1024), kk);
       wgmma_commit();
-      // The mask while the tensor cores work: bit 4i + e is element 4i + e.
+      // The forward's mask bits while the tensor cores work: bit 4i + e of `keep` is element 4i + e.
       uint32_t keep = 0xffffffffu;
-      if constexpr (kDrop != kNoDrop) {
-        if (p.keep_bits != nullptr) {
+      if constexpr (kDrop) {
+        {
           // Word (2·wg + warp/2) of query q holds keys 32·(2·wg + warp/2) .. of the block: key_a at bit
           // 16·(warp & 1) + g, key_a + 8 eight above.
           const uint32_t* words = sBits + buf * kBwdRows * 4 + 2 * wg + (warp >> 1);
@@ -639,8 +652,6 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_bwd_kernel(const BwdParams
               keep |= ((w >> 8) & 1u) << (4 * i + 2 + e);
             }
           }
-        } else {
-          keep = bwd_keep_bits<kDrop>(p.dropout, head_base, L, k0 + 64 * wg + 16 * warp, it * kBwdRows, g, t4);
         }
       }
       wgmma_wait_all();
@@ -660,7 +671,7 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_bwd_kernel(const BwdParams
           const bool ok = (e < 2) ? ok_a : ok_b;
           const float x = all_masked ? 0.0f : st[4 * i + e] * p.scale_log2;
           const float pr = ok ? fast_exp2(x - lse2[qc]) : 0.0f;
-          const bool kept = kDrop == kNoDrop || ((keep >> (4 * i + e)) & 1u);
+          const bool kept = !kDrop || ((keep >> (4 * i + e)) & 1u);
           pd[e] = kept ? pr * p.keep_scale : 0.0f;
           ds[e] = pr * ((kept ? dpt[4 * i + e] * p.keep_scale : 0.0f) - delta[qc]);
         }
@@ -765,7 +776,7 @@ __global__ void __launch_bounds__(kThreads, 1) hopper_bwd_kernel(const BwdParams
 #endif
 }
 
-template <typename T, int kDrop>
+template <typename T, bool kDrop>
 void launch_backward(cudaStream_t s, const BwdParams& p, int64_t B) {
   auto kernel = hopper_bwd_kernel<T, kDrop>;
   static std::atomic<uint64_t> configured{0};
@@ -847,13 +858,13 @@ void hopper_attention_backward(cudaStream_t s, AttnType t, const void* dctx, con
   p.dropout = make_dropout_keys(dropout);
   p.keep_bits = dropout.p > 0.0f ? keep_bits : nullptr;
   p.keep_words = static_cast<int>(attention_keep_words(L));
+  if (dropout.p > 0.0f && keep_bits == nullptr)
+    fail("hopper_attention_backward: dropout needs the forward's mask bits");
   if (p.keep_bits != nullptr && reinterpret_cast<uintptr_t>(p.keep_bits) % 16 != 0)
     fail("hopper_attention_backward: the mask bits must be 16-byte aligned");
-  const int mode = dropout.p > 0.0f ? (L % 4 == 0 ? kDropGroups : kDropEach) : kNoDrop;
   auto run = [&]<typename T>() {
-    if (mode == kNoDrop) launch_backward<T, kNoDrop>(s, p, B);
-    else if (mode == kDropGroups) launch_backward<T, kDropGroups>(s, p, B);
-    else launch_backward<T, kDropEach>(s, p, B);
+    if (dropout.p > 0.0f) launch_backward<T, true>(s, p, B);
+    else launch_backward<T, false>(s, p, B);
   };
   t == AttnType::BF16 ? run.template operator()<__nv_bfloat16>() : run.template operator()<__half>();
 }

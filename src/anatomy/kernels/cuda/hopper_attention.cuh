@@ -1,14 +1,16 @@
 // hopper_attention.cuh: fused multi-head attention on Hopper's warpgroup
 // tensor-core instructions (wgmma, sm_90a), bf16 or fp16 with float32
-// accumulation, head size 64 (BERT's). The semantics, layouts and dropout mask
-// are flash_attention.cuh's: the reference's attention (CPU backend), the
-// reference's dropout mask element (b*heads + h)*L*L + i*L + j, q, k, v, ctx
+// accumulation, head size 64 (BERT's). The semantics and layouts are
+// flash_attention.cuh's: the reference's attention (CPU backend), q, k, v, ctx
 // [B, L, heads*64] with heads interleaved and 16-byte aligned, lse float32
-// [B, heads, L] (natural log). So flash_attention_backward can take what this
-// forward writes.
+// [B, heads, L] (natural log), so either family's backward reads the other's
+// log-sum-exp. The dropout mask is not the CPU backend's: it is
+// attention_keep8 of core/random.h (one generator call per eight
+// probabilities, each a 16-bit comparison: half the generator's work, the
+// forward's largest cost), element (b*heads + h)*L*L + i*L + j, and the
+// forward hands it to the backward as bits.
 //
-// Both are compiled for sm_90a next to a plain
-// sm_90 build of the same file; hopper_attention_available() says whether
+// Both kernels are compiled for sm_90a next to a plain sm_90 build of the same file; hopper_attention_available() says whether
 // the device runs the sm_90a code (an H100 or H200 does; the plain build has
 // no kernel body and is never launched).
 // Included only from .cu files.
@@ -30,12 +32,12 @@ namespace anatomy::cuda {
 // once per process (a one-thread kernel writing a flag).
 bool hopper_attention_available(int64_t D);
 
-// As flash_attention_forward (flash_attention.cuh), for D == 64 only. With
-// dropout and `keep_bits` (uint32 [B, heads, L, attention_keep_words(L)] of
-// cuda_memory.h, 16-byte aligned), the forward also stores its mask there:
-// bit k of word w of row (b, h, i) is the keep bit of key 32w + k (words of
-// keys past L are left as they are), so that the backward reads it rather
-// than running the generator again.
+// As flash_attention_forward (flash_attention.cuh), for D == 64 only, with
+// this file's mask. With dropout and `keep_bits` (uint32 [B, heads, L,
+// attention_keep_words(L)] of cuda_memory.h, 16-byte aligned), the forward
+// also stores its mask there: bit k of word w of row (b, h, i) is the keep bit
+// of key 32w + k (words of keys past L are left as they are), which the
+// backward reads rather than running the generator again.
 void hopper_attention_forward(cudaStream_t s, AttnType t, const void* q, const void* k, const void* v,
                               const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, float scale,
                               const DropoutSpec& dropout, void* ctx, float* lse /*[B, heads, L]*/,
@@ -52,8 +54,8 @@ bool hopper_attention_backward_supported(int64_t D, int64_t L);
 // accepts, reading the log-sum-exp of either forward: dq, dk, dv written (=),
 // their token rows grad_row_stride elements apart (heads*64, or 3·heads*64
 // for interleaved gradients). Deterministic: one block per (batch entry,
-// head) sums dq in a fixed order. `keep_bits`: the forward's mask bits (with
-// dropout), else the mask is generated again.
+// head) sums dq in a fixed order. With dropout `keep_bits` must be the
+// forward's mask bits (the backward has no generator).
 void hopper_attention_backward(cudaStream_t s, AttnType t, const void* dctx, const void* q, const void* k,
                                const void* v, const void* ctx, const float* lse, const int64_t* key_mask, int64_t B,
                                int64_t L, int64_t heads, int64_t D, float scale, const DropoutSpec& dropout, void* dq,

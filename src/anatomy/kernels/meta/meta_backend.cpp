@@ -212,6 +212,10 @@ class MetaBackend final : public Backend {
   bool attention_keeps_dropout_bits(DType dtype, int64_t head_dim, int64_t L) const override {
     return hopper(dtype, head_dim, L);
   }
+  // MIRRORS CudaBackend::hopper_saved: whether `saved` holds the mask bits.
+  static bool keeps_bits(const Tensor& saved, int64_t B, int64_t heads, int64_t L) {
+    return saved.defined() && saved.numel() == B * heads * L * (cuda::attention_keep_words(L) + 1);
+  }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
                          double scale, const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) override {
     if (!cuda()) return;
@@ -226,7 +230,8 @@ class MetaBackend final : public Backend {
       return attention_forward(q32, k32, v32, key_mask, heads, scale, dropout, probs, ctx32);
     }
     if (q.dtype() == DType::F32 && cuda::fused_attention(DType::F32, D)) return;  // flash, float32
-    if (probs.defined() && dropout.p > 0.0f && hopper(q.dtype(), D, L)) return;    // Hopper: no scratch
+    if (probs.defined() && dropout.p > 0.0f && hopper(q.dtype(), D, L) && keeps_bits(probs, B, heads, L))
+      return;  // Hopper: no scratch
     if (q.dtype() != DType::F32) {                                                 // 16-bit: cuDNN, or flash
       if (cuda::cudnn_attention_selected()) scratch_bytes(cuda::cudnn_attention_forward_scratch_bytes(B));
       return;
@@ -253,7 +258,8 @@ class MetaBackend final : public Backend {
     }
     if (q.dtype() == DType::F32 && cuda::fused_attention(DType::F32, D))
       return scratch_bytes(cuda::flash_attention_f32_scratch_bytes(B, L, heads, D));
-    if (hopper(q.dtype(), D, L)) return scratch_bytes(cuda::hopper_attention_scratch_bytes(B, L, heads));
+    if (hopper(q.dtype(), D, L) && (dropout.p == 0.0f || keeps_bits(saved, B, heads, L)))
+      return scratch_bytes(cuda::hopper_attention_scratch_bytes(B, L, heads));
     if (q.dtype() != DType::F32)
       return scratch_bytes(cuda::cudnn_attention_selected() ? cuda::cudnn_attention_backward_scratch_bytes(B, L, heads)
                                                             : cuda::flash_attention_scratch_bytes(B, L, heads, D));
