@@ -493,11 +493,10 @@ __global__ void __launch_bounds__(kThreads, 2) hopper_fwd_kernel(const FwdParams
 // N-major), and stores dSᵀ (16-bit) to shared memory; after a barrier,
 // warpgroup w computes columns 32w .. 32w + 31 of this tile's dQ = dS·K over
 // the block's 128 keys (dS read M-major, K N-major) and adds them into the
-// shared dQ. The dropout mask comes from the forward's bits when it kept them
-// (cp.async with each query tile's rows, 16 bytes a row for the block's 128
-// keys); otherwise it is drawn again as flash_attention.cu's backward does
-// (bwd_keep_bits: four lanes share each call). Either way while the tensor
-// cores compute Sᵀ and dPᵀ.
+// shared dQ. With dropout the mask comes from the forward's bits (cp.async
+// with each query tile's rows, 16 bytes a row for the block's 128 keys),
+// unpacked while the tensor cores compute Sᵀ and dPᵀ; the backward has no
+// generator of its own.
 // ---------------------------------------------------------------------------
 
 constexpr int kBwdKeys = 128;                          // keys per block step (64 per warpgroup)
