@@ -107,10 +107,11 @@ TEST(MemoryPlan, ASimulatedDeviceTooSmallSaysItDoesNotFitAndNamesTheBuffer) {
   EXPECT_NE(plan.out_of_memory.find("out of memory"), std::string::npos) << plan.out_of_memory;
 }
 
-// On a GPU that runs the Hopper attention kernels, with ANATOMY_ATTENTION=hopper,
-// a bf16 layer's attention keeps its dropout mask as bits next to the
-// log-sum-exp: each layer's activations grow by B·heads·L words of
-// attention_keep_words(L) uint32. Without the variable (cuDNN's attention) nothing changes.
+// On a GPU that runs the Hopper attention kernels (the default, or
+// ANATOMY_ATTENTION=hopper), a bf16 layer's attention keeps its dropout mask as
+// bits next to the log-sum-exp: each layer's activations grow by B·heads·L
+// words of attention_keep_words(L) uint32. With ANATOMY_ATTENTION=cudnn
+// (cuDNN's attention) nothing changes.
 TEST(MemoryPlan, HopperAttentionKeepsTheDropoutMaskAsBits) {
   const BertConfig config = *bert_preset("bert-base-uncased");
   TrainingArguments args;
@@ -124,16 +125,19 @@ TEST(MemoryPlan, HopperAttentionKeepsTheDropoutMaskAsBits) {
   hopper.hopper_attention = true;
   const auto activations = static_cast<size_t>(Category::Activations);
   {
-    test::ScopedEnv cudnn("ANATOMY_ATTENTION", nullptr);
+    test::ScopedEnv cudnn("ANATOMY_ATTENTION", "cudnn");
     EXPECT_EQ(plan_training(config, args, shape, hopper).ledger.peak[activations],
               plan_training(config, args, shape, plain).ledger.peak[activations]);
   }
-  test::ScopedEnv selected("ANATOMY_ATTENTION", "hopper");
-  const MemoryPlan a = plan_training(config, args, shape, plain);
-  const MemoryPlan b = plan_training(config, args, shape, hopper);
   const int64_t words = 4;  // L = 128: one block of 128 keys
   const int64_t per_layer = 2 * config.num_attention_heads * 128 * words * 4;
-  EXPECT_EQ(b.ledger.peak[activations] - a.ledger.peak[activations], config.num_hidden_layers * per_layer);
+  for (const char* choice : {static_cast<const char*>(nullptr), "hopper"}) {
+    test::ScopedEnv selected("ANATOMY_ATTENTION", choice);
+    const MemoryPlan a = plan_training(config, args, shape, plain);
+    const MemoryPlan b = plan_training(config, args, shape, hopper);
+    EXPECT_EQ(b.ledger.peak[activations] - a.ledger.peak[activations], config.num_hidden_layers * per_layer)
+        << (choice ? choice : "unset");
+  }
   // Without dropout nothing is kept.
   BertConfig no_dropout = config;
   no_dropout.attention_probs_dropout_prob = 0.0;

@@ -45,10 +45,9 @@ std::string attention_kernels(const Backend& backend, DType compute, int64_t hea
   if (compute == DType::F32) return "our fused flash kernels, float32";
   if (backend.attention_keeps_dropout_bits(compute, head_dim, L))
     return "our Hopper (wgmma) kernels, the dropout mask kept as bits; cuDNN's forward without dropout "
-           "(ANATOMY_ATTENTION=hopper; unset, cuDNN's)";
+           "(ANATOMY_ATTENTION=cudnn selects cuDNN's, =anatomy our flash kernels)";
   if (cuda::cudnn_attention_selected())
-    return "cuDNN's fused attention (ANATOMY_ATTENTION=hopper selects our Hopper kernels, =anatomy our flash "
-           "kernels)";
+    return "cuDNN's fused attention (ANATOMY_ATTENTION=anatomy selects our flash kernels)";
   return "our fused flash kernels, 16-bit";
 }
 

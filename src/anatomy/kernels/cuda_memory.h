@@ -147,11 +147,12 @@ constexpr size_t cudnn_attention_backward_scratch_bytes(int64_t B, int64_t L, in
          static_cast<size_t>(B * heads * rounded) * static_cast<size_t>(2 * rounded + 4);
 }
 // The 16-bit fused attention the environment variable ANATOMY_ATTENTION asks
-// for: "cudnn" (the default: cuDNN's), "hopper" (hopper_attention.cu where
-// the device and the shape allow, else cuDNN), "anatomy" (our flash kernels
-// of flash_attention.cu); any other value is refused. The Hopper kernels are
-// not the default: with dropout they are still a little slower than cuDNN's
-// (docs/BENCHMARKS.md, eighteenth session).
+// for: "hopper" (the default, also when unset: hopper_attention.cu where the
+// device and the shape allow, else cuDNN), "cudnn" (cuDNN's), "anatomy" (our
+// flash kernels of flash_attention.cu); any other value is refused. The
+// Hopper kernels became the default in the nineteenth session, when their own
+// dropout mask made bert-large's bf16 steps faster than with cuDNN's
+// attention (docs/BENCHMARKS.md).
 inline std::string_view attention_choice() {
   return env_choice("ANATOMY_ATTENTION", {"hopper", "cudnn", "anatomy"}, "hopper, cudnn or anatomy");
 }
@@ -166,8 +167,11 @@ inline bool cudnn_attention_selected() {
   return false;
 #endif
 }
-// Whether ANATOMY_ATTENTION asks for the Hopper kernels ("hopper").
-inline bool hopper_attention_selected() { return attention_choice() == "hopper"; }
+// Whether ANATOMY_ATTENTION allows the Hopper kernels ("hopper", or unset).
+inline bool hopper_attention_selected() {
+  const std::string_view want = attention_choice();
+  return want.empty() || want == "hopper";
+}
 
 // The Hopper attention kernels (hopper_attention.cu, wgmma on sm_90a): 16-bit,
 // head size 64, and L <= 512 (the backward keeps dQ of a whole batch entry
