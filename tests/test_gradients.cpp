@@ -20,6 +20,7 @@
 #include "anatomy/model/bert.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/trainer.h"
+#include "test_util.h"
 
 namespace anatomy {
 namespace {
@@ -336,6 +337,78 @@ TEST_P(LayerGradients, EachLayerAgreesWithFiniteDifferences) {
       const double numeric = (up - down) / (2 * step);
       EXPECT_GT(std::sqrt(gnorm2), 1e-4) << group << ": the loss should depend on this layer";
       EXPECT_NEAR(analytic, numeric, 1e-2 * std::sqrt(gnorm2) + 1e-5) << c.name << " " << group << " trial " << trial;
+    }
+  }
+}
+
+// The last encoder layer computes past attention for the first token only
+// (bert.cpp), since only out[:, 0] reaches the pooler. Against the whole layer
+// (ANATOMY_LAST_LAYER=all), with and without gradient checkpointing: the
+// same loss and gradients up to float32 rounding (products whose sums skip
+// exact zeros may add in another order). Hidden dropout is off, as the pruned
+// tensors draw their masks over their own elements; attention dropout is on
+// (the attention covers every token either way, so its masks are the same).
+TEST(LastLayer, FirstTokenOnlyGivesTheWholeLayersLossAndGradients) {
+  BertConfig config;
+  config.vocab_size = 40;
+  config.hidden_size = 16;
+  config.num_hidden_layers = 2;
+  config.num_attention_heads = 2;
+  config.intermediate_size = 24;
+  config.max_position_embeddings = 12;
+  config.hidden_dropout_prob = 0.0;
+  config.attention_probs_dropout_prob = 0.1;
+  config.initializer_range = 0.2;
+  config.num_labels = 3;
+  const int64_t B = 3, L = 7;
+  HostBatch batch;
+  batch.batch = B;
+  batch.seq_len = L;
+  std::mt19937 gen(5);
+  for (int64_t i = 0; i < B * L; ++i) {
+    batch.input_ids.push_back(1 + gen() % (config.vocab_size - 1));
+    batch.token_type_ids.push_back(gen() % 2);
+    batch.attention_mask.push_back(i % L < L - (i / L) ? 1 : 0);
+  }
+  batch.labels_i64 = {2, 0, 1};
+  struct Result {
+    double loss;
+    std::vector<std::vector<float>> grads;
+  };
+  auto run = [&](const char* last_layer, bool checkpointing, bool selective) {
+    test::ScopedEnv env("ANATOMY_LAST_LAYER", last_layer);
+    auto backend = make_cpu_backend(1);
+    BertForSequenceClassification model(*backend, config);
+    init_weights(model, 11);
+    const BertInputs inputs = upload_batch(*backend, batch, DType::I64, 1);
+    ForwardOptions options;
+    options.training = true;
+    options.save_for_backward = true;
+    options.gradient_checkpointing = checkpointing;
+    options.selective_checkpointing = selective;
+    options.seed = 3;
+    options.step = 2;
+    Result r;
+    r.loss = *model.forward(inputs, options).loss;
+    model.zero_gradients();
+    model.backward();
+    for (const Tensor& t : model.gradients().tensors())
+      r.grads.emplace_back(t.data<float>(), t.data<float>() + t.numel());
+    return r;
+  };
+  const Result whole = run("all", false, false);
+  const std::vector<ParamSpec> specs = bert_parameter_specs(config);
+  for (auto [checkpointing, selective] : {std::pair{false, false}, {true, false}, {true, true}}) {
+    const Result first = run(nullptr, checkpointing, selective);
+    const std::string mode = !checkpointing ? "no checkpointing" : selective ? "selective" : "full checkpointing";
+    EXPECT_NEAR(first.loss, whole.loss, 1e-6 * std::abs(whole.loss)) << mode;
+    ASSERT_EQ(first.grads.size(), whole.grads.size());
+    for (size_t i = 0; i < whole.grads.size(); ++i) {
+      float scale = 0.0f;
+      for (float v : whole.grads[i]) scale = std::max(scale, std::abs(v));
+      ASSERT_GT(scale, 0.0f) << specs[i].name << ": every parameter should have a gradient here";
+      for (size_t j = 0; j < whole.grads[i].size(); ++j)
+        ASSERT_NEAR(first.grads[i][j], whole.grads[i][j], 1e-5f * scale) << mode << " " << specs[i].name << "[" << j << "]";
     }
   }
 }

@@ -4,8 +4,9 @@
 namespace anatomy {
 
 std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& c, int64_t B, int64_t L,
-                                          const ActivationPlan& plan) {
+                                          const ActivationPlan& plan, int64_t rows) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, N = c.num_attention_heads, T = B * L;
+  const int64_t R = rows > 0 ? rows : L, TR = B * R;  // the rows after attention
   const DType x = plan.compute, f32 = DType::F32;
   switch (kind) {
     case LayerKind::Embeddings:
@@ -25,18 +26,18 @@ std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& c, i
                           "attention backward (dropout mask bits, row log-sum-exp)"}
               : SavedSpec{"attn_saved", {B, N, L}, f32, "attention backward (row log-sum-exp)"},
           {"ctx", {B, L, H}, x, "attention output dense backward (and fused attention backward)"},
-          {"attn_ln_in", {B, L, H}, x, "attention LayerNorm backward"},
-          {"attn_ln_mean", {T}, f32, "attention LayerNorm backward"},
-          {"attn_ln_rstd", {T}, f32, "attention LayerNorm backward"},
-          {"h1", {B, L, H}, x, "intermediate dense backward"},
+          {"attn_ln_in", {B, R, H}, x, "attention LayerNorm backward"},
+          {"attn_ln_mean", {TR}, f32, "attention LayerNorm backward"},
+          {"attn_ln_rstd", {TR}, f32, "attention LayerNorm backward"},
+          {"h1", {B, R, H}, x, "intermediate dense backward"},
           // The activation's output (the output dense layer's input) is not kept:
           // backward recomputes it from inter_pre, one element-wise pass, and
           // saves [B, L, intermediate] per layer (a quarter of bert-large's activations).
-          {"inter_pre", {B, L, I}, x, "activation backward; recomputing the output dense layer's input"},
-          {"out_ln_in", {B, L, H}, x, "output LayerNorm backward"},
-          {"out_ln_mean", {T}, f32, "output LayerNorm backward"},
-          {"out_ln_rstd", {T}, f32, "output LayerNorm backward"},
-          {"out", {B, L, H}, x, "input of the next layer"},
+          {"inter_pre", {B, R, I}, x, "activation backward; recomputing the output dense layer's input"},
+          {"out_ln_in", {B, R, H}, x, "output LayerNorm backward"},
+          {"out_ln_mean", {TR}, f32, "output LayerNorm backward"},
+          {"out_ln_rstd", {TR}, f32, "output LayerNorm backward"},
+          {"out", {B, R, H}, x, "input of the next layer"},
       };
       return specs;
     }

@@ -49,8 +49,13 @@ struct ActivationPlan {
 const std::set<std::string>& selective_recomputed();
 
 // The tensors a layer of `kind` saves for a batch of B sequences of length L.
+// `rows` (encoder layers): the tokens of each sequence the layer computes
+// after attention, L (0 means L too), or 1 for a last layer of which only the
+// first token's output is read (BertForSequenceClassification: the pooler's
+// input); query, key, value, the attention's saved tensor and its output
+// cover all L tokens either way.
 std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& config, int64_t B, int64_t L,
-                                          const ActivationPlan& plan = {});
+                                          const ActivationPlan& plan = {}, int64_t rows = 0);
 
 // A layer's saved tensors, allocated from its declaration.
 class SavedTensors {

@@ -10,6 +10,16 @@
 //   head:       pooled = tanh(linear(out[:, 0])); logits = linear(dropout(pooled))
 // Backward walks the same steps in reverse, reading what saved_for_backward()
 // declares, and replays every dropout mask from (seed, step, site).
+//
+// Only the first token of the last layer's output reaches the loss (the
+// pooler reads out[:, 0]), so the last layer computes everything after
+// attention — the attention output dense layer, both LayerNorms, the MLP —
+// for that token alone: [B, 1, H] instead of [B, L, H]. Query, key, value and
+// attention still cover every token (the first token attends to all keys).
+// The loss and every gradient are those of the whole layer (the other
+// tokens' outputs have zero gradient, so their products only add zeros); the
+// dropout masks of the pruned tensors are drawn over their own [B, 1, ·]
+// elements. ANATOMY_LAST_LAYER=all computes the whole layer.
 #include "anatomy/model/bert.h"
 
 #include <cmath>
@@ -17,6 +27,8 @@
 #include <vector>
 
 #include <fmt/format.h>
+
+#include "anatomy/core/env.h"
 
 namespace anatomy {
 
@@ -72,6 +84,7 @@ BertForSequenceClassification::BertForSequenceClassification(Backend& backend, B
       activation_(activation_kind(config_.hidden_act)) {
   ANATOMY_CHECK(compute == DType::F32 || compute == DType::BF16 || compute == DType::F16,
                 "compute dtype {} is not float32, bf16 or fp16", dtype_name(compute));
+  first_token_last_layer_ = env_choice("ANATOMY_LAST_LAYER", {"first-token", "all"}, "first-token or all") != "all";
   if (compute_ != DType::F32) {
     half_weights_ = std::make_unique<ParameterSet>(backend, weights_.specs(), Category::WeightsHalf, "half.", compute_);
     wh_ = BertTensors::bind(*half_weights_, config_);
@@ -85,6 +98,10 @@ ActivationPlan BertForSequenceClassification::activation_plan() const {
   plan.attention_keep_bits = dropout_at(config_.attention_probs_dropout_prob, 0).p > 0.0f &&
                              backend_.attention_keeps_dropout_bits(compute_, config_.head_dim(), L_);
   return plan;
+}
+
+int64_t BertForSequenceClassification::rows_after_attention(int64_t l) const {
+  return first_token_last_layer_ && l == config_.num_hidden_layers - 1 ? 1 : L_;
 }
 
 void BertForSequenceClassification::refresh_half_weights() {
@@ -238,8 +255,9 @@ ForwardOutput BertForSequenceClassification::forward(const BertInputs& inputs, c
       if (selective_recomputed().count(spec.name) == 0) checkpoint.insert(spec.name);
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     ledger.set_phase(fmt::format("forward layer {}", l));
-    SavedTensors layer(backend_, saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, plan), kept,
-                       fmt::format("layer.{}.", l), checkpointing ? &checkpoint : nullptr);
+    SavedTensors layer(backend_,
+                       saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, plan, rows_after_attention(l)),
+                       kept, fmt::format("layer.{}.", l), checkpointing ? &checkpoint : nullptr);
     use_unit_weights(1 + l, 2 + l);
     encoder_forward(l, *hidden, layer);
     drop_unit_weights(1 + l);
@@ -291,13 +309,23 @@ void BertForSequenceClassification::encoder_forward(int64_t l, const Tensor& x, 
   backend_.attention_forward(q, k, v, mask_, config_.num_attention_heads, scale,
                              dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l)), s["attn_saved"],
                              s["ctx"]);
-  Tensor projected = temporary({B_, L_, H}, "projected", compute_);
-  backend_.linear_forward(s["ctx"], w.attn_out_w, &w.attn_out_b, projected);
-  backend_.residual_layernorm_forward(projected, x, dropout_at(config_.hidden_dropout_prob, site_attention_output(l)),
+  // Past attention, the rows this layer computes (all, or the first token's).
+  const int64_t R = rows_after_attention(l);
+  Tensor ctx = s["ctx"], residual = x;
+  if (R != L_) {
+    ctx = temporary({B_, R, H}, "ctx_first_token", compute_);
+    backend_.select_row(s["ctx"], 0, ctx);
+    residual = temporary({B_, R, H}, "input_first_token", compute_);
+    backend_.select_row(x, 0, residual);
+  }
+  Tensor projected = temporary({B_, R, H}, "projected", compute_);
+  backend_.linear_forward(ctx, w.attn_out_w, &w.attn_out_b, projected);
+  backend_.residual_layernorm_forward(projected, residual,
+                                      dropout_at(config_.hidden_dropout_prob, site_attention_output(l)),
                                       masters.attn_ln_w, masters.attn_ln_b, config_.layer_norm_eps, s["attn_ln_in"],
                                       s["h1"], s["attn_ln_mean"], s["attn_ln_rstd"]);
   backend_.linear_forward(s["h1"], w.inter_w, &w.inter_b, s["inter_pre"]);
-  Tensor act = temporary({B_, L_, config_.intermediate_size}, "intermediate_act", compute_);
+  Tensor act = temporary({B_, R, config_.intermediate_size}, "intermediate_act", compute_);
   backend_.activation_forward(activation_, s["inter_pre"], act);
   backend_.linear_forward(act, w.out_w, &w.out_b, projected);
   backend_.residual_layernorm_forward(projected, s["h1"], dropout_at(config_.hidden_dropout_prob, site_layer_output(l)),
@@ -366,7 +394,8 @@ void BertForSequenceClassification::backward(double loss_scale) {
   backend_.activation_backward(ActivationKind::Tanh, head["pooled"], d_pooled, d_pooled);
   Tensor d_first = temporary({B_, H}, "d_first_token");
   backend_.linear_backward(d_pooled, head["first_token"], w_.pooler_w, &d_first, g_.pooler_w, &g_.pooler_b);
-  Tensor d_hidden = temporary({B_, L_, H}, "d_hidden", compute_);
+  const int64_t last_rows = config_.num_hidden_layers > 0 ? rows_after_attention(config_.num_hidden_layers - 1) : L_;
+  Tensor d_hidden = temporary({B_, last_rows, H}, "d_hidden", compute_);
   backend_.zero(d_hidden);
   if (compute_ == DType::F32) {
     backend_.select_row_backward(d_first, 0, d_hidden);
@@ -398,7 +427,9 @@ void BertForSequenceClassification::backward(double loss_scale) {
       // kernels and the same dropout masks (a function of seed, step and
       // site), so the same activations and gradients as without checkpointing.
       ledger.set_phase(fmt::format("recompute layer {}", l));
-      SavedTensors layer(backend_, saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, activation_plan()),
+      SavedTensors layer(backend_,
+                         saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, activation_plan(),
+                                            rows_after_attention(l)),
                          Category::Activations, fmt::format("layer.{}.", l));
       encoder_forward(l, x, layer);
       ledger.set_phase(fmt::format("backward layer {}", l));
@@ -430,7 +461,8 @@ void BertForSequenceClassification::recompute_selective(int64_t l, const Tensor&
   // The same products and attention kernel on the same inputs, with the same
   // dropout masks: the same bits as the forward computed.
   std::vector<SavedSpec> specs;
-  for (const SavedSpec& spec : saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, activation_plan()))
+  for (const SavedSpec& spec :
+       saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, activation_plan(), rows_after_attention(l)))
     if (selective_recomputed().count(spec.name) != 0) specs.push_back(spec);
   SavedTensors again(backend_, specs, Category::Activations, fmt::format("layer.{}.", l));
   const EncoderLayerTensors& w = wh_.layers[l];
@@ -451,11 +483,12 @@ Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& 
   const EncoderLayerTensors& g = g_.layers[l];
   const int64_t H = config_.hidden_size, I = config_.intermediate_size;
   const DType t = compute_;
+  const int64_t R = rows_after_attention(l);  // the rows past attention (dout's)
 
   // out = LayerNorm(dropout(output.dense(inter_act)) + h1): d_h1 gets the
   // residual's share, d_branch the dense layer's (through the dropout mask).
-  Tensor d_h1 = temporary({B_, L_, H}, "d_h1", t);
-  Tensor d_branch = temporary({B_, L_, H}, "d_branch", t);
+  Tensor d_h1 = temporary({B_, R, H}, "d_h1", t);
+  Tensor d_branch = temporary({B_, R, H}, "d_branch", t);
   // The bias gradients of the dense layers are summed inside the passes that
   // write their output gradients (this one, the activation's, the next LayerNorm's).
   backend_.residual_layernorm_backward(dout, s["out_ln_in"], s["out_ln_mean"], s["out_ln_rstd"], masters.out_ln_w,
@@ -464,9 +497,9 @@ Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& 
   // The output dense layer's input act(inter_pre) was not saved: its input
   // gradient comes first, then one pass recomputes act and applies act' to
   // that gradient, then the weight gradient reads the recomputed act.
-  Tensor d_inter = temporary({B_, L_, I}, "d_intermediate", t);
+  Tensor d_inter = temporary({B_, R, I}, "d_intermediate", t);
   {
-    Tensor act = temporary({B_, L_, I}, "intermediate_act", t);
+    Tensor act = temporary({B_, R, I}, "intermediate_act", t);
     backend_.linear_backward(d_branch, act, w.out_w, &d_inter, Tensor(), nullptr);
     backend_.activation_backward_recompute(activation_, s["inter_pre"], d_inter, d_inter, act, &g.inter_b);
     backend_.linear_backward(d_branch, act, w.out_w, nullptr, g.out_w, nullptr);
@@ -480,7 +513,24 @@ Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& 
                                        dropout_at(config_.hidden_dropout_prob, site_attention_output(l)), d_x,
                                        d_branch, g.attn_ln_w, g.attn_ln_b, &g.attn_out_b);
   Tensor d_ctx = d_h1;  // d_h1 is consumed too
-  backend_.linear_backward(d_branch, s["ctx"], w.attn_out_w, &d_ctx, g.attn_out_w, nullptr);
+  if (R == L_) {
+    backend_.linear_backward(d_branch, s["ctx"], w.attn_out_w, &d_ctx, g.attn_out_w, nullptr);
+  } else {
+    // The first token's rows, scattered into zeroed [B, L, H] gradients: the
+    // attention's output and the layer's input (the residual's share, to
+    // which query, key and value's products add below).
+    Tensor ctx = temporary({B_, R, H}, "ctx_first_token", t);
+    backend_.select_row(s["ctx"], 0, ctx);
+    backend_.linear_backward(d_branch, ctx, w.attn_out_w, &d_ctx, g.attn_out_w, nullptr);
+    Tensor d_ctx_all = temporary({B_, L_, H}, "d_ctx", t);
+    backend_.zero(d_ctx_all);
+    backend_.select_row_backward(d_ctx, 0, d_ctx_all);
+    d_ctx = d_ctx_all;
+    Tensor d_x_all = temporary({B_, L_, H}, "d_x", t);
+    backend_.zero(d_x_all);
+    backend_.select_row_backward(d_x, 0, d_x_all);
+    d_x = d_x_all;
+  }
 
   d_branch = Tensor();
   const auto [q, k, v] = split_qkv(s["qkv"]);

@@ -145,6 +145,11 @@ class BertForSequenceClassification {
   struct Step;  // the state one training forward leaves for its backward
 
   DropoutSpec dropout_at(double p, int64_t site) const;
+  // The tokens of each sequence that encoder layer l computes after attention:
+  // L_, or 1 for the last layer when only its first token's output is read
+  // (the pooler's input; ANATOMY_LAST_LAYER=all turns this off).
+  int64_t rows_after_attention(int64_t l) const;
+  bool first_token_last_layer_ = true;
   Tensor temporary(Shape shape, const std::string& name, DType dtype = DType::F32);
   void prepare_inputs(const BertInputs& inputs);
 
