@@ -66,6 +66,14 @@ TEST_F(CliErrors, UnknownAttentionChoice) {
   EXPECT_TRUE(nothing_at(out_));
 }
 
+// So does a value of ANATOMY_LAST_LAYER the model does not know.
+TEST_F(CliErrors, UnknownLastLayerChoice) {
+  test::ScopedEnv bad("ANATOMY_LAST_LAYER", "cls");
+  const auto r = train(model_, train_file_);
+  EXPECT_TRUE(failed_cleanly(r, {"ANATOMY_LAST_LAYER=cls", "first-token or all"}));
+  EXPECT_TRUE(nothing_at(out_));
+}
+
 // ---------------------------------------------------------------------------
 // Checkpoint weights
 
