@@ -236,9 +236,9 @@ void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name; }
 
 class LayerGradients : public ::testing::TestWithParam<LayerCase> {};
 
-TEST_P(LayerGradients, EachLayerAgreesWithFiniteDifferences) {
-  const LayerCase& c = GetParam();
-  auto backend = make_cpu_backend(1);
+// Two layers, small enough for finite differences; weights larger than
+// BERT's initialisation so that every layer matters to the loss.
+BertConfig two_layer_config() {
   BertConfig config;
   config.vocab_size = 40;
   config.hidden_size = 16;
@@ -246,25 +246,38 @@ TEST_P(LayerGradients, EachLayerAgreesWithFiniteDifferences) {
   config.num_attention_heads = 2;
   config.intermediate_size = 24;
   config.max_position_embeddings = 12;
-  config.hidden_act = c.activation;
   config.hidden_dropout_prob = 0.1;
   config.attention_probs_dropout_prob = 0.1;
-  config.initializer_range = 0.2;  // larger than BERT's so every layer matters to the loss
+  config.initializer_range = 0.2;
+  return config;
+}
+
+// B sequences of L random tokens and token types; sequence b has b padded positions.
+HostBatch random_batch(const BertConfig& config, int64_t B, int64_t L, uint32_t seed) {
+  HostBatch batch;
+  batch.batch = B;
+  batch.seq_len = L;
+  std::mt19937 gen(seed);
+  for (int64_t i = 0; i < B * L; ++i) {
+    batch.input_ids.push_back(1 + gen() % (config.vocab_size - 1));
+    batch.token_type_ids.push_back(gen() % 2);
+    batch.attention_mask.push_back(i % L < L - (i / L) ? 1 : 0);
+  }
+  return batch;
+}
+
+TEST_P(LayerGradients, EachLayerAgreesWithFiniteDifferences) {
+  const LayerCase& c = GetParam();
+  auto backend = make_cpu_backend(1);
+  BertConfig config = two_layer_config();
+  config.hidden_act = c.activation;
   config.num_labels = c.num_labels;
   config.problem_type = c.problem;
   BertForSequenceClassification model(*backend, config);
   init_weights(model, 7);
 
   const int64_t B = 3, L = 6;
-  HostBatch batch;
-  batch.batch = B;
-  batch.seq_len = L;
-  std::mt19937 gen(3);
-  for (int64_t i = 0; i < B * L; ++i) {
-    batch.input_ids.push_back(1 + gen() % (config.vocab_size - 1));
-    batch.token_type_ids.push_back(gen() % 2);
-    batch.attention_mask.push_back(i % L < L - (i / L) ? 1 : 0);  // sequence b has b padded positions
-  }
+  HostBatch batch = random_batch(config, B, L, 3);
   DType label_dtype = DType::I64;
   int64_t label_width = 1;
   if (c.problem == ProblemType::SingleLabel) {
@@ -349,27 +362,10 @@ TEST_P(LayerGradients, EachLayerAgreesWithFiniteDifferences) {
 // tensors draw their masks over their own elements; attention dropout is on
 // (the attention covers every token either way, so its masks are the same).
 TEST(LastLayer, FirstTokenOnlyGivesTheWholeLayersLossAndGradients) {
-  BertConfig config;
-  config.vocab_size = 40;
-  config.hidden_size = 16;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 2;
-  config.intermediate_size = 24;
-  config.max_position_embeddings = 12;
+  BertConfig config = two_layer_config();
   config.hidden_dropout_prob = 0.0;
-  config.attention_probs_dropout_prob = 0.1;
-  config.initializer_range = 0.2;
   config.num_labels = 3;
-  const int64_t B = 3, L = 7;
-  HostBatch batch;
-  batch.batch = B;
-  batch.seq_len = L;
-  std::mt19937 gen(5);
-  for (int64_t i = 0; i < B * L; ++i) {
-    batch.input_ids.push_back(1 + gen() % (config.vocab_size - 1));
-    batch.token_type_ids.push_back(gen() % 2);
-    batch.attention_mask.push_back(i % L < L - (i / L) ? 1 : 0);
-  }
+  HostBatch batch = random_batch(config, 3, 7, 5);
   batch.labels_i64 = {2, 0, 1};
   struct Result {
     double loss;
