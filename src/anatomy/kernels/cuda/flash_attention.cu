@@ -1011,9 +1011,8 @@ void check_args(const char* what, int64_t B, int64_t L, int64_t heads, int64_t D
   if (!flash_attention_supported(D)) fail("{}: head size {} is not supported (32, 64 or 128)", what, D);
   if (L > (int64_t{1} << 24) || B * heads > 65535 || B * L * heads >= (int64_t{1} << 31))
     fail("{}: shape B={} L={} heads={} too large", what, B, L, heads);
-  if (!(dropout.p >= 0.0f && dropout.p < 1.0f)) fail("{}: dropout probability {} not in [0, 1)", what, dropout.p);
-  for (const void* ptr : ptrs)
-    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) fail("{}: tensors must be 16-byte aligned", what);
+  check_attention_dropout(what, dropout.p);
+  check_aligned16(what, ptrs);
 }
 
 template <typename T, int D, int kDrop>

@@ -846,7 +846,7 @@ void check_args(const char* what, int64_t B, int64_t L, int64_t heads, int64_t D
   if (!flash_attention_f32_supported(D)) fail("{}: head size {} is not supported (32 or 64)", what, D);
   if (L > (int64_t{1} << 24) || B * heads > 65535 || B * L * heads * D >= (int64_t{1} << 40))
     fail("{}: shape B={} L={} heads={} too large", what, B, L, heads);
-  if (!(dropout.p >= 0.0f && dropout.p < 1.0f)) fail("{}: dropout probability {} not in [0, 1)", what, dropout.p);
+  check_attention_dropout(what, dropout.p);
 }
 
 template <int D, bool kDropout>

@@ -42,7 +42,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <initializer_list>
 #include <type_traits>
 
 #include "anatomy/core/error.h"
@@ -826,13 +825,11 @@ void hopper_attention_backward(cudaStream_t s, AttnType t, const void* dctx, con
     fail("hopper_attention_backward: head size {} and length {} are not supported (64 and at most {})", D, L,
          kBwdMaxL);
   if (B * heads > (int64_t{1} << 31) - 1) fail("hopper_attention_backward: B={} heads={} too large", B, heads);
-  if (!(dropout.p >= 0.0f && dropout.p < 1.0f))
-    fail("hopper_attention_backward: dropout probability {} not in [0, 1)", dropout.p);
+  check_attention_dropout("hopper_attention_backward", dropout.p);
   if (grad_row_stride % 8 != 0 || grad_row_stride < heads * D)
     fail("hopper_attention_backward: gradient row stride {} (needs a multiple of 8, at least {})", grad_row_stride,
          heads * D);
-  for (const void* ptr : std::initializer_list<const void*>{dctx, q, k, v, ctx, dq, dk, dv, scratch})
-    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) fail("hopper_attention_backward: tensors must be 16-byte aligned");
+  check_aligned16("hopper_attention_backward", {dctx, q, k, v, ctx, dq, dk, dv, scratch});
   const size_t row_terms = hopper_attention_scratch_bytes(B, L, heads) / 2;
   float* delta = static_cast<float*>(scratch);
   float* lse2 = reinterpret_cast<float*>(static_cast<char*>(scratch) + row_terms);
@@ -875,10 +872,8 @@ void hopper_attention_forward(cudaStream_t s, AttnType t, const void* q, const v
   if (D != kD) fail("hopper_attention_forward: head size {} is not supported (64 only)", D);
   if (L > (int64_t{1} << 24) || B * L * heads >= (int64_t{1} << 31))
     fail("hopper_attention_forward: shape B={} L={} heads={} too large", B, L, heads);
-  if (!(dropout.p >= 0.0f && dropout.p < 1.0f))
-    fail("hopper_attention_forward: dropout probability {} not in [0, 1)", dropout.p);
-  for (const void* ptr : std::initializer_list<const void*>{q, k, v, ctx})
-    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) fail("hopper_attention_forward: tensors must be 16-byte aligned");
+  check_attention_dropout("hopper_attention_forward", dropout.p);
+  check_aligned16("hopper_attention_forward", {q, k, v, ctx});
   FwdParams p{};
   p.q = q;
   p.k = k;
