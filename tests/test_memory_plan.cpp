@@ -135,7 +135,8 @@ TEST(MemoryPlan, HopperAttentionKeepsTheDropoutMaskAsBits) {
     test::ScopedEnv selected("ANATOMY_ATTENTION", choice);
     const MemoryPlan a = plan_training(config, args, shape, plain);
     const MemoryPlan b = plan_training(config, args, shape, hopper);
-    EXPECT_EQ(b.ledger.peak[activations] - a.ledger.peak[activations], config.num_hidden_layers * per_layer)
+    // Every layer but the last, whose first-query attention keeps its probabilities instead.
+    EXPECT_EQ(b.ledger.peak[activations] - a.ledger.peak[activations], (config.num_hidden_layers - 1) * per_layer)
         << (choice ? choice : "unset");
   }
   // Without dropout nothing is kept.

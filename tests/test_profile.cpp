@@ -76,13 +76,14 @@ TEST(Profile, CountsMatchTheShapesAndTimesAddUp) {
     }
     // Per layer: q, k, v and the attention output (H x H), intermediate (H x I),
     // output (I x H), each 2·T·in·out multiply-adds plus T·out bias additions;
-    // the last layer's products past attention take the first token's rows only.
+    // the last layer's query and products past attention take the first
+    // token's rows only, and its attention the first query's.
     const double Tb = static_cast<double>(p.batch);
-    const auto past_attention = [&](double rows) { return 2 * rows * (H * H + 2 * H * I) + rows * (H + I + H); };
-    const double expected_linear =
-        layers * (2 * T * 3 * H * H + T * 3 * H) + (layers - 1) * past_attention(T) + past_attention(Tb);
+    const auto rows_of = [&](double rows) { return 2 * rows * (2 * H * H + 2 * H * I) + rows * (2 * H + I + H); };
+    const double key_value = 2 * T * 2 * H * H + T * 2 * H;
+    const double expected_linear = layers * key_value + (layers - 1) * rows_of(T) + rows_of(Tb);
     EXPECT_DOUBLE_EQ(linear_fwd, expected_linear);
-    EXPECT_DOUBLE_EQ(attention_fwd, layers * 4 * p.batch * L * L * H);
+    EXPECT_DOUBLE_EQ(attention_fwd, (layers - 1) * 4 * p.batch * L * L * H + 4 * p.batch * L * H);
     EXPECT_EQ(layer_norms["attention.output.LayerNorm"], c.num_hidden_layers);
     EXPECT_EQ(layer_norms["output.LayerNorm"], c.num_hidden_layers);
     // Ops never overlap on the CPU: their sum cannot exceed the step.
@@ -103,10 +104,10 @@ TEST(Profile, CountsMatchTheShapesAndTimesAddUp) {
   for (size_t i = 1; i < s.rows.size(); ++i) EXPECT_GE(s.rows[i - 1].ms, s.rows[i].ms) << "rows sorted by time";
   // Forward, backward (two products per layer) and the attention recompute all
   // count as contractions (bert-tiny: 2 layers, H = 128, I = 512; the last
-  // layer's products past attention on the first token's rows only).
-  const double per_token_products = 2 * 3.0 * 128 * 128 + (128.0 * 128 + 2.0 * 128 * 512);
+  // layer's query and products past attention on the first token's rows only).
+  const double per_token_products = 2 * 2.0 * 128 * 128 + (2 * 128.0 * 128 + 2.0 * 128 * 512);
   EXPECT_GT(s.classes[static_cast<int>(OpClass::Contraction)].flops,
-            3 * 2 * (p.batch * p.seq * per_token_products + p.batch * (128.0 * 128 + 2.0 * 128 * 512)));
+            3 * 2 * (p.batch * p.seq * per_token_products + p.batch * (2 * 128.0 * 128 + 2.0 * 128 * 512)));
   EXPECT_FALSE(s.mfu().has_value());     // no peak known for a CPU
 }
 

@@ -161,8 +161,11 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
                       : std::string(),
              trainer.total_steps());
   if (on_gpu)
-    fmt::print("Attention: {}\n",
-               attention_kernels(backend, compute, run.source.config.head_dim(), run.data.seq_len));
+    fmt::print("Attention: {}{}\n",
+               attention_kernels(backend, compute, run.source.config.head_dim(), run.data.seq_len),
+               model.first_token_last_layer()
+                   ? "; the last layer's, of the first token only (ANATOMY_LAST_LAYER=all: every token)"
+                   : "");
   if (on_gpu) switch (fp32_products_of(flags)) {
       case Fp32Products::Tf32:
         fmt::print("Float32 products: TF32 on tensor cores (inputs rounded to 10-bit mantissas)\n");

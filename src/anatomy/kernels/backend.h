@@ -274,6 +274,24 @@ class Backend {
                                               int64_t heads, double scale, const DropoutSpec& dropout,
                                               const Tensor& dqkv) = 0;
 
+  // Attention of the first token only (query row 0) over all L keys: what the
+  // last encoder layer needs when only its first token's output is read.
+  // q0, ctx0: [B, 1, heads*d]; k, v: [B, L, heads*d] (q0's dtype); key_mask
+  // as attention_forward's. `probs` (float32 [B, heads, L]) receives the
+  // probabilities before dropout, which the backward reads. Masked keys get
+  // probability 0; a batch entry whose keys are all masked attends uniformly
+  // to all L keys. The dropout mask of key j is the reference's mask of
+  // attention_forward's row 0 (element (b·heads + h)·L·L + j of the stream,
+  // core/random.h), the CPU backend's and our flash kernels' bit for bit.
+  virtual void attention_first_query_forward(const Tensor& q0, const Tensor& k, const Tensor& v,
+                                             const Tensor& key_mask, int64_t heads, double scale,
+                                             const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx0) = 0;
+  // Its backward: dq0 [B, 1, heads*d], dk and dv [B, L, heads*d], written (=).
+  virtual void attention_first_query_backward(const Tensor& dctx0, const Tensor& q0, const Tensor& k,
+                                              const Tensor& v, const Tensor& probs, int64_t heads, double scale,
+                                              const DropoutSpec& dropout, const Tensor& dq0, const Tensor& dk,
+                                              const Tensor& dv) = 0;
+
   // --- losses: return the mean loss and write dlogits = ∂loss/∂logits ---
   // Cross-entropy over classes; labels int64 [B]; label -100 is ignored, as torch does.
   virtual double cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) = 0;

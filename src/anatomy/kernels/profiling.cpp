@@ -349,6 +349,26 @@ void ProfilingBackend::attention_backward_interleaved(const Tensor& dctx, const 
         });
 }
 
+// The first query's attention: scores and context, 2·B·L·H each; backward
+// dP, dQ, dK and dV, four more.
+void ProfilingBackend::attention_first_query_forward(const Tensor& q0, const Tensor& k, const Tensor& v,
+                                                     const Tensor& key_mask, int64_t heads, double scale,
+                                                     const DropoutSpec& dropout, const Tensor& probs,
+                                                     const Tensor& ctx0) {
+  timed("attention_forward", "attention (first query)", OpClass::Contraction, 4.0 * numel_of(k),
+        bytes_of(q0) + bytes_of(k) + bytes_of(v) + bytes_of(key_mask) + bytes_of(probs) + bytes_of(ctx0),
+        [&] { inner_.attention_first_query_forward(q0, k, v, key_mask, heads, scale, dropout, probs, ctx0); });
+}
+void ProfilingBackend::attention_first_query_backward(const Tensor& dctx0, const Tensor& q0, const Tensor& k,
+                                                      const Tensor& v, const Tensor& probs, int64_t heads,
+                                                      double scale, const DropoutSpec& dropout, const Tensor& dq0,
+                                                      const Tensor& dk, const Tensor& dv) {
+  timed("attention_backward", "attention (first query)", OpClass::Contraction, 8.0 * numel_of(k),
+        bytes_of(dctx0) + bytes_of(q0) + bytes_of(k) + bytes_of(v) + bytes_of(probs) + bytes_of(dq0) + bytes_of(dk) +
+            bytes_of(dv),
+        [&] { inner_.attention_first_query_backward(dctx0, q0, k, v, probs, heads, scale, dropout, dq0, dk, dv); });
+}
+
 double ProfilingBackend::cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) {
   return timed("cross_entropy", "loss", OpClass::Normalization, 6.0 * numel_of(logits),
                bytes_of(logits) + bytes_of(labels) + bytes_of(dlogits),

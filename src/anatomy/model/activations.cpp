@@ -17,6 +17,26 @@ std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& c, i
           {"out", {B, L, H}, x, "input of encoder layer 0 (query/key/value backward, residual)"},
       };
     case LayerKind::EncoderLayer: {
+      if (R < L) {
+        // Only the first token past attention, so only its query and its
+        // attention: the query of token 0, keys and values of all tokens, the
+        // first query's probabilities [B, heads, L] (before dropout).
+        return {
+            {"q_first", {B, 1, H}, x, "first-query attention backward (query)"},
+            {"kv", {2, B, L, H}, x, "first-query attention backward (key, value)"},
+            {"attn_saved", {B, N, L}, f32, "first-query attention backward (softmax output)"},
+            {"ctx", {B, R, H}, x, "attention output dense backward"},
+            {"attn_ln_in", {B, R, H}, x, "attention LayerNorm backward"},
+            {"attn_ln_mean", {TR}, f32, "attention LayerNorm backward"},
+            {"attn_ln_rstd", {TR}, f32, "attention LayerNorm backward"},
+            {"h1", {B, R, H}, x, "intermediate dense backward"},
+            {"inter_pre", {B, R, I}, x, "activation backward; recomputing the output dense layer's input"},
+            {"out_ln_in", {B, R, H}, x, "output LayerNorm backward"},
+            {"out_ln_mean", {TR}, f32, "output LayerNorm backward"},
+            {"out_ln_rstd", {TR}, f32, "output LayerNorm backward"},
+            {"out", {B, R, H}, x, "the head's input"},
+        };
+      }
       std::vector<SavedSpec> specs = {
           // query, key and value one after the other: one batched product makes them
           {"qkv", {3, B, L, H}, x, "attention backward (query, key, value)"},
@@ -53,7 +73,7 @@ std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& c, i
 }
 
 const std::set<std::string>& selective_recomputed() {
-  static const std::set<std::string> names = {"qkv", "attn_saved", "ctx", "inter_pre"};
+  static const std::set<std::string> names = {"qkv", "q_first", "kv", "attn_saved", "ctx", "inter_pre"};
   return names;
 }
 

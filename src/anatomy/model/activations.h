@@ -52,8 +52,9 @@ const std::set<std::string>& selective_recomputed();
 // `rows` (encoder layers): the tokens of each sequence the layer computes
 // after attention, L (0 means L too), or 1 for a last layer of which only the
 // first token's output is read (BertForSequenceClassification: the pooler's
-// input); query, key, value, the attention's saved tensor and its output
-// cover all L tokens either way.
+// input). With 1 the layer computes the query and the attention of the
+// first token only (keys and values of all L tokens): it saves q_first and
+// kv instead of qkv, the first query's probabilities as attn_saved.
 std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& config, int64_t B, int64_t L,
                                           const ActivationPlan& plan = {}, int64_t rows = 0);
 

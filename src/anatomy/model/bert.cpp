@@ -49,6 +49,13 @@ std::tuple<Tensor, Tensor, Tensor> split_qkv(const Tensor& qkv) {
           qkv.slice(2 * n, one, qkv.name() + "[v]")};
 }
 
+// Key and value: the two [B, L, H] halves of a [2, B, L, H] tensor.
+std::tuple<Tensor, Tensor> split_kv(const Tensor& kv) {
+  const Shape one = {kv.dim(1), kv.dim(2), kv.dim(3)};
+  const int64_t n = shape_numel(one);
+  return {kv.slice(0, one, kv.name() + "[k]"), kv.slice(n, one, kv.name() + "[v]")};
+}
+
 // Dropout sites: each has its own random stream per training step.
 constexpr int64_t kSitesPerLayer = 3;
 int64_t site_embeddings() { return 0; }
@@ -299,25 +306,46 @@ void BertForSequenceClassification::embeddings_forward(const SavedTensors& s) {
                                         s["ln_mean"], s["ln_rstd"], work, s["out"]);
 }
 
-void BertForSequenceClassification::encoder_forward(int64_t l, const Tensor& x, const SavedTensors& s) {
+// Query, key, value and the attention of every token: s["qkv"], s["attn_saved"], s["ctx"].
+void BertForSequenceClassification::attention_part(int64_t l, const Tensor& x, const SavedTensors& s) {
   const EncoderLayerTensors& w = wh_.layers[l];
-  const EncoderLayerTensors& masters = w_.layers[l];  // LayerNorm parameters stay float32
-  const int64_t H = config_.hidden_size;
   const auto [q, k, v] = split_qkv(s["qkv"]);
   backend_.linear_forward_n(x, {w.query_w, w.key_w, w.value_w}, {w.query_b, w.key_b, w.value_b}, {q, k, v});
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
   backend_.attention_forward(q, k, v, mask_, config_.num_attention_heads, scale,
                              dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l)), s["attn_saved"],
                              s["ctx"]);
-  // Past attention, the rows this layer computes (all, or the first token's).
+}
+
+// The first token's query and attention over every token's key and value
+// (x0: the first token's row of x): s["q_first"], s["kv"], s["attn_saved"], s["ctx"].
+void BertForSequenceClassification::first_query_attention_part(int64_t l, const Tensor& x, const Tensor& x0,
+                                                               const SavedTensors& s) {
+  const EncoderLayerTensors& w = wh_.layers[l];
+  const auto [k, v] = split_kv(s["kv"]);
+  backend_.linear_forward(x0, w.query_w, &w.query_b, s["q_first"]);
+  backend_.linear_forward_n(x, {w.key_w, w.value_w}, {w.key_b, w.value_b}, {k, v});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
+  backend_.attention_first_query_forward(s["q_first"], k, v, mask_, config_.num_attention_heads, scale,
+                                         dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l)),
+                                         s["attn_saved"], s["ctx"]);
+}
+
+void BertForSequenceClassification::encoder_forward(int64_t l, const Tensor& x, const SavedTensors& s) {
+  const EncoderLayerTensors& w = wh_.layers[l];
+  const EncoderLayerTensors& masters = w_.layers[l];  // LayerNorm parameters stay float32
+  const int64_t H = config_.hidden_size;
+  // The rows this layer computes past attention (all, or the first token's).
   const int64_t R = rows_after_attention(l);
-  Tensor ctx = s["ctx"], residual = x;
-  if (R != L_) {
-    ctx = temporary({B_, R, H}, "ctx_first_token", compute_);
-    backend_.select_row(s["ctx"], 0, ctx);
+  Tensor residual = x;
+  if (R == L_) {
+    attention_part(l, x, s);
+  } else {
     residual = temporary({B_, R, H}, "input_first_token", compute_);
     backend_.select_row(x, 0, residual);
+    first_query_attention_part(l, x, residual, s);
   }
+  const Tensor& ctx = s["ctx"];
   Tensor projected = temporary({B_, R, H}, "projected", compute_);
   backend_.linear_forward(ctx, w.attn_out_w, &w.attn_out_b, projected);
   backend_.residual_layernorm_forward(projected, residual,
@@ -466,12 +494,13 @@ void BertForSequenceClassification::recompute_selective(int64_t l, const Tensor&
     if (selective_recomputed().count(spec.name) != 0) specs.push_back(spec);
   SavedTensors again(backend_, specs, Category::Activations, fmt::format("layer.{}.", l));
   const EncoderLayerTensors& w = wh_.layers[l];
-  const auto [q, k, v] = split_qkv(again["qkv"]);
-  backend_.linear_forward_n(x, {w.query_w, w.key_w, w.value_w}, {w.query_b, w.key_b, w.value_b}, {q, k, v});
-  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
-  backend_.attention_forward(q, k, v, mask_, config_.num_attention_heads, scale,
-                             dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l)),
-                             again["attn_saved"], again["ctx"]);
+  if (rows_after_attention(l) == L_) {
+    attention_part(l, x, again);
+  } else {
+    Tensor x0 = temporary({B_, 1, config_.hidden_size}, "input_first_token", compute_);
+    backend_.select_row(x, 0, x0);
+    first_query_attention_part(l, x, x0, again);
+  }
   backend_.linear_forward(s["h1"], w.inter_w, &w.inter_b, again["inter_pre"]);
   s.absorb(std::move(again));
 }
@@ -513,29 +542,30 @@ Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& 
                                        dropout_at(config_.hidden_dropout_prob, site_attention_output(l)), d_x,
                                        d_branch, g.attn_ln_w, g.attn_ln_b, &g.attn_out_b);
   Tensor d_ctx = d_h1;  // d_h1 is consumed too
-  if (R == L_) {
-    backend_.linear_backward(d_branch, s["ctx"], w.attn_out_w, &d_ctx, g.attn_out_w, nullptr);
-  } else {
-    // The first token's rows, scattered into zeroed [B, L, H] gradients: the
-    // attention's output and the layer's input (the residual's share, to
-    // which query, key and value's products add below).
-    Tensor ctx = temporary({B_, R, H}, "ctx_first_token", t);
-    backend_.select_row(s["ctx"], 0, ctx);
-    backend_.linear_backward(d_branch, ctx, w.attn_out_w, &d_ctx, g.attn_out_w, nullptr);
-    Tensor d_ctx_all = temporary({B_, L_, H}, "d_ctx", t);
-    backend_.zero(d_ctx_all);
-    backend_.select_row_backward(d_ctx, 0, d_ctx_all);
-    d_ctx = d_ctx_all;
-    Tensor d_x_all = temporary({B_, L_, H}, "d_x", t);
-    backend_.zero(d_x_all);
-    backend_.select_row_backward(d_x, 0, d_x_all);
-    d_x = d_x_all;
-  }
-
+  backend_.linear_backward(d_branch, s["ctx"], w.attn_out_w, &d_ctx, g.attn_out_w, nullptr);
   d_branch = Tensor();
-  const auto [q, k, v] = split_qkv(s["qkv"]);
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
   const DropoutSpec probs_dropout = dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l));
+  if (R != L_) {
+    // The first query's attention: the query's gradient reaches the first
+    // token's row of the input (with the residual's share, in d_x), the keys'
+    // and values' every row.
+    const auto [k, v] = split_kv(s["kv"]);
+    Tensor d_q = temporary({B_, 1, H}, "d_q_first", t);
+    const auto [dk, dv] = split_kv(temporary({2, B_, L_, H}, "d_kv", t));
+    backend_.attention_first_query_backward(d_ctx, s["q_first"], k, v, s["attn_saved"], config_.num_attention_heads,
+                                            scale, probs_dropout, d_q, dk, dv);
+    Tensor x0 = temporary({B_, 1, H}, "input_first_token", t);
+    backend_.select_row(x, 0, x0);
+    backend_.linear_backward(d_q, x0, w.query_w, &d_x, g.query_w, &g.query_b, /*accumulate_dx=*/true);
+    Tensor d_x_all = temporary({B_, L_, H}, "d_x", t);
+    backend_.linear_backward(dk, x, w.key_w, &d_x_all, Tensor(), nullptr);
+    backend_.linear_backward(dv, x, w.value_w, &d_x_all, Tensor(), nullptr, /*accumulate_dx=*/true);
+    backend_.linear_backward_weights_n({dk, dv}, x, {w.key_w, w.value_w}, {g.key_w, g.value_w}, {g.key_b, g.value_b});
+    backend_.select_row_backward(d_x, 0, d_x_all);
+    return d_x_all;
+  }
+  const auto [q, k, v] = split_qkv(s["qkv"]);
   if (w.qkv_w.defined() && g.qkv_w.defined() && g.qkv_b.defined()) {
     // Query, key and value lie together: their gradients interleaved per token
     // make one [T, 3H] matrix, so one product gives the input gradient (the

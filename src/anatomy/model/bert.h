@@ -91,6 +91,9 @@ class BertForSequenceClassification {
   const ParameterSet& weights() const { return weights_; }
   DType compute_dtype() const { return compute_; }
   ActivationPlan activation_plan() const;
+  // Whether the last encoder layer computes its query, attention and what
+  // follows for the first token only (the default; ANATOMY_LAST_LAYER=all: no).
+  bool first_token_last_layer() const { return first_token_last_layer_ && config_.num_hidden_layers > 0; }
   // Mixed precision: rounds the float32 weights into the 16-bit copy the
   // encoder computes with; call after the weights change (load, init, a step).
   void refresh_half_weights();
@@ -155,6 +158,9 @@ class BertForSequenceClassification {
 
   void embeddings_forward(const SavedTensors& s);
   void encoder_forward(int64_t layer, const Tensor& x, const SavedTensors& s);
+  // The layer's attention, of every token or of the first token only (x0: its row of x).
+  void attention_part(int64_t layer, const Tensor& x, const SavedTensors& s);
+  void first_query_attention_part(int64_t layer, const Tensor& x, const Tensor& x0, const SavedTensors& s);
   void head_forward(const Tensor& hidden, const SavedTensors& s);
   double loss_forward(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits);
 

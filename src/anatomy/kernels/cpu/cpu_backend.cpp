@@ -368,6 +368,82 @@ class CpuBackend final : public Backend {
     attention_backward_into(dctx, q, k, v, probs, heads, scale, dropout, d, d + H, d + 2 * H, 3 * H);
   }
 
+  void attention_first_query_forward(const Tensor& q0, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                     int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& probs,
+                                     const Tensor& ctx0) override {
+    const int64_t B = k.dim(0), L = k.dim(1), H = k.dim(2), D = H / heads;
+    ANATOMY_CHECK(q0.numel() == B * H && ctx0.numel() == B * H && probs.numel() == B * heads * L,
+                  "attention_first_query_forward: shapes of {}, {}, {}", q0.name(), probs.name(), ctx0.name());
+    const int64_t* mask = key_mask.defined() ? key_mask.data<int64_t>() : nullptr;
+    std::vector<float> dropped(L);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* q = q0.data<float>() + b * H + h * D;
+        float* p = probs.data<float>() + (b * heads + h) * L;
+        for (int64_t j = 0; j < L; ++j) {
+          const float* kj = k.data<float>() + (b * L + j) * H + h * D;
+          float s = 0.0f;
+          for (int64_t d = 0; d < D; ++d) s += q[d] * kj[d];
+          p[j] = s * static_cast<float>(scale);
+        }
+        softmax_row(p, mask ? mask + b * L : nullptr, L);
+        const float* weights = p;
+        if (dropout.p > 0.0f) {
+          apply_dropout(p, dropped.data(), L, dropout, static_cast<uint64_t>((b * heads + h) * L * L));
+          weights = dropped.data();
+        }
+        float* out = ctx0.data<float>() + b * H + h * D;
+        for (int64_t d = 0; d < D; ++d) {
+          float acc = 0.0f;
+          for (int64_t j = 0; j < L; ++j) acc += weights[j] * v.data<float>()[(b * L + j) * H + h * D + d];
+          out[d] = acc;
+        }
+      }
+    }
+  }
+
+  void attention_first_query_backward(const Tensor& dctx0, const Tensor& q0, const Tensor& k, const Tensor& v,
+                                      const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
+                                      const Tensor& dq0, const Tensor& dk, const Tensor& dv) override {
+    const int64_t B = k.dim(0), L = k.dim(1), H = k.dim(2), D = H / heads;
+    std::vector<float> weights(L), ds(L);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* p = probs.data<float>() + (b * heads + h) * L;
+        const float* g = dctx0.data<float>() + b * H + h * D;
+        const float* q = q0.data<float>() + b * H + h * D;
+        const uint64_t base = static_cast<uint64_t>((b * heads + h) * L * L);
+        if (dropout.p > 0.0f) apply_dropout(p, weights.data(), L, dropout, base);
+        else std::copy(p, p + L, weights.begin());
+        // dP_dropped_j = dctx · v_j, then through the mask; dS = P ⊙ (dP − Σ P dP), scaled.
+        for (int64_t j = 0; j < L; ++j) {
+          const float* vj = v.data<float>() + (b * L + j) * H + h * D;
+          float dp = 0.0f;
+          for (int64_t d = 0; d < D; ++d) dp += g[d] * vj[d];
+          ds[j] = dp;
+        }
+        if (dropout.p > 0.0f) apply_dropout(ds.data(), ds.data(), L, dropout, base);
+        double dot = 0.0;
+        for (int64_t j = 0; j < L; ++j) dot += static_cast<double>(p[j]) * ds[j];
+        for (int64_t j = 0; j < L; ++j) ds[j] = static_cast<float>(p[j] * (ds[j] - dot) * scale);
+        float* dq = dq0.data<float>() + b * H + h * D;
+        for (int64_t d = 0; d < D; ++d) {
+          float acc = 0.0f;
+          for (int64_t j = 0; j < L; ++j) acc += ds[j] * k.data<float>()[(b * L + j) * H + h * D + d];
+          dq[d] = acc;
+        }
+        for (int64_t j = 0; j < L; ++j) {
+          float* dkj = dk.data<float>() + (b * L + j) * H + h * D;
+          float* dvj = dv.data<float>() + (b * L + j) * H + h * D;
+          for (int64_t d = 0; d < D; ++d) {
+            dkj[d] = ds[j] * q[d];
+            dvj[d] = weights[j] * g[d];
+          }
+        }
+      }
+    }
+  }
+
  private:
   // attention_backward with dq, dk, dv written at `grad_stride` floats a token
   // (H when each is its own [B, L, H] tensor, 3H when interleaved).

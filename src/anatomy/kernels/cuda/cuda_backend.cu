@@ -32,6 +32,7 @@
 
 #include "anatomy/core/error.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/first_query_attention.cuh"
 #include "anatomy/kernels/cuda/flash_attention.cuh"
 #include "anatomy/kernels/cuda/flash_attention_f32.cuh"
 #include "anatomy/kernels/cuda/hopper_attention.cuh"
@@ -705,6 +706,42 @@ class CudaBackend final : public Backend {
       ANATOMY_CUDA_CHECK(cudaMemcpy2DAsync(d + i * row, 3 * row, part.raw(), row, row, static_cast<size_t>(B * L),
                                            cudaMemcpyDeviceToDevice, stream_));
     }
+  }
+
+  void attention_first_query_forward(const Tensor& q0, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                     int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& probs,
+                                     const Tensor& ctx0) override {
+    const FirstQueryShape s = first_query_shape(q0, k, v, ctx0, probs, heads, scale, "attention_first_query_forward");
+    first_query_attention_forward(stream_, k.dtype(), s, q0.raw(), k.raw(), v.raw(),
+                                  key_mask.defined() ? key_mask.data<int64_t>() : nullptr, dropout,
+                                  probs.data<float>(), ctx0.raw());
+  }
+  void attention_first_query_backward(const Tensor& dctx0, const Tensor& q0, const Tensor& k, const Tensor& v,
+                                      const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
+                                      const Tensor& dq0, const Tensor& dk, const Tensor& dv) override {
+    const FirstQueryShape s = first_query_shape(q0, k, v, dctx0, probs, heads, scale, "attention_first_query_backward");
+    ANATOMY_CHECK(dq0.numel() == q0.numel() && dk.numel() == k.numel() && dv.numel() == v.numel() &&
+                      dq0.dtype() == k.dtype() && dk.dtype() == k.dtype() && dv.dtype() == k.dtype(),
+                  "attention_first_query_backward: {}, {}, {} do not match the inputs", dq0.name(), dk.name(), dv.name());
+    first_query_attention_backward(stream_, k.dtype(), s, dctx0.raw(), q0.raw(), k.raw(), v.raw(), probs.data<float>(),
+                                   dropout, dq0.raw(), dk.raw(), dv.raw());
+  }
+  static FirstQueryShape first_query_shape(const Tensor& q0, const Tensor& k, const Tensor& v, const Tensor& ctx0,
+                                           const Tensor& probs, int64_t heads, double scale, const char* what) {
+    FirstQueryShape s;
+    s.B = k.dim(0);
+    s.L = k.dim(1);
+    s.H = k.dim(2);
+    s.heads = heads;
+    s.scale = scale;
+    ANATOMY_CHECK(v.shape() == k.shape() && q0.numel() == s.B * s.H && ctx0.numel() == s.B * s.H &&
+                      probs.numel() == s.B * heads * s.L && probs.dtype() == DType::F32 && q0.dtype() == k.dtype() &&
+                      v.dtype() == k.dtype() && ctx0.dtype() == k.dtype(),
+                  "{}: shapes or types of {}, {}, {}, {}, {}", what, q0.name(), k.name(), v.name(), ctx0.name(),
+                  probs.name());
+    ANATOMY_CHECK(static_cast<size_t>(s.L) <= first_query_attention_max_length(), "{}: {} keys, at most {}", what,
+                  s.L, first_query_attention_max_length());
+    return s;
   }
 
   double cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) override {

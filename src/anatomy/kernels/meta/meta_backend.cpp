@@ -198,6 +198,12 @@ class MetaBackend final : public Backend {
   void dropout(const Tensor&, const Tensor&, const DropoutSpec&) override {}
   void select_row(const Tensor&, int64_t, const Tensor&) override {}
   void select_row_backward(const Tensor&, int64_t, const Tensor&) override {}
+  // MIRRORS CudaBackend: the first-query attention takes no scratch.
+  void attention_first_query_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, double,
+                                     const DropoutSpec&, const Tensor&, const Tensor&) override {}
+  void attention_first_query_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                      int64_t, double, const DropoutSpec&, const Tensor&, const Tensor&,
+                                      const Tensor&) override {}
 
   // --- attention ---
   bool attention_saves_probabilities(DType dtype, int64_t head_dim) const override {
