@@ -17,35 +17,32 @@ std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& c, i
           {"out", {B, L, H}, x, "input of encoder layer 0 (query/key/value backward, residual)"},
       };
     case LayerKind::EncoderLayer: {
+      std::vector<SavedSpec> specs;
       if (R < L) {
         // Only the first token past attention, so only its query and its
         // attention: the query of token 0, keys and values of all tokens, the
         // first query's probabilities [B, heads, L] (before dropout).
-        return {
+        specs = {
             {"q_first", {B, 1, H}, x, "first-query attention backward (query)"},
             {"kv", {2, B, L, H}, x, "first-query attention backward (key, value)"},
             {"attn_saved", {B, N, L}, f32, "first-query attention backward (softmax output)"},
             {"ctx", {B, R, H}, x, "attention output dense backward"},
-            {"attn_ln_in", {B, R, H}, x, "attention LayerNorm backward"},
-            {"attn_ln_mean", {TR}, f32, "attention LayerNorm backward"},
-            {"attn_ln_rstd", {TR}, f32, "attention LayerNorm backward"},
-            {"h1", {B, R, H}, x, "intermediate dense backward"},
-            {"inter_pre", {B, R, I}, x, "activation backward; recomputing the output dense layer's input"},
-            {"out_ln_in", {B, R, H}, x, "output LayerNorm backward"},
-            {"out_ln_mean", {TR}, f32, "output LayerNorm backward"},
-            {"out_ln_rstd", {TR}, f32, "output LayerNorm backward"},
-            {"out", {B, R, H}, x, "the head's input"},
+        };
+      } else {
+        specs = {
+            // query, key and value one after the other: one batched product makes them
+            {"qkv", {3, B, L, H}, x, "attention backward (query, key, value)"},
+            plan.attention_probabilities
+                ? SavedSpec{"attn_saved", {B, N, L, L}, f32, "attention backward (softmax output)"}
+            : plan.attention_keep_bits
+                ? SavedSpec{"attn_saved", {B, N, L * (attention_keep_words(L) + 1)}, f32,
+                            "attention backward (dropout mask bits, row log-sum-exp)"}
+                : SavedSpec{"attn_saved", {B, N, L}, f32, "attention backward (row log-sum-exp)"},
+            {"ctx", {B, L, H}, x, "attention output dense backward (and fused attention backward)"},
         };
       }
-      std::vector<SavedSpec> specs = {
-          // query, key and value one after the other: one batched product makes them
-          {"qkv", {3, B, L, H}, x, "attention backward (query, key, value)"},
-          plan.attention_probabilities ? SavedSpec{"attn_saved", {B, N, L, L}, f32, "attention backward (softmax output)"}
-          : plan.attention_keep_bits
-              ? SavedSpec{"attn_saved", {B, N, L * (attention_keep_words(L) + 1)}, f32,
-                          "attention backward (dropout mask bits, row log-sum-exp)"}
-              : SavedSpec{"attn_saved", {B, N, L}, f32, "attention backward (row log-sum-exp)"},
-          {"ctx", {B, L, H}, x, "attention output dense backward (and fused attention backward)"},
+      // Past attention, R rows a sequence.
+      const std::vector<SavedSpec> past_attention = {
           {"attn_ln_in", {B, R, H}, x, "attention LayerNorm backward"},
           {"attn_ln_mean", {TR}, f32, "attention LayerNorm backward"},
           {"attn_ln_rstd", {TR}, f32, "attention LayerNorm backward"},
@@ -57,8 +54,9 @@ std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& c, i
           {"out_ln_in", {B, R, H}, x, "output LayerNorm backward"},
           {"out_ln_mean", {TR}, f32, "output LayerNorm backward"},
           {"out_ln_rstd", {TR}, f32, "output LayerNorm backward"},
-          {"out", {B, R, H}, x, "input of the next layer"},
+          {"out", {B, R, H}, x, R < L ? "the head's input" : "input of the next layer"},
       };
+      specs.insert(specs.end(), past_attention.begin(), past_attention.end());
       return specs;
     }
     case LayerKind::Head:

@@ -62,6 +62,36 @@ __device__ float block_reduce(float v, float* scratch) {
   return r;
 }
 
+// out[d] = Σ_j w[j]·rows[j·stride + d] for d < D (w in shared memory, for
+// all L rows; the block's threads all call it). When D divides kThreads,
+// thread t sums the rows j ≡ t / D (mod kThreads / D) for d = t % D and the
+// partials meet in `scratch` (kThreads floats), added in a fixed order;
+// otherwise each d is one thread's loop over all rows.
+template <typename T>
+__device__ void weighted_row_sum(const float* w, const T* rows, int L, int D, int64_t stride, float* scratch,
+                                 T* out) {
+  const int tid = threadIdx.x;
+  if (D <= kThreads && kThreads % D == 0) {
+    const int groups = kThreads / D, d = tid % D, g = tid / D;
+    float acc = 0.0f;
+    for (int j = g; j < L; j += groups) acc = fmaf(w[j], to_float(rows[j * stride + d]), acc);
+    __syncthreads();  // scratch may still be read by a previous reduction
+    scratch[tid] = acc;
+    __syncthreads();
+    if (g == 0) {
+      float total = 0.0f;
+      for (int i = 0; i < groups; ++i) total += scratch[i * D + d];
+      out[d] = from_float<T>(total);
+    }
+  } else {
+    for (int d = tid; d < D; d += kThreads) {
+      float acc = 0.0f;
+      for (int j = 0; j < L; ++j) acc = fmaf(w[j], to_float(rows[j * stride + d]), acc);
+      out[d] = from_float<T>(acc);
+    }
+  }
+}
+
 __device__ __forceinline__ bool kept(const FirstQueryParams& p, int bh, int j) {
   if (!p.drop) return true;
   const uint64_t index = static_cast<uint64_t>(bh) * static_cast<uint64_t>(p.L) * static_cast<uint64_t>(p.L) +
@@ -114,27 +144,7 @@ __global__ void __launch_bounds__(kThreads) first_query_forward_kernel(const Fir
     sp[j] = kept(p, bh, j) ? pr * p.keep_scale : 0.0f;  // the weights of the values
   }
   __syncthreads();
-  // ctx[d] = Σ_j w_j·v_j[d]: thread t sums keys j ≡ t / D (mod kThreads / D) for d = t % D, when D divides
-  // kThreads; the partials meet in shared memory, added in a fixed order.
-  if (D <= kThreads && kThreads % D == 0) {
-    const int groups = kThreads / D, d = tid % D, g = tid / D;
-    float acc = 0.0f;
-    for (int j = g; j < L; j += groups) acc = fmaf(sp[j], to_float(v[(static_cast<int64_t>(b) * L + j) * p.H + col + d]), acc);
-    __syncthreads();
-    scratch[tid] = acc;  // scratch holds kThreads floats
-    __syncthreads();
-    if (g == 0) {
-      float total = 0.0f;
-      for (int i = 0; i < groups; ++i) total += scratch[i * D + d];
-      ctx0[b * p.H + col + d] = from_float<T>(total);
-    }
-  } else {
-    for (int d = tid; d < D; d += kThreads) {
-      float acc = 0.0f;
-      for (int j = 0; j < L; ++j) acc = fmaf(sp[j], to_float(v[(static_cast<int64_t>(b) * L + j) * p.H + col + d]), acc);
-      ctx0[b * p.H + col + d] = from_float<T>(acc);
-    }
-  }
+  weighted_row_sum(sp, v + static_cast<int64_t>(b) * L * p.H + col, L, D, p.H, scratch, ctx0 + b * p.H + col);
 }
 
 // Shared memory: q and dctx (D floats each), w and ds (L floats each), the scratch.
@@ -180,26 +190,8 @@ __global__ void __launch_bounds__(kThreads) first_query_backward_kernel(const Fi
     dk[at] = from_float<T>(sds[j] * sq[d]);
     dv[at] = from_float<T>(sw[j] * sg[d]);
   }
-  // dq[d] = Σ_j ds_j·k_j[d], as the forward's context sum.
-  if (D <= kThreads && kThreads % D == 0) {
-    const int groups = kThreads / D, d = tid % D, g = tid / D;
-    float acc = 0.0f;
-    for (int j = g; j < L; j += groups) acc = fmaf(sds[j], to_float(k[(static_cast<int64_t>(b) * L + j) * p.H + col + d]), acc);
-    __syncthreads();
-    scratch[tid] = acc;
-    __syncthreads();
-    if (g == 0) {
-      float total = 0.0f;
-      for (int i = 0; i < groups; ++i) total += scratch[i * D + d];
-      dq0[b * p.H + col + d] = from_float<T>(total);
-    }
-  } else {
-    for (int d = tid; d < D; d += kThreads) {
-      float acc = 0.0f;
-      for (int j = 0; j < L; ++j) acc = fmaf(sds[j], to_float(k[(static_cast<int64_t>(b) * L + j) * p.H + col + d]), acc);
-      dq0[b * p.H + col + d] = from_float<T>(acc);
-    }
-  }
+  // dq = Σ_j ds_j·k_j, as the forward's context sum.
+  weighted_row_sum(sds, k + static_cast<int64_t>(b) * L * p.H + col, L, D, p.H, scratch, dq0 + b * p.H + col);
 }
 
 FirstQueryParams params_of(const FirstQueryShape& s, const DropoutSpec& dropout) {
