@@ -89,6 +89,9 @@ def main():
             for _ in range(args.repeats):
                 for side in ("a", "b"):
                     rates[side].append(train(side, precision, batch, args.samples, out))
+                    # each run's figure as it comes, so that a run cut short by a time limit keeps what it measured
+                    print(f"{precision}-b{batch} {side.upper()} run {len(rates[side])}: {rates[side][-1]:.2f} samples/s",
+                          flush=True)
             a, b = statistics.median(rates["a"]), statistics.median(rates["b"])
             rows.append({"config": f"{precision}-b{batch}", "a": rates["a"], "b": rates["b"], "median_a": a,
                          "median_b": b, "change": b / a - 1.0})
