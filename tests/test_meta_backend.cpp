@@ -14,11 +14,14 @@
 
 #include "anatomy/core/pool.h"
 #include "anatomy/data/dataset.h"
+#include "anatomy/kernels/backend.h"
 #include "anatomy/kernels/cuda_memory.h"
 #include "anatomy/kernels/meta/meta_backend.h"
+#include "anatomy/model/bert.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/trainer.h"
 #include "meta_run_util.h"
+#include "test_util.h"
 
 namespace anatomy {
 namespace {
@@ -165,6 +168,40 @@ TEST(MetaBackend, CudaTargetRunsOutOfMemoryAtTheDeviceCapacity) {
   options.device_capacity = int64_t{40} << 20;  // the 32 MiB cuBLAS workspace fits, a 16 MiB buffer does not
   auto meta = make_meta_backend(options);
   EXPECT_THROW(Tensor::empty(meta->ledger(), {int64_t{4} << 20}, DType::F32, Category::Weights, "w"), OutOfMemory);
+}
+
+// Where the CUDA backend's first-query attention does not take the model's
+// head size or longest sequence (cuda_memory.h), the model, and so the plan,
+// computes its whole last layer; the CPU backend takes every shape.
+TEST(MetaBackend, LastLayerIsWholeWhereTheFirstQueryKernelsDoNotFit) {
+  MetaOptions options;
+  options.target = MetaTarget::Cuda;
+  auto meta = make_meta_backend(options);
+  auto cpu = make_cpu_backend(1);
+  struct Case {
+    int64_t hidden, heads, positions;
+    bool fits;
+  };
+  const int64_t longest = cuda::kFirstQueryMaxL, widest = cuda::kFirstQueryMaxHeadSize;
+  for (const Case& c : {Case{2 * widest, 2, 64, true}, Case{2 * widest, 1, 64, false},
+                        Case{64, 2, longest, true}, Case{64, 2, longest + 1, false}}) {
+    SCOPED_TRACE("hidden " + std::to_string(c.hidden) + ", heads " + std::to_string(c.heads) + ", positions " +
+                 std::to_string(c.positions));
+    const BertConfig config = small_bert(c.hidden, c.heads, 2, 2 * c.hidden, c.positions);
+    EXPECT_EQ(BertForSequenceClassification(*meta, config).first_token_last_layer(), c.fits);
+    EXPECT_TRUE(BertForSequenceClassification(*cpu, config).first_token_last_layer());
+  }
+  // The plan of a model whose head size the kernels do not take keeps the
+  // whole last layer's tensors: the same peak as with ANATOMY_LAST_LAYER=all.
+  RunCase c;
+  c.config = small_bert(2 * widest, 1, 2, 128, 64);
+  c.size = 4;
+  c.seq_len = 16;
+  c.batch = 4;
+  const RunRecord fallback = train_on(*make_meta_backend(options), c);
+  const test::ScopedEnv all("ANATOMY_LAST_LAYER", "all");
+  const RunRecord whole = train_on(*make_meta_backend(options), c);
+  expect_same_run(fallback, whole, /*reserved=*/true);
 }
 
 TEST(CudaMemory, SizesAreTheKernelsRules) {

@@ -188,6 +188,19 @@ constexpr size_t hopper_attention_scratch_bytes(int64_t B, int64_t L, int64_t he
   return 2 * scratch_allocation_bytes(static_cast<size_t>(std::max<int64_t>(B * heads * L, 0)) * sizeof(float));
 }
 
+// The first-query attention kernels (first_query_attention.cu): one block of
+// kFirstQueryThreads threads per (batch entry, head), with the query row and a
+// row of probabilities in shared memory. The backward, the larger, holds
+// 2·kFirstQueryMaxHeadSize + 2·L + kFirstQueryThreads floats, within the 227 KiB
+// a block may have on sm_90. Elsewhere the model computes its whole last layer
+// (Backend::attention_first_query_supported).
+constexpr int64_t kFirstQueryThreads = 256;
+constexpr int64_t kFirstQueryMaxHeadSize = 256;
+constexpr int64_t kFirstQueryMaxL = (227 * 1024 / 4 - 2 * kFirstQueryMaxHeadSize - kFirstQueryThreads) / 2;
+constexpr bool first_query_attention_shape(int64_t head_dim, int64_t L) {
+  return head_dim >= 1 && head_dim <= kFirstQueryMaxHeadSize && L >= 1 && L <= kFirstQueryMaxL;
+}
+
 // The float32 flash backward (flash_attention_f32.cu): keys per tile, and the
 // splits of the key tiles (about kFlashF32TargetBlocks blocks, each with the
 // same number of tiles). Its scratch: Δ (bh·L floats, 256-byte aligned), then

@@ -112,6 +112,9 @@ class ProfilingBackend final : public Backend {
   bool attention_keeps_dropout_bits(DType dtype, int64_t head_dim, int64_t L) const override {
     return inner_.attention_keeps_dropout_bits(dtype, head_dim, L);
   }
+  bool attention_first_query_supported(int64_t head_dim, int64_t L) const override {
+    return inner_.attention_first_query_supported(head_dim, L);
+  }
   void attention_first_query_forward(const Tensor& q0, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                      int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& probs,
                                      const Tensor& ctx0) override;

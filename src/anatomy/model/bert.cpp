@@ -91,7 +91,13 @@ BertForSequenceClassification::BertForSequenceClassification(Backend& backend, B
       activation_(activation_kind(config_.hidden_act)) {
   ANATOMY_CHECK(compute == DType::F32 || compute == DType::BF16 || compute == DType::F16,
                 "compute dtype {} is not float32, bf16 or fp16", dtype_name(compute));
-  first_token_last_layer_ = env_choice("ANATOMY_LAST_LAYER", {"first-token", "all"}, "first-token or all") != "all";
+  // The last layer for its first token alone, unless asked otherwise or the
+  // backend's first-query attention does not take the model's head size and
+  // longest sequence (then the whole layer, as with "all").
+  first_token_last_layer_ =
+      env_choice("ANATOMY_LAST_LAYER", {"first-token", "all"}, "first-token or all") != "all" &&
+      config_.num_attention_heads > 0 &&
+      backend_.attention_first_query_supported(config_.head_dim(), config_.max_position_embeddings);
   if (compute_ != DType::F32) {
     half_weights_ = std::make_unique<ParameterSet>(backend, weights_.specs(), Category::WeightsHalf, "half.", compute_);
     wh_ = BertTensors::bind(*half_weights_, config_);

@@ -708,6 +708,9 @@ class CudaBackend final : public Backend {
     }
   }
 
+  bool attention_first_query_supported(int64_t head_dim, int64_t L) const override {
+    return first_query_attention_shape(head_dim, L);
+  }
   void attention_first_query_forward(const Tensor& q0, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                      int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& probs,
                                      const Tensor& ctx0) override {
@@ -739,8 +742,9 @@ class CudaBackend final : public Backend {
                       v.dtype() == k.dtype() && ctx0.dtype() == k.dtype(),
                   "{}: shapes or types of {}, {}, {}, {}, {}", what, q0.name(), k.name(), v.name(), ctx0.name(),
                   probs.name());
-    ANATOMY_CHECK(static_cast<size_t>(s.L) <= first_query_attention_max_length(), "{}: {} keys, at most {}", what,
-                  s.L, first_query_attention_max_length());
+    ANATOMY_CHECK(first_query_attention_shape(s.H / std::max<int64_t>(heads, 1), s.L),
+                  "{}: head size {} and {} keys (at most {} and {})", what, s.H / std::max<int64_t>(heads, 1), s.L,
+                  kFirstQueryMaxHeadSize, kFirstQueryMaxL);
     return s;
   }
 

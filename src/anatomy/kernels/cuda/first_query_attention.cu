@@ -28,13 +28,14 @@
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda/dropout_keys.cuh"
 #include "anatomy/kernels/cuda/half_types.cuh"
+#include "anatomy/kernels/cuda_memory.h"
 
 namespace anatomy::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kMaxD = 256;  // head sizes up to this (q and dctx held in shared memory)
+constexpr int kThreads = static_cast<int>(kFirstQueryThreads);
+constexpr int kMaxD = static_cast<int>(kFirstQueryMaxHeadSize);  // q and dctx held in shared memory
 
 struct FirstQueryParams {
   int L, heads, D;
@@ -252,11 +253,6 @@ void first_query_attention_backward(cudaStream_t stream, DType dtype, const Firs
         static_cast<const T*>(v), probs, static_cast<T*>(dq0), static_cast<T*>(dk), static_cast<T*>(dv));
   });
   ANATOMY_CUDA_CHECK(cudaGetLastError());
-}
-
-size_t first_query_attention_max_length() {
-  // The backward's shared memory (the larger) within the 227 KiB a block may have on sm_90.
-  return (227 * 1024 / sizeof(float) - 2 * kMaxD - kThreads) / 2;
 }
 
 }  // namespace anatomy::cuda

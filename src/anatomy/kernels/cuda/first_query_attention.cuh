@@ -27,7 +27,6 @@ void first_query_attention_forward(cudaStream_t stream, DType dtype, const First
 void first_query_attention_backward(cudaStream_t stream, DType dtype, const FirstQueryShape& s, const void* dctx0,
                                     const void* q0, const void* k, const void* v, const float* probs,
                                     const DropoutSpec& dropout, void* dq0, void* dk, void* dv);
-// The longest L the kernels take (their shared memory holds two floats a key).
-size_t first_query_attention_max_length();
+// Their head sizes and lengths: first_query_attention_shape of cuda_memory.h.
 
 }  // namespace anatomy::cuda

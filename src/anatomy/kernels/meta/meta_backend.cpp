@@ -198,7 +198,10 @@ class MetaBackend final : public Backend {
   void dropout(const Tensor&, const Tensor&, const DropoutSpec&) override {}
   void select_row(const Tensor&, int64_t, const Tensor&) override {}
   void select_row_backward(const Tensor&, int64_t, const Tensor&) override {}
-  // MIRRORS CudaBackend: the first-query attention takes no scratch.
+  // MIRRORS CudaBackend: the first-query attention's shapes; it takes no scratch.
+  bool attention_first_query_supported(int64_t head_dim, int64_t L) const override {
+    return !cuda() || cuda::first_query_attention_shape(head_dim, L);
+  }
   void attention_first_query_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, double,
                                      const DropoutSpec&, const Tensor&, const Tensor&) override {}
   void attention_first_query_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
