@@ -283,14 +283,6 @@ class Backend {
   // to all L keys. The dropout mask of key j is the reference's mask of
   // attention_forward's row 0 (element (b·heads + h)·L·L + j of the stream,
   // core/random.h), the CPU backend's and our flash kernels' bit for bit.
-  // Whether the two take this head size and key count (the CUDA kernels have
-  // limits: cuda_memory.h). Where they do not, the model computes its whole
-  // last layer.
-  virtual bool attention_first_query_supported(int64_t head_dim, int64_t L) const {
-    (void)head_dim;
-    (void)L;
-    return true;
-  }
   virtual void attention_first_query_forward(const Tensor& q0, const Tensor& k, const Tensor& v,
                                              const Tensor& key_mask, int64_t heads, double scale,
                                              const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx0) = 0;
@@ -299,6 +291,14 @@ class Backend {
                                               const Tensor& v, const Tensor& probs, int64_t heads, double scale,
                                               const DropoutSpec& dropout, const Tensor& dq0, const Tensor& dk,
                                               const Tensor& dv) = 0;
+  // Whether the two above take this head size and key count (the CUDA kernels have
+  // limits: cuda_memory.h). Where they do not, the model computes its whole
+  // last layer.
+  virtual bool attention_first_query_supported(int64_t head_dim, int64_t L) const {
+    (void)head_dim;
+    (void)L;
+    return true;
+  }
 
   // --- losses: return the mean loss and write dlogits = ∂loss/∂logits ---
   // Cross-entropy over classes; labels int64 [B]; label -100 is ignored, as torch does.
