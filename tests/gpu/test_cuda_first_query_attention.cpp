@@ -1,7 +1,7 @@
 // test_cuda_first_query_attention.cpp: the CUDA backend's attention of the
 // first query (first_query_attention.cu) against the CPU backend's, which the
 // CPU tests check against row 0 of the whole attention and finite differences:
-// float32, bf16 and fp16, head sizes 64, 32 and 16, lengths up to 512, with
+// float32, bf16 and fp16, head sizes 256, 160, 64, 48, 32 and 16, lengths up to 512, with
 // dropout (the same reference mask on both) and without, a padded batch entry
 // and one whose keys are all masked. The CPU computes from the same (rounded)
 // inputs in float32; the GPU's 16-bit outputs are rounded once, so they may
@@ -43,7 +43,11 @@ TEST(CudaBackendAttention, FirstQueryMatchesTheCpuBackend) {
   };
   for (const Case c : {Case{DType::F32, 3, 70, 2, 64, 0.1f}, Case{DType::F32, 3, 33, 3, 32, 0.0f},
                        Case{DType::BF16, 3, 512, 16, 64, 0.1f}, Case{DType::F16, 3, 130, 4, 32, 0.1f},
-                       Case{DType::BF16, 3, 24, 2, 16, 0.0f}}) {
+                       Case{DType::BF16, 3, 24, 2, 16, 0.0f},
+                       // the widest head the kernels take (one group of 256 threads per
+                       // column sum), and head sizes that do not divide 256 (one thread a column)
+                       Case{DType::BF16, 3, 100, 2, 256, 0.1f}, Case{DType::F32, 3, 77, 3, 48, 0.1f},
+                       Case{DType::F16, 3, 40, 1, 160, 0.0f}}) {
     const int64_t H = c.heads * c.D, n = c.B * c.L * H;
     const std::string what = std::string(dtype_name(c.t)) + " L " + std::to_string(c.L) + " D " + std::to_string(c.D);
     const auto q0 = rounded(c.t, random_vector(c.B * H, 61)), k = rounded(c.t, random_vector(n, 62)),
