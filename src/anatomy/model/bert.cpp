@@ -12,10 +12,10 @@
 // declares, and replays every dropout mask from (seed, step, site).
 //
 // Only the first token of the last layer's output reaches the loss (the
-// pooler reads out[:, 0]), so the last layer computes everything after
-// attention — the attention output dense layer, both LayerNorms, the MLP —
-// for that token alone: [B, 1, H] instead of [B, L, H]. Query, key, value and
-// attention still cover every token (the first token attends to all keys).
+// pooler reads out[:, 0]), so the last layer computes its query, its
+// attention and everything after — the attention output dense layer, both
+// LayerNorms, the MLP — for that token alone: [B, 1, H] instead of [B, L, H].
+// Keys and values still cover every token (the first token attends to all).
 // The loss and every gradient are those of the whole layer (the other
 // tokens' outputs have zero gradient, so their products only add zeros); the
 // dropout masks of the pruned tensors are drawn over their own [B, 1, ·]
@@ -323,8 +323,15 @@ void BertForSequenceClassification::attention_part(int64_t l, const Tensor& x, c
                              s["ctx"]);
 }
 
+// x's first token's row, [B, 1, H]: the last layer's query input and residual.
+Tensor BertForSequenceClassification::first_token_row(const Tensor& x) {
+  Tensor x0 = temporary({B_, 1, config_.hidden_size}, "input_first_token", compute_);
+  backend_.select_row(x, 0, x0);
+  return x0;
+}
+
 // The first token's query and attention over every token's key and value
-// (x0: the first token's row of x): s["q_first"], s["kv"], s["attn_saved"], s["ctx"].
+// (x0: first_token_row(x)): s["q_first"], s["kv"], s["attn_saved"], s["ctx"].
 void BertForSequenceClassification::first_query_attention_part(int64_t l, const Tensor& x, const Tensor& x0,
                                                                const SavedTensors& s) {
   const EncoderLayerTensors& w = wh_.layers[l];
@@ -347,8 +354,7 @@ void BertForSequenceClassification::encoder_forward(int64_t l, const Tensor& x, 
   if (R == L_) {
     attention_part(l, x, s);
   } else {
-    residual = temporary({B_, R, H}, "input_first_token", compute_);
-    backend_.select_row(x, 0, residual);
+    residual = first_token_row(x);
     first_query_attention_part(l, x, residual, s);
   }
   const Tensor& ctx = s["ctx"];
@@ -503,9 +509,7 @@ void BertForSequenceClassification::recompute_selective(int64_t l, const Tensor&
   if (rows_after_attention(l) == L_) {
     attention_part(l, x, again);
   } else {
-    Tensor x0 = temporary({B_, 1, config_.hidden_size}, "input_first_token", compute_);
-    backend_.select_row(x, 0, x0);
-    first_query_attention_part(l, x, x0, again);
+    first_query_attention_part(l, x, first_token_row(x), again);
   }
   backend_.linear_forward(s["h1"], w.inter_w, &w.inter_b, again["inter_pre"]);
   s.absorb(std::move(again));
@@ -561,8 +565,7 @@ Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& 
     const auto [dk, dv] = split_kv(temporary({2, B_, L_, H}, "d_kv", t));
     backend_.attention_first_query_backward(d_ctx, s["q_first"], k, v, s["attn_saved"], config_.num_attention_heads,
                                             scale, probs_dropout, d_q, dk, dv);
-    Tensor x0 = temporary({B_, 1, H}, "input_first_token", t);
-    backend_.select_row(x, 0, x0);
+    const Tensor x0 = first_token_row(x);
     backend_.linear_backward(d_q, x0, w.query_w, &d_x, g.query_w, &g.query_b, /*accumulate_dx=*/true);
     Tensor d_x_all = temporary({B_, L_, H}, "d_x", t);
     backend_.linear_backward(dk, x, w.key_w, &d_x_all, Tensor(), nullptr);

@@ -150,7 +150,8 @@ class BertForSequenceClassification {
   DropoutSpec dropout_at(double p, int64_t site) const;
   // The tokens of each sequence that encoder layer l computes after attention:
   // L_, or 1 for the last layer when only its first token's output is read
-  // (the pooler's input; ANATOMY_LAST_LAYER=all turns this off).
+  // (the pooler's input; ANATOMY_LAST_LAYER=all turns this off, and so does a
+  // backend whose first-query attention does not take the model's shape).
   int64_t rows_after_attention(int64_t l) const;
   bool first_token_last_layer_ = true;
   Tensor temporary(Shape shape, const std::string& name, DType dtype = DType::F32);
@@ -161,6 +162,7 @@ class BertForSequenceClassification {
   // The layer's attention, of every token or of the first token only (x0: its row of x).
   void attention_part(int64_t layer, const Tensor& x, const SavedTensors& s);
   void first_query_attention_part(int64_t layer, const Tensor& x, const Tensor& x0, const SavedTensors& s);
+  Tensor first_token_row(const Tensor& x);
   void head_forward(const Tensor& hidden, const SavedTensors& s);
   double loss_forward(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits);
 

@@ -392,12 +392,7 @@ class CpuBackend final : public Backend {
           apply_dropout(p, dropped.data(), L, dropout, static_cast<uint64_t>((b * heads + h) * L * L));
           weights = dropped.data();
         }
-        float* out = ctx0.data<float>() + b * H + h * D;
-        for (int64_t d = 0; d < D; ++d) {
-          float acc = 0.0f;
-          for (int64_t j = 0; j < L; ++j) acc += weights[j] * v.data<float>()[(b * L + j) * H + h * D + d];
-          out[d] = acc;
-        }
+        weighted_row_sum(weights, v.data<float>() + b * L * H + h * D, L, D, H, ctx0.data<float>() + b * H + h * D);
       }
     }
   }
@@ -426,12 +421,7 @@ class CpuBackend final : public Backend {
         double dot = 0.0;
         for (int64_t j = 0; j < L; ++j) dot += static_cast<double>(p[j]) * ds[j];
         for (int64_t j = 0; j < L; ++j) ds[j] = static_cast<float>(p[j] * (ds[j] - dot) * scale);
-        float* dq = dq0.data<float>() + b * H + h * D;
-        for (int64_t d = 0; d < D; ++d) {
-          float acc = 0.0f;
-          for (int64_t j = 0; j < L; ++j) acc += ds[j] * k.data<float>()[(b * L + j) * H + h * D + d];
-          dq[d] = acc;
-        }
+        weighted_row_sum(ds.data(), k.data<float>() + b * L * H + h * D, L, D, H, dq0.data<float>() + b * H + h * D);
         for (int64_t j = 0; j < L; ++j) {
           float* dkj = dk.data<float>() + (b * L + j) * H + h * D;
           float* dvj = dv.data<float>() + (b * L + j) * H + h * D;
@@ -638,6 +628,15 @@ class CpuBackend final : public Backend {
   // Softmax of one row of scores in place; keys with mask 0 get probability 0.
   // A row whose keys are all masked attends uniformly, as an additive mask of
   // the most negative float does in Hugging Face's eager attention.
+  // out[d] = Σ_j w[j]·rows[j·stride + d] for d < D, j in order: the first
+  // query's context (w: probabilities, rows: values) and dq (w: dS, rows: keys).
+  static void weighted_row_sum(const float* w, const float* rows, int64_t L, int64_t D, int64_t stride, float* out) {
+    for (int64_t d = 0; d < D; ++d) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < L; ++j) acc += w[j] * rows[j * stride + d];
+      out[d] = acc;
+    }
+  }
   static void softmax_row(float* row, const int64_t* mask, int64_t L) {
     bool any = false;
     double mx = -INFINITY;
