@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gen_wordpiece_unicode.py: writes src/anatomy/data/wordpiece_unicode.cpp, the Unicode tables of the
+"""gen_wordpiece_unicode.py: writes src/anatomy/data/generated/wordpiece_unicode.cpp, the Unicode tables of the
 WordPiece tokenizer (src/anatomy/data/wordpiece.cpp).
 
 The tokenizer must give exactly the ids of Hugging Face's BertTokenizerFast (transformers 5: BertTokenizer),
@@ -27,7 +27,7 @@ Run it in a virtual environment with tokenizers installed (tests/tools/make_word
 same one):
 
     python3 -m venv /tmp/tokvenv && /tmp/tokvenv/bin/pip install tokenizers
-    /tmp/tokvenv/bin/python scripts/gen_wordpiece_unicode.py [--out src/anatomy/data/wordpiece_unicode.cpp]
+    /tmp/tokvenv/bin/python scripts/gen_wordpiece_unicode.py [--out src/anatomy/data/generated/wordpiece_unicode.cpp]
 """
 import argparse
 import os
@@ -168,7 +168,7 @@ def c_array(values, per_line=16, fmt="{}"):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    parser.add_argument("--out", default=os.path.join(root, "src/anatomy/data/wordpiece_unicode.cpp"))
+    parser.add_argument("--out", default=os.path.join(root, "src/anatomy/data/generated/wordpiece_unicode.cpp"))
     args = parser.parse_args()
 
     cps = code_points()

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <string>
 
-#include "anatomy/anatomy/memory_plan.h"
+#include "anatomy/analysis/memory_plan.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/trainer.h"

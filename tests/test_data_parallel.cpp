@@ -20,8 +20,8 @@
 
 #include "anatomy/data/dataset.h"
 #include "anatomy/data/loader.h"
-#include "anatomy/dist/data_parallel.h"
-#include "anatomy/dist/zero_sharding.h"
+#include "anatomy/distributed/data_parallel.h"
+#include "anatomy/distributed/zero_sharding.h"
 #include "anatomy/model/config.h"
 #include "anatomy/io/files.h"
 #include "anatomy/io/safetensors.h"
@@ -78,7 +78,7 @@ TEST(ShardOrder, LoaderServesThisRanksShard) {
 }
 
 // A communicator that records what it is asked to reduce.
-class RecordingCommunicator final : public dist::Communicator {
+class RecordingCommunicator final : public distributed::Communicator {
  public:
   int rank() const override { return 0; }
   int world_size() const override { return 2; }
@@ -97,7 +97,7 @@ TEST(GradientReducer, BucketsCoverTheBufferOnceFromTheEnd) {
   Ledger ledger(Device::cpu(), make_cpu_allocator());
   Tensor flat = Tensor::zeros(ledger, {100}, DType::F32, Category::Gradients, "grads");
   RecordingCommunicator comm;
-  dist::GradientReducer reducer(comm, flat, /*bucket_elements=*/30);
+  distributed::GradientReducer reducer(comm, flat, /*bucket_elements=*/30);
   reducer.ready(90);  // not armed: accumulation's earlier micro-batches reduce nothing
   reducer.finish();
   EXPECT_TRUE(comm.reduced.empty());
@@ -178,7 +178,7 @@ TEST_P(DataParallelCpu, TwoRanksTrainAsOneProcessWithTheWholeBatch) {
     const BertConfig config = load_bert_config(model + "/config.json");
     auto cpu = make_cpu_backend(1);
     ParameterSet layout(*cpu, bert_parameter_specs(config), Category::Weights, "");
-    unit_shard = dist::unit_shards(bert_parameter_units(layout, config), layout.flat_elements(), 0, 2).shard_elements;
+    unit_shard = distributed::unit_shards(bert_parameter_units(layout, config), layout.flat_elements(), 0, 2).shard_elements;
   }
   if (stage == 0) {
     EXPECT_EQ(rank0, single_states);

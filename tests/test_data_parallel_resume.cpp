@@ -31,9 +31,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "anatomy/dist/store.h"
-#include "anatomy/dist/zero.h"
-#include "anatomy/dist/zero_sharding.h"
+#include "anatomy/distributed/store.h"
+#include "anatomy/distributed/zero.h"
+#include "anatomy/distributed/zero_sharding.h"
 #include "anatomy/io/files.h"
 #include "anatomy/io/safetensors.h"
 #include "anatomy/model/checkpoint.h"
@@ -122,8 +122,8 @@ void expect_whole_two_rank_checkpoint(const fs::path& dir, int stage) {
   }
   EXPECT_FALSE(fs::exists(dir / "optimizer.safetensors")) << name;
   if (stage >= 2) {  // each rank: its chunk of every unit, equal on every rank
-    const dist::UnitShards want =
-        dist::unit_shards(bert_parameter_units(model.weights(), source.config), total, 0, 2);
+    const distributed::UnitShards want =
+        distributed::unit_shards(bert_parameter_units(model.weights(), source.config), total, 0, 2);
     for (int r = 0; r < 2; ++r) {
       const fs::path shard = dir / optimizer_shard_file(r, 2);
       ASSERT_TRUE(fs::exists(shard)) << shard;
@@ -145,7 +145,7 @@ void expect_whole_two_rank_checkpoint(const fs::path& dir, int stage) {
     const fs::path shard = dir / optimizer_shard_file(r, 2);
     ASSERT_TRUE(fs::exists(shard)) << shard;
     const auto meta = shard_meta(shard.string());
-    const dist::ShardRange want = dist::shard_range(total, r, 2);
+    const distributed::ShardRange want = distributed::shard_range(total, r, 2);
     EXPECT_EQ(meta.at("rank"), r);
     EXPECT_EQ(meta.at("world_size"), 2);
     EXPECT_EQ(meta.at("shard_total"), total);
@@ -414,7 +414,7 @@ TEST_P(DataParallelKill, TheOtherRankEndsNamingItAndEveryCheckpointIsWhole) {
     EXPECT_TRUE(contains(watched.output(), "error: rank " + std::to_string(c.killed) + " was killed by signal 9"))
         << watched.output();
   } else {
-    EXPECT_EQ(code, dist::kPeerFailureExitCode) << watched.output();
+    EXPECT_EQ(code, distributed::kPeerFailureExitCode) << watched.output();
     ranks[c.killed]->wait(10);
   }
   const int whole = expect_whole_checkpoints(out, 1);

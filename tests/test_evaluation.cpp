@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "anatomy/anatomy/memory_plan.h"
+#include "anatomy/analysis/memory_plan.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/io/files.h"
 #include "anatomy/model/checkpoint.h"

@@ -6,8 +6,8 @@
 
 #include <regex>
 
-#include "anatomy/anatomy/estimate.h"
-#include "anatomy/anatomy/memory_plan.h"
+#include "anatomy/analysis/estimate.h"
+#include "anatomy/analysis/memory_plan.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/model/parameters.h"

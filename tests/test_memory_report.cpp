@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "anatomy/anatomy/memory_anatomy.h"
+#include "anatomy/analysis/memory_anatomy.h"
 
 namespace anatomy {
 namespace {

@@ -9,10 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "anatomy/anatomy/ceilings.h"
-#include "anatomy/anatomy/profile.h"
+#include "anatomy/analysis/ceilings.h"
+#include "anatomy/analysis/profile.h"
 #include "anatomy/data/dataset.h"
-#include "anatomy/dist/profiled_communicator.h"
+#include "anatomy/distributed/profiled_communicator.h"
 #include "anatomy/kernels/profiling.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/trainer.h"
@@ -206,7 +206,7 @@ TEST(Profile, CeilingsAreMeasuredThenCached) {
 TEST(Profile, CommunicatorCallsAreTimedAsCommunication) {
   auto cpu = make_cpu_backend(1);
   ProfilingBackend backend(*cpu);
-  auto comm = dist::profile_communicator(dist::make_simulated_communicator(0, 3), backend);
+  auto comm = distributed::profile_communicator(distributed::make_simulated_communicator(0, 3), backend);
   EXPECT_EQ(comm->world_size(), 3);
   const Tensor grads = Tensor::empty(backend.ledger(), {64}, DType::F32, Category::Gradients, "flat");
   comm->all_reduce_sum(grads.slice(0, {32}, "gradient_bucket"));  // not recording: not timed

@@ -18,7 +18,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "anatomy/anatomy/memory_plan.h"
+#include "anatomy/analysis/memory_plan.h"
 #include "anatomy/data/loader.h"
 #include "anatomy/data/text_dataset.h"
 #include "anatomy/io/files.h"

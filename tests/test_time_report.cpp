@@ -7,7 +7,7 @@
 #include <regex>
 #include <sstream>
 
-#include "anatomy/anatomy/time_report_html.h"
+#include "anatomy/analysis/time_report_html.h"
 #include "test_util.h"
 
 namespace anatomy {

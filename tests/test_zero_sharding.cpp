@@ -15,8 +15,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "anatomy/anatomy/memory_plan.h"
-#include "anatomy/dist/zero_sharding.h"
+#include "anatomy/analysis/memory_plan.h"
+#include "anatomy/distributed/zero_sharding.h"
 #include "anatomy/io/safetensors.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/model/config.h"
@@ -76,8 +76,8 @@ Sharding sharding_of(const BertConfig& config) {
   const auto units = bert_parameter_units(set, config);
   Sharding s;
   s.flat = set.flat_elements();
-  const dist::UnitShards shards = dist::unit_shards(units, s.flat, 0, 2);
-  EXPECT_EQ(dist::unit_shards(units, s.flat, 1, 2).shard_elements, shards.shard_elements) << "equal chunks";
+  const distributed::UnitShards shards = distributed::unit_shards(units, s.flat, 0, 2);
+  EXPECT_EQ(distributed::unit_shards(units, s.flat, 1, 2).shard_elements, shards.shard_elements) << "equal chunks";
   s.shard = shards.shard_elements;
   for (size_t u = 0; u < shards.units.size(); ++u) {
     const int64_t padded = 2 * shards.units[u].chunk;
@@ -163,7 +163,7 @@ TEST(ZeroSharding, UnitsCoverTheLayoutAndChunksCoverEachUnit) {
   for (int world : {1, 2, 3}) {
     int64_t shard = -1;
     for (int r = 0; r < world; ++r) {
-      const dist::UnitShards s = dist::unit_shards(units, set.flat_elements(), r, world);
+      const distributed::UnitShards s = distributed::unit_shards(units, set.flat_elements(), r, world);
       if (shard >= 0) {
         EXPECT_EQ(s.shard_elements, shard);
       }
@@ -179,10 +179,10 @@ TEST(ZeroSharding, UnitsCoverTheLayoutAndChunksCoverEachUnit) {
     }
     // The ranks' parts of each unit follow each other and cover it.
     for (size_t u = 0; u < units.size(); ++u) {
-      const dist::UnitShards s = dist::unit_shards(units, set.flat_elements(), 0, world);
+      const distributed::UnitShards s = distributed::unit_shards(units, set.flat_elements(), 0, world);
       int64_t at = units[u].begin;
       for (int r = 0; r < world; ++r) {
-        const dist::ShardRange part = s.owned(u, r);
+        const distributed::ShardRange part = s.owned(u, r);
         if (part.size() == 0) continue;
         EXPECT_EQ(part.begin, at);
         at = part.end;

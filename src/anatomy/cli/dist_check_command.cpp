@@ -21,7 +21,7 @@
 #include "anatomy/cli/commands.h"
 #include "anatomy/core/error.h"
 #include "anatomy/core/hash.h"
-#include "anatomy/dist/store.h"
+#include "anatomy/distributed/store.h"
 
 namespace anatomy::cli {
 
@@ -50,15 +50,15 @@ Command add_dist_check_command(CLI::App& app) {
       ->check(positive_number());
 
   return [f]() -> int {
-    dist::DistEnvironment env = dist::read_dist_environment();
+    distributed::DistEnvironment env = distributed::read_dist_environment();
     if (f->timeout > 0.0) env.timeout_seconds = f->timeout;
     for (const auto& [flag, rank] : {std::pair{"--fail-rank", f->fail_rank}, std::pair{"--hang-rank", f->hang_rank},
                                      std::pair{"--stall-rank", f->stall_rank}})
       if (rank >= env.world_size) fail("{} {} is not a rank of this world of {}", flag, rank, env.world_size);
-    const dist::Seconds timeout(env.timeout_seconds);
+    const distributed::Seconds timeout(env.timeout_seconds);
 
-    dist::DistSession session = dist::rendezvous(env, timeout);
-    dist::StoreClient& store = session.store();
+    distributed::DistSession session = distributed::rendezvous(env, timeout);
+    distributed::StoreClient& store = session.store();
     store.start_watchdog(timeout);
 
     if (env.rank == f->fail_rank) {

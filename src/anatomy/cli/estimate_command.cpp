@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "anatomy/anatomy/estimate.h"
+#include "anatomy/analysis/estimate.h"
 #include "anatomy/cli/commands.h"
 #include "anatomy/cli/training_flags.h"
 #include "anatomy/gpu/catalog.h"

@@ -28,8 +28,8 @@
 
 #include "anatomy/cli/commands.h"
 #include "anatomy/core/error.h"
-#include "anatomy/dist/environment.h"
-#include "anatomy/dist/store.h"
+#include "anatomy/distributed/environment.h"
+#include "anatomy/distributed/store.h"
 
 extern char** environ;
 
@@ -59,8 +59,8 @@ struct LaunchFlags {
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = dist::kDefaultMasterPort;
-  double rendezvous_timeout = dist::kDefaultTimeoutSeconds;
+  int master_port = distributed::kDefaultMasterPort;
+  double rendezvous_timeout = distributed::kDefaultTimeoutSeconds;
   bool no_prefix = false;
   std::vector<std::string> command;
 };
@@ -331,7 +331,7 @@ class Launcher {
         failure_seen_ = true;
         stop_at_ = Clock::now() + kStopDelay;
       }
-      if (WIFEXITED(status) && WEXITSTATUS(status) == dist::kPeerFailureExitCode) {
+      if (WIFEXITED(status) && WEXITSTATUS(status) == distributed::kPeerFailureExitCode) {
         if (!follower_) follower_.emplace(c->rank, status);
         continue;
       }

@@ -7,7 +7,7 @@
 #include "anatomy/cli/commands.h"
 #include "anatomy/core/error.h"
 #include "anatomy/core/ledger.h"
-#include "anatomy/dist/store.h"
+#include "anatomy/distributed/store.h"
 
 int main(int argc, char** argv) {
   anatomy::cli::line_buffer_if_launched();
@@ -61,12 +61,12 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     fmt::print(stderr, "error: {}\n", e.what());
     return 3;
-  } catch (const anatomy::dist::PeerFailure& e) {
+  } catch (const anatomy::distributed::PeerFailure& e) {
     // This rank stops because another failed: a code of its own, so that a
     // launcher can name the rank that failed first.
     std::fflush(stdout);
     fmt::print(stderr, "error: {}\n", e.what());
-    return anatomy::dist::kPeerFailureExitCode;
+    return anatomy::distributed::kPeerFailureExitCode;
   } catch (const anatomy::Error& e) {
     std::fflush(stdout);
     fmt::print(stderr, "error: {}\n", e.what());

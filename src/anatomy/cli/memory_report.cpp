@@ -51,9 +51,9 @@ void write_memory_reports(const MemoryAnatomy& anatomy, const std::string& dir, 
   fmt::print("Memory anatomy written to {} and {}\n", json_path, html_path);
 }
 
-std::vector<RankMemory> gather_rank_memory(dist::Communicator& comm, const LedgerSnapshot& ledger) {
+std::vector<RankMemory> gather_rank_memory(distributed::Communicator& comm, const LedgerSnapshot& ledger) {
   const auto world = static_cast<size_t>(comm.world_size());
-  const std::vector<double> all = dist::gather_host(comm, rank_memory_fields(ledger));
+  const std::vector<double> all = distributed::gather_host(comm, rank_memory_fields(ledger));
   std::vector<RankMemory> out;
   for (size_t r = 0; r < world; ++r) out.push_back(rank_memory_from_fields(static_cast<int>(r), &all[r * kRankMemoryFields]));
   return out;

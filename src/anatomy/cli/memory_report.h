@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "anatomy/anatomy/memory_anatomy.h"
-#include "anatomy/anatomy/memory_plan.h"
-#include "anatomy/anatomy/rank_memory.h"
-#include "anatomy/dist/communicator.h"
+#include "anatomy/analysis/memory_anatomy.h"
+#include "anatomy/analysis/memory_plan.h"
+#include "anatomy/analysis/rank_memory.h"
+#include "anatomy/distributed/communicator.h"
 #include "anatomy/gpu/nvml.h"
 #include "anatomy/kernels/backend.h"
 
@@ -50,7 +50,7 @@ void write_memory_reports(const MemoryAnatomy& anatomy, const std::string& dir,
 // Every rank's ledger peak and composition at it, gathered through the
 // communicator's host sums (each rank fills its own slot of a world-sized
 // vector, so the sum is everyone's figures). Every rank must call it.
-std::vector<RankMemory> gather_rank_memory(dist::Communicator& comm, const LedgerSnapshot& ledger);
+std::vector<RankMemory> gather_rank_memory(distributed::Communicator& comm, const LedgerSnapshot& ledger);
 
 // A setting that fits, as flags, with its predicted NVML use.
 struct FittingSetting {

@@ -8,17 +8,17 @@
 
 #include <fmt/format.h>
 
-#include "anatomy/anatomy/profile.h"
-#include "anatomy/anatomy/time_report_html.h"
+#include "anatomy/analysis/profile.h"
+#include "anatomy/analysis/time_report_html.h"
 #include "anatomy/cli/commands.h"
 #include "anatomy/gpu/busy_gpu.h"
 #include "anatomy/cli/memory_report.h"
 #include "anatomy/cli/training_flags.h"
 #include "anatomy/data/dataset.h"
-#include "anatomy/dist/communicator.h"
-#include "anatomy/dist/environment.h"
-#include "anatomy/dist/profiled_communicator.h"
-#include "anatomy/dist/store.h"
+#include "anatomy/distributed/communicator.h"
+#include "anatomy/distributed/environment.h"
+#include "anatomy/distributed/profiled_communicator.h"
+#include "anatomy/distributed/store.h"
 #include "anatomy/gpu/facts.h"
 #include "anatomy/gpu/host_memory.h"
 #include "anatomy/io/files.h"
@@ -30,7 +30,7 @@
 #include "anatomy/train/training_data.h"
 
 #ifdef ANATOMY_HAVE_NCCL
-#include "anatomy/dist/cuda/nccl_communicator.h"
+#include "anatomy/distributed/cuda/nccl_communicator.h"
 #endif
 
 namespace anatomy::cli {
@@ -113,12 +113,12 @@ struct RunContext {
   const DeviceFacts& facts;
   const std::optional<GpuMemoryProbe>& probe;
   const std::optional<Ceilings>& ceilings;
-  dist::Communicator* comm;  // data parallelism; null in a world of one
+  distributed::Communicator* comm;  // data parallelism; null in a world of one
 };
 
 // Where this rank writes: rank 0 the output directory itself, rank k its
 // rank-k/ subdirectory (its memory anatomy); "" without one.
-std::string rank_output_dir(const std::string& output_dir, const dist::Communicator* comm) {
+std::string rank_output_dir(const std::string& output_dir, const distributed::Communicator* comm) {
   if (output_dir.empty() || comm == nullptr || comm->rank() == 0) return output_dir;
   return (std::filesystem::path(output_dir) / fmt::format("rank-{}", comm->rank())).string();
 }
@@ -244,7 +244,7 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
     summary.ceilings = run.ceilings;
     if (run.comm && run.comm->world_size() > 1) {
       // Every rank's step, gathered on every rank (a collective: all take part).
-      const std::vector<double> all = dist::gather_host(*run.comm, rank_time_fields(summary));
+      const std::vector<double> all = distributed::gather_host(*run.comm, rank_time_fields(summary));
       if (writer)
         for (size_t r = 0; r < static_cast<size_t>(run.comm->world_size()); ++r)
           summary.ranks.push_back(rank_time_from_fields(static_cast<int>(r), &all[r * kRankTimeFields]));
@@ -286,14 +286,14 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
   // Data parallelism: a rank of a run that torchrun, anatomy launch, srun or
   // mpirun started joins the others (rank 0 runs the store) and takes the GPU
   // of its LOCAL_RANK.
-  const dist::DistEnvironment env = dist::read_dist_environment();
-  std::optional<dist::DistSession> session;
+  const distributed::DistEnvironment env = distributed::read_dist_environment();
+  std::optional<distributed::DistSession> session;
   // ANATOMY_DIST_FORCE=1: a world of one through the whole data-parallel path
   // (store, communicator, bucketed all-reduce, ZeRO), to test it on one GPU.
   const char* force = std::getenv("ANATOMY_DIST_FORCE");
   if (env.distributed() || (force != nullptr && std::string(force) == "1")) {
-    session.emplace(dist::rendezvous(env, dist::Seconds(env.timeout_seconds)));
-    session->store().start_watchdog(dist::Seconds(env.timeout_seconds));
+    session.emplace(distributed::rendezvous(env, distributed::Seconds(env.timeout_seconds)));
+    session->store().start_watchdog(distributed::Seconds(env.timeout_seconds));
   }
   const int gpu_index = env.local_rank;            // CUDA's numbering (after CUDA_VISIBLE_DEVICES)
   const int nvml_index = flags.device == "cpu" ? gpu_index : nvml_index_of(gpu_index);  // NVML's, by PCI bus id
@@ -312,25 +312,25 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
   if (!device.note.empty()) fmt::print("{}\n", device.note);
   const bool on_gpu = !backend.device().is_cpu();
   if (!on_gpu) probe.reset();
-  std::unique_ptr<dist::Communicator> comm;
+  std::unique_ptr<distributed::Communicator> comm;
   if (session) {
     if (on_gpu) {
 #ifdef ANATOMY_HAVE_NCCL
-      comm = dist::make_nccl_communicator(*device.backend, session->store(), env.timeout_seconds);
+      comm = distributed::make_nccl_communicator(*device.backend, session->store(), env.timeout_seconds);
       fmt::print("{}: rank {} of {} on GPU {}; NCCL's own buffers {} (outside the ledger: NVML counts them, and "
                  "the anatomy's \"CUDA context and kernels\" row includes them)\n",
                  comm->describe(), comm->rank(), comm->world_size(), gpu_index,
-                 format_bytes(dist::nccl_own_bytes(*comm)));
+                 format_bytes(distributed::nccl_own_bytes(*comm)));
 #else
       fail("{} ranks on GPUs need NCCL, and this build has none (it was not found when anatomy was built)",
            env.world_size);
 #endif
     } else {
-      comm = dist::make_store_communicator(*device.backend, session->store(), env.timeout_seconds);
+      comm = distributed::make_store_communicator(*device.backend, session->store(), env.timeout_seconds);
     }
     // Every rank profiles (the same markers' cost on each); the exchanges are
     // timed as communication ops.
-    if (profiler) comm = dist::profile_communicator(std::move(comm), *profiler);
+    if (profiler) comm = distributed::profile_communicator(std::move(comm), *profiler);
   }
   DeviceFacts facts;
   if (on_gpu) {

@@ -150,8 +150,7 @@ constexpr size_t cudnn_attention_backward_scratch_bytes(int64_t B, int64_t L, in
 // for: "hopper" (the default, also when unset: hopper_attention.cu where the
 // device and the shape allow, else cuDNN), "cudnn" (cuDNN's), "anatomy" (our
 // flash kernels of flash_attention.cu); any other value is refused. The
-// Hopper kernels became the default in the nineteenth session, when their own
-// dropout mask made bert-large's bf16 steps faster than with cuDNN's
+// Hopper kernels are the default because their own dropout mask makes bert-large's bf16 steps faster than with cuDNN's
 // attention (docs/BENCHMARKS.md).
 inline std::string_view attention_choice() {
   return env_choice("ANATOMY_ATTENTION", {"hopper", "cudnn", "anatomy"}, "hopper, cudnn or anatomy");

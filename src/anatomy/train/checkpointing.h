@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "anatomy/data/text_dataset.h"
-#include "anatomy/dist/communicator.h"
+#include "anatomy/distributed/communicator.h"
 #include "anatomy/kernels/backend.h"
 #include "anatomy/model/bert.h"
 #include "anatomy/optim/optimizer.h"
@@ -57,7 +57,7 @@ struct TrainerState {
 
 // The ranks of a data-parallel run, as its checkpoints see them.
 struct CheckpointRanks {
-  dist::Communicator* comm = nullptr;  // null (or a world of one): a single process
+  distributed::Communicator* comm = nullptr;  // null (or a world of one): a single process
   // ZeRO stage 1: this rank holds the optimizer states of [shard_begin,
   // shard_end) of the flat parameter buffer of shard_total elements.
   bool sharded = false;

@@ -14,9 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "anatomy/data/loader.h"
-#include "anatomy/dist/data_parallel.h"
-#include "anatomy/dist/zero.h"
-#include "anatomy/dist/zero_sharding.h"
+#include "anatomy/distributed/data_parallel.h"
+#include "anatomy/distributed/zero.h"
+#include "anatomy/distributed/zero_sharding.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/optim/optimizer.h"
 #include "anatomy/train/checkpointing.h"
@@ -193,7 +193,7 @@ Trainer::Trainer(Backend& backend, BertForSequenceClassification& model, const D
   plan_epochs();
 }
 
-void Trainer::set_communicator(dist::Communicator* communicator) {
+void Trainer::set_communicator(distributed::Communicator* communicator) {
   comm_ = communicator;
   world_ = comm_ ? comm_->world_size() : 1;
   writer_ = comm_ == nullptr || comm_->rank() == 0;
@@ -246,15 +246,15 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   // mixed precision stage 1 shards by unit too, for its float32 masters.
   const bool mixed = model_.compute_dtype() != DType::F32;
   const bool grads_sharded = stage >= 2;
-  std::unique_ptr<dist::ZeroSharding> zero;
+  std::unique_ptr<distributed::ZeroSharding> zero;
   if (grads_sharded || (stage == 1 && mixed))
-    zero = std::make_unique<dist::ZeroSharding>(backend_, *comm_, model_, stage);
+    zero = std::make_unique<distributed::ZeroSharding>(backend_, *comm_, model_, stage);
   // The float32 weights sharded (stage 3; stages 1 and 2 under mixed precision): the model holds no whole copy.
   const bool masters_sharded = zero && zero->shards_masters();
   ParameterSet* grads = grads_sharded ? nullptr : &model_.gradients();
   std::unique_ptr<Optimizer> optimizer =
-      zero      ? dist::make_zero_sharded_optimizer(backend_, *zero, model_.weights(), optimizer_options(args_))
-      : sharded ? dist::make_zero1_optimizer(backend_, *comm_, model_.weights(), optimizer_options(args_))
+      zero      ? distributed::make_zero_sharded_optimizer(backend_, *zero, model_.weights(), optimizer_options(args_))
+      : sharded ? distributed::make_zero1_optimizer(backend_, *comm_, model_.weights(), optimizer_options(args_))
                 : make_optimizer(backend_, model_.weights(), optimizer_options(args_));
 
   // What a checkpoint records and a resumed run must share.
@@ -281,7 +281,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
     ranks.shard_end = zero->shards().shard_elements;
     ranks.shard_total = zero->shards().flat_elements;
   } else if (sharded) {
-    const dist::ShardRange mine = dist::shard_range(model_.weights().flat().numel(), comm_->rank(), world_);
+    const distributed::ShardRange mine = distributed::shard_range(model_.weights().flat().numel(), comm_->rank(), world_);
     ranks.sharded = true;
     ranks.shard_begin = mine.begin;
     ranks.shard_end = mine.end;
@@ -296,7 +296,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
            state.global_step, total_steps_);
     if (ranks.comm) {
       // Every rank must continue from the same step: the same checkpoint, seen by all.
-      const std::vector<double> all = dist::gather_host(*comm_, {static_cast<double>(state.global_step)});
+      const std::vector<double> all = distributed::gather_host(*comm_, {static_cast<double>(state.global_step)});
       for (int r = 1; r < world_; ++r)
         if (all[static_cast<size_t>(r)] != all[0])
           fail("--resume-from-checkpoint {}: rank 0 resumed from step {} and rank {} from step {}: every rank must "
@@ -363,7 +363,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   ledger.set_phase("data");
   InputSlots slots(backend_, data_, std::min(B, data_.size));
   // Data parallelism: each update's last backward all-reduces the gradients in buckets as they become final.
-  std::optional<dist::GradientReducer> reducer;
+  std::optional<distributed::GradientReducer> reducer;
   if (comm_ && grads != nullptr) {
     reducer.emplace(*comm_, grads->flat());
     model_.set_gradients_ready_hook([&reducer](int64_t from) { reducer->ready(from); });

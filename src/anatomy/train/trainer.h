@@ -11,7 +11,7 @@
 
 #include "anatomy/core/ledger.h"
 #include "anatomy/data/dataset.h"
-#include "anatomy/dist/communicator.h"
+#include "anatomy/distributed/communicator.h"
 #include "anatomy/data/text_dataset.h"
 #include "anatomy/kernels/backend.h"
 #include "anatomy/model/bert.h"
@@ -74,7 +74,7 @@ class Trainer {
   // states; see checkpointing.h). --zero-stage 2 and 3 shard the gradients
   // and the weights unit by unit (dist/zero_sharding.h); train() then gives
   // the model back its whole weights at the end.
-  void set_communicator(dist::Communicator* communicator);
+  void set_communicator(distributed::Communicator* communicator);
   // The tokenizer each checkpoint carries (vocab.txt, tokenizer_config.json).
   // Unset: the model directory's, when it has a vocab.txt.
   void set_tokenizer(std::optional<TokenizerSettings> tokenizer) { tokenizer_ = std::move(tokenizer); }
@@ -93,7 +93,7 @@ class Trainer {
   int64_t steps_per_epoch_ = 0;  // optimizer updates per epoch
   int64_t total_steps_ = 0;
   StepHooks hooks_;
-  dist::Communicator* comm_ = nullptr;
+  distributed::Communicator* comm_ = nullptr;
   int world_ = 1;
   bool writer_ = true;  // rank 0: writes log.jsonl and checkpoints
   std::optional<TokenizerSettings> tokenizer_;
