@@ -29,8 +29,8 @@ caches the choices (~/.cache/anatomy/gemm_algos.json, README: ANATOMY_GEMM_TUNIN
 cuDNN's attention plans and keeps them (~/.cache/anatomy/cudnn_plans/), as any earlier run on the
 machine would have. The measured run then reads both: a one-time cost per machine, like a
 compiled-kernel cache, kept out of the figure. Trainer gets a 2-step warm-up run too: its first
-process on a fresh machine ran up to 13% slower than the next ones (docs/BENCHMARKS.md, ninth
-session: 220.7 then 254.7 samples/s at batch 32, while its later configurations stayed within 1%),
+process on a fresh machine ran up to 13% slower than the next ones (docs/BENCHMARKS.md, the
+e0e181f entry: 220.7 then 254.7 samples/s at batch 32, while its later configurations stayed within 1%),
 which fits kernels that the libraries compile at run time and cache between processes.
 """
 import argparse

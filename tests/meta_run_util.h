@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "anatomy/model/bert/bert.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/kernels/fp32_products.h"
 #include "anatomy/model/checkpoint.h"
@@ -20,7 +21,7 @@ namespace anatomy::test {
 // A small training run: the model, the data's shape and the arguments.
 struct RunCase {
   std::string name;
-  BertConfig config;
+  ModelConfig config;
   int64_t size = 10, seq_len = 33, batch = 5, steps = 2;
   bool padding = true;      // an attention mask with padded tails
   bool token_types = false; // token_type_ids given
@@ -30,9 +31,9 @@ struct RunCase {
 // GoogleTest names a case by this (not by its bytes).
 inline void PrintTo(const RunCase& c, std::ostream* os) { *os << c.name; }
 
-inline BertConfig small_bert(int64_t hidden, int64_t heads, int64_t layers, int64_t intermediate,
+inline ModelConfig small_bert(int64_t hidden, int64_t heads, int64_t layers, int64_t intermediate,
                              int64_t max_positions = 512) {
-  BertConfig c;
+  ModelConfig c;
   c.vocab_size = 500;
   c.hidden_size = hidden;
   c.num_attention_heads = heads;
@@ -42,8 +43,8 @@ inline BertConfig small_bert(int64_t hidden, int64_t heads, int64_t layers, int6
   return c;
 }
 
-inline BertConfig preset(const char* name) {
-  BertConfig c = *bert_preset(name);
+inline ModelConfig preset(const char* name) {
+  ModelConfig c = *model_preset(name);
   c.vocab_size = 500;
   c.max_position_embeddings = 64;
   return c;

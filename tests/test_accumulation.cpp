@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "anatomy/model/bert/bert.h"
 #include "anatomy/analysis/memory_plan.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/model/checkpoint.h"
@@ -15,8 +16,8 @@
 namespace anatomy {
 namespace {
 
-BertConfig small_config(bool dropout) {
-  BertConfig c = *bert_preset("bert-tiny");
+ModelConfig small_config(bool dropout) {
+  ModelConfig c = *model_preset("bert-tiny");
   c.vocab_size = 300;
   c.max_position_embeddings = 32;
   if (!dropout) c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0.0;
@@ -140,12 +141,12 @@ TEST(GradientCheckpointing, GivesTheSameGradientsWithDropoutOn) {
   // (it computes past attention for the first token only), and with one
   // other layer selective checkpointing's peak would fall below full
   // checkpointing's, which recomputes a whole layer.
-  BertConfig config = small_config(true);
+  ModelConfig config = small_config(true);
   config.num_hidden_layers = 4;
   BertForSequenceClassification model(*backend, config);
   init_weights(model, 9);
   const Dataset data = small_data(4, 16);
-  const BertInputs inputs = upload_dataset(*backend, data);
+  const ModelInputs inputs = upload_dataset(*backend, data);
   auto gradients = [&](bool checkpointing, LedgerSnapshot* memory, bool selective = false) {
     backend->ledger().reset_peaks();
     model.zero_gradients();
@@ -194,7 +195,7 @@ TEST(MemoryPlan, CoversAccumulationAndCheckpointing) {
   for (const auto& [accumulation, policy] :
        {std::pair{3, ""}, std::pair{1, "full"}, std::pair{2, "full"}, std::pair{1, "selective"}}) {
     const bool checkpointing = std::string(policy) != "";
-    const BertConfig config = small_config(true);
+    const ModelConfig config = small_config(true);
     const Dataset data = small_data(32, 16);
     TrainingArguments args;
     args.per_device_train_batch_size = 5;

@@ -13,6 +13,8 @@
 #include <limits>
 #include <sstream>
 
+#include "anatomy/model/bert/bert.h"
+#include "anatomy/model/bert/bert_parameters.h"
 #include "anatomy/model/config.h"
 #include "anatomy/optim/optimizer.h"
 #include "optim_fixture.h"
@@ -233,7 +235,7 @@ TEST(Adafactor, FirstStepMovesEveryWeightByTheLearningRate) {
 // for bert-tiny about 0.2% of AdamW's 8 bytes a parameter. Counted from the
 // specs and compared with the ledger.
 TEST(Adafactor, StatesAreRowsPlusColumnsInTheLedger) {
-  const std::optional<BertConfig> config = bert_preset("bert-tiny");
+  const std::optional<ModelConfig> config = model_preset("bert-tiny");
   ASSERT_TRUE(config.has_value());
   auto backend = make_cpu_backend(1);
   const ParameterSet params(*backend, bert_parameter_specs(*config), Category::Weights, "");

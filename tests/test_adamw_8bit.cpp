@@ -12,6 +12,8 @@
 #include <random>
 #include <sstream>
 
+#include "anatomy/model/bert/bert.h"
+#include "anatomy/model/bert/bert_parameters.h"
 #include "anatomy/kernels/cpu/optimizer_kernels.h"
 #include "anatomy/kernels/quantize_8bit.h"
 #include "anatomy/model/config.h"
@@ -226,7 +228,7 @@ TEST(AdamW8bit, FirstStepIsExactlyFp32AdamWAndLaterStepsTrackIt) {
 }
 
 TEST(AdamW8bit, LedgerHoldsTwoBytesPerParameterPlusAbsmaxAndSmallTensors) {
-  const BertConfig config = *bert_preset("bert-tiny");
+  const ModelConfig config = *model_preset("bert-tiny");
   auto backend = make_cpu_backend(1);
   const std::vector<ParamSpec> specs = bert_parameter_specs(config);
   ParameterSet params(*backend, specs, Category::Weights, "");

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anatomy/model/bert/bert.h"
 #include "anatomy/io/files.h"
 #include "anatomy/io/safetensors.h"
 #include "anatomy/model/checkpoint.h"

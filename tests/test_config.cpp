@@ -1,5 +1,5 @@
 // test_config.cpp: config.json parsing with Hugging Face's defaults and rules,
-// the round trip through bert_config_to_json, the presets' parameter counts,
+// the round trip through model_config_to_json, the presets' parameter counts,
 // and broken config.json files through the real `anatomy` binary.
 #include <gtest/gtest.h>
 
@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anatomy/model/bert/bert.h"
+#include "anatomy/model/bert/bert_parameters.h"
 #include "anatomy/core/error.h"
 #include "anatomy/model/config.h"
 #include "anatomy/model/parameters.h"
@@ -20,9 +22,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-BertConfig parse(const json& j) { return parse_bert_config(j.dump(), "test/config.json"); }
+ModelConfig parse(const json& j) { return parse_model_config(j.dump(), "test/config.json"); }
 
-// parse_bert_config fails with one line naming the source and every one of `parts`.
+// parse_model_config fails with one line naming the source and every one of `parts`.
 void expect_parse_error(const json& j, std::initializer_list<std::string> parts) {
   try {
     parse(j);
@@ -36,10 +38,10 @@ void expect_parse_error(const json& j, std::initializer_list<std::string> parts)
 }
 
 // ---------------------------------------------------------------------------
-// parse_bert_config
+// parse_model_config
 
 TEST(Config, OnlyModelTypeGetsHuggingFaceDefaults) {
-  const BertConfig c = parse({{"model_type", "bert"}});
+  const ModelConfig c = parse({{"model_type", "bert"}});
   EXPECT_EQ(c.vocab_size, 30522);
   EXPECT_EQ(c.hidden_size, 768);
   EXPECT_EQ(c.num_hidden_layers, 12);
@@ -62,7 +64,7 @@ TEST(Config, OnlyModelTypeGetsHuggingFaceDefaults) {
 }
 
 TEST(Config, ReadsEveryKeyOfTheFixture) {
-  const BertConfig c = load_bert_config(test::fixture("bert-tiny-cls") + "/config.json");
+  const ModelConfig c = load_model_config(test::fixture("bert-tiny-cls") + "/config.json");
   EXPECT_EQ(c.vocab_size, 1024);
   EXPECT_EQ(c.hidden_size, 64);
   EXPECT_EQ(c.num_hidden_layers, 2);
@@ -77,7 +79,7 @@ TEST(Config, ReadsEveryKeyOfTheFixture) {
 }
 
 TEST(Config, NumLabelsFromId2label) {
-  const BertConfig c = parse({{"model_type", "bert"}, {"id2label", {{"0", "neg"}, {"1", "neu"}, {"2", "pos"}}}});
+  const ModelConfig c = parse({{"model_type", "bert"}, {"id2label", {{"0", "neg"}, {"1", "neu"}, {"2", "pos"}}}});
   EXPECT_EQ(c.num_labels, 3);
   EXPECT_EQ(c.id2label.at(2), "pos");
   // As in transformers, id2label wins over num_labels.
@@ -117,13 +119,13 @@ TEST(Config, RoundTripThroughJson) {
   j["pad_token_id"] = 3;
   j["layer_norm_eps"] = 1e-7;
   j["custom_key"] = {{"nested", true}};
-  const BertConfig a = parse(j);
-  const json written = bert_config_to_json(a);
+  const ModelConfig a = parse(j);
+  const json written = model_config_to_json(a);
   EXPECT_EQ(written["model_type"], "bert");
   EXPECT_EQ(written["architectures"], json::array({"BertForSequenceClassification"}));
   EXPECT_EQ(written["label2id"]["science"], 2);
   EXPECT_EQ(written["custom_key"], j["custom_key"]);
-  const BertConfig b = parse_bert_config(written.dump(2), "written/config.json");
+  const ModelConfig b = parse_model_config(written.dump(2), "written/config.json");
   EXPECT_EQ(b.vocab_size, a.vocab_size);
   EXPECT_EQ(b.hidden_size, a.hidden_size);
   EXPECT_EQ(b.num_hidden_layers, a.num_hidden_layers);
@@ -143,20 +145,20 @@ TEST(Config, RoundTripThroughJson) {
   EXPECT_EQ(b.id2label, a.id2label);
   EXPECT_EQ(b.extra, a.extra);
   // And the second trip writes the same JSON.
-  EXPECT_EQ(bert_config_to_json(b), written);
+  EXPECT_EQ(model_config_to_json(b), written);
 }
 
 TEST(Config, DefaultsRoundTripWithGeneratedLabels) {
-  const BertConfig a = parse({{"model_type", "bert"}});
-  const json written = bert_config_to_json(a);
+  const ModelConfig a = parse({{"model_type", "bert"}});
+  const json written = model_config_to_json(a);
   EXPECT_EQ(written["id2label"], json({{"0", "LABEL_0"}, {"1", "LABEL_1"}}));
   EXPECT_TRUE(written["classifier_dropout"].is_null());
   EXPECT_FALSE(written.contains("problem_type"));
-  const BertConfig b = parse_bert_config(written.dump(), "written/config.json");
+  const ModelConfig b = parse_model_config(written.dump(), "written/config.json");
   EXPECT_EQ(b.num_labels, 2);
   EXPECT_EQ(b.problem_type, ProblemType::Unset);
   EXPECT_FALSE(b.classifier_dropout.has_value());
-  EXPECT_EQ(bert_config_to_json(b), written);
+  EXPECT_EQ(model_config_to_json(b), written);
 }
 
 TEST(Config, RejectsBadValuesNamingTheFileAndKey) {
@@ -172,7 +174,7 @@ TEST(Config, RejectsBadValuesNamingTheFileAndKey) {
   expect_parse_error({{"position_embedding_type", "relative_key"}}, {"position_embedding_type"});
   expect_parse_error(json::array({1, 2}), {"object"});
   try {
-    parse_bert_config("{\"vocab_size\": 12,", "test/config.json");
+    parse_model_config("{\"vocab_size\": 12,", "test/config.json");
     ADD_FAILURE() << "accepted truncated JSON";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("test/config.json"), std::string::npos) << e.what();
@@ -183,7 +185,7 @@ TEST(Config, RejectsBadValuesNamingTheFileAndKey) {
 // ---------------------------------------------------------------------------
 // Presets
 
-int64_t parameter_count(const BertConfig& c) {
+int64_t parameter_count(const ModelConfig& c) {
   int64_t total = 0;
   for (const ParamSpec& spec : bert_parameter_specs(c)) {
     int64_t n = 1;
@@ -194,17 +196,17 @@ int64_t parameter_count(const BertConfig& c) {
 }
 
 TEST(Presets, ParameterCountsMatchHuggingFace) {
-  const auto large = bert_preset("bert-large-uncased");
-  const auto base = bert_preset("bert-base-uncased");
+  const auto large = model_preset("bert-large-uncased");
+  const auto base = model_preset("bert-base-uncased");
   ASSERT_TRUE(large && base);
   EXPECT_EQ(large->num_labels, 2);
   EXPECT_EQ(parameter_count(*large), 335'143'938);
   EXPECT_EQ(parameter_count(*base), 109'483'778);
-  EXPECT_FALSE(bert_preset("no-such-preset").has_value());
-  for (const std::string& name : bert_preset_names()) {
-    const auto c = bert_preset(name);
+  EXPECT_FALSE(model_preset("no-such-preset").has_value());
+  for (const std::string& name : model_preset_names()) {
+    const auto c = model_preset(name);
     ASSERT_TRUE(c.has_value()) << name;
-    EXPECT_NO_THROW(validate_bert_config(*c, name));
+    EXPECT_NO_THROW(validate_model_config(*c, name));
   }
 }
 

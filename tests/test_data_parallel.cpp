@@ -18,6 +18,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "anatomy/model/bert/bert.h"
+#include "anatomy/model/bert/bert_parameters.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/data/loader.h"
 #include "anatomy/distributed/data_parallel.h"
@@ -175,7 +177,7 @@ TEST_P(DataParallelCpu, TwoRanksTrainAsOneProcessWithTheWholeBatch) {
   // ZeRO 2/3: the elements of one rank's chunks of every unit (equal on every rank).
   int64_t unit_shard = 0;
   {
-    const BertConfig config = load_bert_config(model + "/config.json");
+    const ModelConfig config = load_model_config(model + "/config.json");
     auto cpu = make_cpu_backend(1);
     ParameterSet layout(*cpu, bert_parameter_specs(config), Category::Weights, "");
     unit_shard = distributed::unit_shards(bert_parameter_units(layout, config), layout.flat_elements(), 0, 2).shard_elements;
@@ -242,10 +244,8 @@ TEST(DataParallelCpu, WorldOfOneIsThePlainRun) {
   ASSERT_EQ(a.size(), 4u);
   for (int stage = 1; stage <= 3; ++stage) {
     const std::string dir = tmp.file("forced" + std::to_string(stage));
-    ::setenv("ANATOMY_DIST_FORCE", "1", 1);
-    const auto forced = test::run_anatomy("train" + flags + " --zero-stage " + std::to_string(stage) +
-                                          " --output-dir " + dir);
-    ::unsetenv("ANATOMY_DIST_FORCE");
+    const auto forced = test::run_anatomy("train" + flags + " --force-distributed true --zero-stage " +
+                                          std::to_string(stage) + " --output-dir " + dir);
     ASSERT_EQ(forced.exit_code, 0) << forced.output;
     EXPECT_NE(forced.output.find("per rank on 1 ranks"), std::string::npos) << forced.output;
     const auto b = test::log_records(dir);

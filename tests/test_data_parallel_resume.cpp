@@ -31,6 +31,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "anatomy/model/bert/bert.h"
+#include "anatomy/model/bert/bert_parameters.h"
 #include "anatomy/distributed/store.h"
 #include "anatomy/distributed/zero.h"
 #include "anatomy/distributed/zero_sharding.h"

@@ -92,15 +92,14 @@ TEST(DistEnvironment, Torchrun) {
                                                          {"LOCAL_RANK", "1"},
                                                          {"LOCAL_WORLD_SIZE", "4"},
                                                          {"MASTER_ADDR", "node0.cluster"},
-                                                         {"MASTER_PORT", "12345"},
-                                                         {"ANATOMY_DIST_TIMEOUT", "2.5"}});
+                                                         {"MASTER_PORT", "12345"}});
   EXPECT_EQ(e.source, "torchrun");
   EXPECT_EQ(e.rank, 5);
   EXPECT_EQ(e.world_size, 8);
   EXPECT_EQ(e.local_rank, 1);
   EXPECT_EQ(e.local_world_size, 4);
   EXPECT_EQ(e.master(), "node0.cluster:12345");
-  EXPECT_EQ(e.timeout_seconds, 2.5);
+  EXPECT_EQ(e.timeout_seconds, distributed::kDefaultTimeoutSeconds);  // the engine option's (cli/engine_flags.h)
   // Without the local variables the ranks share one node; the port defaults.
   const DistEnvironment d =
       read_dist_environment(EnvMap{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}});
@@ -128,8 +127,6 @@ TEST(DistEnvironment, TorchrunErrorsNameTheVariable) {
                        "LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2"));
   EXPECT_TRUE(contains(error({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"LOCAL_WORLD_SIZE", "3"}}),
                        "LOCAL_WORLD_SIZE=3 exceeds WORLD_SIZE=2"));
-  EXPECT_TRUE(contains(error({{"ANATOMY_DIST_TIMEOUT", "soon"}}), "ANATOMY_DIST_TIMEOUT=soon"));
-  EXPECT_TRUE(contains(error({{"ANATOMY_DIST_TIMEOUT", "0"}}), "ANATOMY_DIST_TIMEOUT=0"));
 }
 
 TEST(DistEnvironment, Slurm) {

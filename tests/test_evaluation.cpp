@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "anatomy/model/bert/bert.h"
 #include "anatomy/analysis/memory_plan.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/io/files.h"
@@ -103,7 +104,7 @@ TEST(Evaluation, LoadBestModelAtEndKeepsAndReloadsTheBestCheckpoint) {
 }
 
 TEST(Evaluation, TheMemoryPlanIncludesIt) {
-  const BertConfig config = *bert_preset("bert-tiny");
+  const ModelConfig config = *model_preset("bert-tiny");
   const Dataset data = make_dummy_dataset(6, 32, 1);
   const Dataset eval = make_dummy_dataset(20, 64, 2);  // longer sequences, a larger batch: the peak
   TrainingArguments args;

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anatomy/model/bert/bert.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/io/safetensors.h"
 #include "anatomy/model/checkpoint.h"
@@ -34,7 +35,7 @@ TEST_P(Fixture, ForwardAndBackwardMatchHuggingFace) {
 
   const Dataset data = load_tensor_dataset(reference());  // batch 0: input_ids, token_type_ids, attention_mask, labels
   validate_dataset(data, source.config);
-  const BertInputs inputs = upload_dataset(*backend, data);
+  const ModelInputs inputs = upload_dataset(*backend, data);
   ForwardOptions options;
   options.save_for_backward = true;
   const ForwardOutput out = model.forward(inputs, options);

@@ -2,8 +2,8 @@
 // file's format read back as written, damaged files refused (and, when
 // loaded, ignored with one warning line, never an exception), a choice
 // recorded once (a second process's choice for the same product does not
-// replace the first, a stale one does), an unwritable cache, the path, and
-// the ANATOMY_GEMM_TUNING switch.
+// replace the first, a stale one does), an unwritable cache and the path.
+// (The switch is EngineOptions::gemm_tuning: test_engine_flags.cpp.)
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -151,32 +151,6 @@ TEST(GemmTuningCache, LivesBesideTheCeilings) {
   ScopedEnv xdg("XDG_CACHE_HOME", nullptr);
   ScopedEnv home("HOME", "/home/someone");
   EXPECT_EQ(cuda::gemm_tuning_cache_path(), "/home/someone/.cache/anatomy/gemm_algos.json");
-}
-
-TEST(GemmTuningCache, SwitchIsZeroOrOneElseOneClearError) {
-  {
-    ScopedEnv unset("ANATOMY_GEMM_TUNING", nullptr);
-    EXPECT_TRUE(cuda::gemm_tuning_enabled());
-  }
-  {
-    ScopedEnv on("ANATOMY_GEMM_TUNING", "1");
-    EXPECT_TRUE(cuda::gemm_tuning_enabled());
-  }
-  {
-    ScopedEnv off("ANATOMY_GEMM_TUNING", "0");
-    EXPECT_FALSE(cuda::gemm_tuning_enabled());
-  }
-  for (const char* bad : {"2", "yes", "off", " 1"}) {
-    ScopedEnv env("ANATOMY_GEMM_TUNING", bad);
-    try {
-      cuda::gemm_tuning_enabled();
-      ADD_FAILURE() << "ANATOMY_GEMM_TUNING=" << bad << " accepted";
-    } catch (const Error& e) {
-      const std::string message = e.what();
-      EXPECT_EQ(message.rfind(std::string("ANATOMY_GEMM_TUNING=") + bad + ":", 0), 0u) << message;
-      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-    }
-  }
 }
 
 }  // namespace

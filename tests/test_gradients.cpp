@@ -17,7 +17,7 @@
 #include <random>
 
 #include "anatomy/kernels/backend.h"
-#include "anatomy/model/bert.h"
+#include "anatomy/model/bert/bert.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/trainer.h"
 #include "test_util.h"
@@ -304,8 +304,8 @@ class LayerGradients : public ::testing::TestWithParam<LayerCase> {};
 
 // Two layers, small enough for finite differences; weights larger than
 // BERT's initialisation so that every layer matters to the loss.
-BertConfig two_layer_config() {
-  BertConfig config;
+ModelConfig two_layer_config() {
+  ModelConfig config;
   config.vocab_size = 40;
   config.hidden_size = 16;
   config.num_hidden_layers = 2;
@@ -319,7 +319,7 @@ BertConfig two_layer_config() {
 }
 
 // B sequences of L random tokens and token types; sequence b has b padded positions.
-HostBatch random_batch(const BertConfig& config, int64_t B, int64_t L, uint32_t seed) {
+HostBatch random_batch(const ModelConfig& config, int64_t B, int64_t L, uint32_t seed) {
   HostBatch batch;
   batch.batch = B;
   batch.seq_len = L;
@@ -335,7 +335,7 @@ HostBatch random_batch(const BertConfig& config, int64_t B, int64_t L, uint32_t 
 TEST_P(LayerGradients, EachLayerAgreesWithFiniteDifferences) {
   const LayerCase& c = GetParam();
   auto backend = make_cpu_backend(1);
-  BertConfig config = two_layer_config();
+  ModelConfig config = two_layer_config();
   config.hidden_act = c.activation;
   config.num_labels = c.num_labels;
   config.problem_type = c.problem;
@@ -355,7 +355,7 @@ TEST_P(LayerGradients, EachLayerAgreesWithFiniteDifferences) {
     if (c.problem == ProblemType::MultiLabel)
       for (auto& v : batch.labels_f32) v = v > 0 ? 1.0f : 0.0f;
   }
-  const BertInputs inputs = upload_batch(*backend, batch, label_dtype, label_width);
+  const ModelInputs inputs = upload_batch(*backend, batch, label_dtype, label_width);
   ForwardOptions options;
   options.training = true;  // dropout on: backward must replay forward's masks
   options.seed = 99;
@@ -423,13 +423,13 @@ TEST_P(LayerGradients, EachLayerAgreesWithFiniteDifferences) {
 // The last encoder layer computes its query, attention and everything past
 // them for the first token only (bert.cpp), since only out[:, 0] reaches the
 // pooler. Against the whole layer
-// (ANATOMY_LAST_LAYER=all), with and without gradient checkpointing: the
+// (EngineOptions::last_layer all), with and without gradient checkpointing: the
 // same loss and gradients up to float32 rounding (products whose sums skip
 // exact zeros may add in another order). Hidden dropout is off, as the pruned
 // tensors draw their masks over their own elements; attention dropout is on
 // (the first query's mask is row 0 of the whole attention's).
 TEST(LastLayer, FirstTokenOnlyGivesTheWholeLayersLossAndGradients) {
-  BertConfig config = two_layer_config();
+  ModelConfig config = two_layer_config();
   config.hidden_dropout_prob = 0.0;
   config.num_labels = 3;
   HostBatch batch = random_batch(config, 3, 7, 5);
@@ -438,12 +438,14 @@ TEST(LastLayer, FirstTokenOnlyGivesTheWholeLayersLossAndGradients) {
     double loss;
     std::vector<std::vector<float>> grads;
   };
-  auto run = [&](const char* last_layer, bool checkpointing, bool selective) {
-    test::ScopedEnv env("ANATOMY_LAST_LAYER", last_layer);
+  auto run = [&](LastLayer last_layer, bool checkpointing, bool selective) {
     auto backend = make_cpu_backend(1);
+    EngineOptions engine;
+    engine.last_layer = last_layer;
+    backend->set_options(engine);
     BertForSequenceClassification model(*backend, config);
     init_weights(model, 11);
-    const BertInputs inputs = upload_batch(*backend, batch, DType::I64, 1);
+    const ModelInputs inputs = upload_batch(*backend, batch, DType::I64, 1);
     ForwardOptions options;
     options.training = true;
     options.save_for_backward = true;
@@ -459,10 +461,10 @@ TEST(LastLayer, FirstTokenOnlyGivesTheWholeLayersLossAndGradients) {
       r.grads.emplace_back(t.data<float>(), t.data<float>() + t.numel());
     return r;
   };
-  const Result whole = run("all", false, false);
+  const Result whole = run(LastLayer::All, false, false);
   const std::vector<ParamSpec> specs = bert_parameter_specs(config);
   for (auto [checkpointing, selective] : {std::pair{false, false}, {true, false}, {true, true}}) {
-    const Result first = run(nullptr, checkpointing, selective);
+    const Result first = run(LastLayer::FirstToken, checkpointing, selective);
     const std::string mode = !checkpointing ? "no checkpointing" : selective ? "selective" : "full checkpointing";
     EXPECT_NEAR(first.loss, whole.loss, 1e-6 * std::abs(whole.loss)) << mode;
     ASSERT_EQ(first.grads.size(), whole.grads.size());

@@ -11,9 +11,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "anatomy/model/bert/bert.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/io/safetensors.h"
-#include "anatomy/model/bert_inference.h"
+#include "anatomy/model/bert/bert_inference.h"
 #include "anatomy/model/checkpoint.h"
 #include "test_util.h"
 
@@ -67,7 +68,7 @@ INSTANTIATE_TEST_SUITE_P(HuggingFace, InferenceFixture, ::testing::ValuesIn(test
 
 TEST(Inference, HoldsTheWeightsOnceAndNothingElseBetweenBatches) {
   auto host = make_cpu_backend(1);
-  BertConfig config = *bert_preset("bert-tiny");
+  ModelConfig config = *model_preset("bert-tiny");
   BertForSequenceClassification source(*host, config);
   init_weights(source, 3);
   auto backend = make_cpu_backend(1);
@@ -94,7 +95,7 @@ TEST(Inference, SixteenBitModelKeepsTwoBytesAParameterPlusFloat32LayerNorm) {
   // the GPU tests run the 16-bit forward).
   // Expected: the parameters' flat buffer in bf16 and one of the LayerNorm
   // parameters in float32, each laid out as a ParameterSet lays them out.
-  const BertConfig config = *bert_preset("bert-tiny");
+  const ModelConfig config = *model_preset("bert-tiny");
   std::vector<ParamSpec> layernorm;
   for (const ParamSpec& spec : bert_parameter_specs(config))
     if (spec.name.find("LayerNorm") != std::string::npos) layernorm.push_back(spec);

@@ -3,6 +3,7 @@
 // each epoch's partial batch, and bad settings are one clear error.
 #include <gtest/gtest.h>
 
+#include "anatomy/model/bert/bert.h"
 #include "anatomy/data/loader.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/trainer.h"
@@ -54,7 +55,7 @@ TEST(Loader, DropLastDropsEachEpochsPartialBatch) {
 TEST(Loader, TrainingWithWorkersIsBitIdentical) {
   auto run = [](int64_t workers, bool drop_last) {
     auto backend = make_cpu_backend(1);
-    BertConfig config = *bert_preset("bert-tiny");
+    ModelConfig config = *model_preset("bert-tiny");
     config.vocab_size = 300;
     config.max_position_embeddings = 16;
     BertForSequenceClassification model(*backend, config);

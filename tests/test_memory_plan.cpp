@@ -6,6 +6,8 @@
 
 #include <regex>
 
+#include "anatomy/model/bert/bert.h"
+#include "anatomy/model/bert/bert_parameters.h"
 #include "anatomy/analysis/estimate.h"
 #include "anatomy/analysis/memory_plan.h"
 #include "anatomy/data/dataset.h"
@@ -24,8 +26,8 @@ struct Case {
   int64_t num_labels;
 };
 
-BertConfig config_of(const Case& c) {
-  BertConfig config = *bert_preset("bert-tiny");
+ModelConfig config_of(const Case& c) {
+  ModelConfig config = *model_preset("bert-tiny");
   config.vocab_size = 500;
   config.max_position_embeddings = 64;
   config.num_hidden_layers = c.layers;
@@ -56,7 +58,7 @@ class PlanEqualsRun : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PlanEqualsRun, LedgerPeakCompositionAndPhaseAreExact) {
   const Case c = GetParam();
-  const BertConfig config = config_of(c);
+  const ModelConfig config = config_of(c);
   const Dataset data = data_of(c);
   TrainingArguments args;
   args.per_device_train_batch_size = c.batch;
@@ -108,12 +110,12 @@ TEST(MemoryPlan, ASimulatedDeviceTooSmallSaysItDoesNotFitAndNamesTheBuffer) {
 }
 
 // On a GPU that runs the Hopper attention kernels (the default, or
-// ANATOMY_ATTENTION=hopper), a bf16 layer's attention keeps its dropout mask as
+// --attention hopper), a bf16 layer's attention keeps its dropout mask as
 // bits next to the log-sum-exp: each layer's activations grow by B·heads·L
-// words of attention_keep_words(L) uint32. With ANATOMY_ATTENTION=cudnn
-// (cuDNN's attention) nothing changes.
+// words of attention_keep_words(L) uint32. With --attention cudnn (cuDNN's
+// attention) nothing changes.
 TEST(MemoryPlan, HopperAttentionKeepsTheDropoutMaskAsBits) {
-  const BertConfig config = *bert_preset("bert-base-uncased");
+  const ModelConfig config = *model_preset("bert-base-uncased");
   TrainingArguments args;
   args.bf16 = true;
   args.per_device_train_batch_size = 2;
@@ -125,29 +127,28 @@ TEST(MemoryPlan, HopperAttentionKeepsTheDropoutMaskAsBits) {
   hopper.hopper_attention = true;
   const auto activations = static_cast<size_t>(Category::Activations);
   {
-    test::ScopedEnv cudnn("ANATOMY_ATTENTION", "cudnn");
-    EXPECT_EQ(plan_training(config, args, shape, hopper).ledger.peak[activations],
-              plan_training(config, args, shape, plain).ledger.peak[activations]);
+    PlanTarget hopper_cudnn = hopper, plain_cudnn = plain;
+    hopper_cudnn.options.attention = plain_cudnn.options.attention = AttentionKernels::Cudnn;
+    EXPECT_EQ(plan_training(config, args, shape, hopper_cudnn).ledger.peak[activations],
+              plan_training(config, args, shape, plain_cudnn).ledger.peak[activations]);
   }
   const int64_t words = 4;  // L = 128: one block of 128 keys
   const int64_t per_layer = 2 * config.num_attention_heads * 128 * words * 4;
-  for (const char* choice : {static_cast<const char*>(nullptr), "hopper"}) {
-    test::ScopedEnv selected("ANATOMY_ATTENTION", choice);
+  {
     const MemoryPlan a = plan_training(config, args, shape, plain);
     const MemoryPlan b = plan_training(config, args, shape, hopper);
     // Every layer but the last, whose first-query attention keeps its probabilities instead.
-    EXPECT_EQ(b.ledger.peak[activations] - a.ledger.peak[activations], (config.num_hidden_layers - 1) * per_layer)
-        << (choice ? choice : "unset");
+    EXPECT_EQ(b.ledger.peak[activations] - a.ledger.peak[activations], (config.num_hidden_layers - 1) * per_layer);
   }
   // Without dropout nothing is kept.
-  BertConfig no_dropout = config;
+  ModelConfig no_dropout = config;
   no_dropout.attention_probs_dropout_prob = 0.0;
   EXPECT_EQ(plan_training(no_dropout, args, shape, hopper).ledger.peak[activations],
             plan_training(no_dropout, args, shape, plain).ledger.peak[activations]);
 }
 
 TEST(MemoryPlan, TheLargestFittingBatchFitsAndTheNextDoesNot) {
-  const BertConfig config = *bert_preset("bert-base-uncased");
+  const ModelConfig config = *model_preset("bert-base-uncased");
   TrainingArguments args;
   DataShape shape;
   shape.size = 64;
@@ -199,7 +200,7 @@ TEST(Estimate, BadDeviceFlagsAreOneClearError) {
 // where no NCCL runs.
 TEST(Estimate, SeveralGpusCountNcclsBuffersBesideTheContext) {
   EstimateRequest r;
-  r.config = *bert_preset("bert-base-uncased");
+  r.config = *model_preset("bert-base-uncased");
   r.args.per_device_train_batch_size = 8;
   r.args.zero_stage = 1;
   r.shape.size = 64;

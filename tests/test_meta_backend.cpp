@@ -17,7 +17,7 @@
 #include "anatomy/kernels/backend.h"
 #include "anatomy/kernels/cuda_memory.h"
 #include "anatomy/kernels/meta/meta_backend.h"
-#include "anatomy/model/bert.h"
+#include "anatomy/model/bert/bert.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/trainer.h"
 #include "meta_run_util.h"
@@ -46,7 +46,7 @@ void expect_zero_losses(const TrainResult& r, int64_t steps) {
 
 std::vector<RunCase> cpu_cases() {
   std::vector<RunCase> cases;
-  auto add = [&](std::string name, BertConfig config, int64_t size, int64_t seq_len, int64_t batch, int64_t steps,
+  auto add = [&](std::string name, ModelConfig config, int64_t size, int64_t seq_len, int64_t batch, int64_t steps,
                  bool padding, bool token_types) {
     RunCase c;
     c.name = std::move(name);
@@ -63,10 +63,10 @@ std::vector<RunCase> cpu_cases() {
   add("tiny_b5_l33_padded", preset("bert-tiny"), 10, 33, 5, 2, true, true);
   add("mini_b2_l33", preset("bert-mini"), 4, 33, 2, 2, false, false);
   add("h64_b5_l16_ragged", small_bert(64, 4, 2, 128, 64), 7, 16, 5, 3, true, false);  // 5 then a last batch of 2
-  BertConfig regression = small_bert(64, 4, 2, 128, 64);
+  ModelConfig regression = small_bert(64, 4, 2, 128, 64);
   regression.num_labels = 1;  // regression (MSE)
   add("h64_regression_b5_l33", regression, 10, 33, 5, 2, true, false);
-  BertConfig multi = small_bert(48, 4, 2, 96, 64);
+  ModelConfig multi = small_bert(48, 4, 2, 96, 64);
   multi.num_labels = 3;
   multi.problem_type = ProblemType::MultiLabel;  // BCE with logits
   add("h48_multilabel_b2_l16", multi, 4, 16, 2, 2, false, true);
@@ -174,7 +174,6 @@ TEST(MetaBackend, CudaTargetRunsOutOfMemoryAtTheDeviceCapacity) {
 // head size or longest sequence (cuda_memory.h), the model, and so the plan,
 // computes its whole last layer; the CPU backend takes every shape.
 TEST(MetaBackend, LastLayerIsWholeWhereTheFirstQueryKernelsDoNotFit) {
-  const test::ScopedEnv unset("ANATOMY_LAST_LAYER", nullptr);
   MetaOptions options;
   options.target = MetaTarget::Cuda;
   auto meta = make_meta_backend(options);
@@ -188,12 +187,12 @@ TEST(MetaBackend, LastLayerIsWholeWhereTheFirstQueryKernelsDoNotFit) {
                         Case{64, 2, longest, true}, Case{64, 2, longest + 1, false}}) {
     SCOPED_TRACE("hidden " + std::to_string(c.hidden) + ", heads " + std::to_string(c.heads) + ", positions " +
                  std::to_string(c.positions));
-    const BertConfig config = small_bert(c.hidden, c.heads, 2, 2 * c.hidden, c.positions);
+    const ModelConfig config = small_bert(c.hidden, c.heads, 2, 2 * c.hidden, c.positions);
     EXPECT_EQ(BertForSequenceClassification(*meta, config).first_token_last_layer(), c.fits);
     EXPECT_TRUE(BertForSequenceClassification(*cpu, config).first_token_last_layer());
   }
   // The plan of a model whose head size the kernels do not take is that of
-  // ANATOMY_LAST_LAYER=all, to the byte (the first-token plan saves fewer
+  // --last-layer all, to the byte (the first-token plan saves fewer
   // tensors and peaks lower).
   RunCase c;
   c.config = small_bert(2 * widest, 1, 2, 128, 64);
@@ -201,8 +200,11 @@ TEST(MetaBackend, LastLayerIsWholeWhereTheFirstQueryKernelsDoNotFit) {
   c.seq_len = 16;
   c.batch = 4;
   const RunRecord fallback = train_on(*make_meta_backend(options), c);
-  const test::ScopedEnv all("ANATOMY_LAST_LAYER", "all");
-  const RunRecord whole = train_on(*make_meta_backend(options), c);
+  auto all = make_meta_backend(options);
+  EngineOptions whole_layer;
+  whole_layer.last_layer = LastLayer::All;
+  all->set_options(whole_layer);
+  const RunRecord whole = train_on(*all, c);
   expect_same_run(fallback, whole, /*reserved=*/true);
 }
 

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "anatomy/model/bert/bert.h"
 #include "anatomy/core/random.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/model/checkpoint.h"
@@ -96,8 +97,8 @@ Dataset marker_dataset(int64_t size, uint64_t seed) {
 // Adam-type optimizers learn the task from either initialisation. One layer
 // instead of two: half the time a step, so that the step count leaves SGD
 // that margin within the time a CI test may take.
-BertConfig small_config() {
-  BertConfig c = *bert_preset("bert-tiny");
+ModelConfig small_config() {
+  ModelConfig c = *model_preset("bert-tiny");
   c.vocab_size = kVocab;
   c.hidden_size = 64;
   c.num_hidden_layers = 1;
@@ -158,7 +159,7 @@ Outcome train_and_evaluate(const OptimizerCase& c) {
   const Dataset train = marker_dataset(kTrainSize, kTrainSeed);
   const Dataset held_out = marker_dataset(kEvalSize, kEvalSeed);
   auto backend = make_cpu_backend(1);
-  const BertConfig config = small_config();
+  const ModelConfig config = small_config();
   validate_dataset(train, config);
   validate_dataset(held_out, config);
   BertForSequenceClassification model(*backend, config);
@@ -183,7 +184,7 @@ Outcome train_and_evaluate(const OptimizerCase& c) {
   o.optimizer_state_bytes = r.memory.peak[static_cast<size_t>(Category::OptimizerStates)];
 
   // Held-out evaluation: one forward over the whole set, dropout off.
-  const BertInputs inputs = upload_dataset(*backend, held_out);
+  const ModelInputs inputs = upload_dataset(*backend, held_out);
   ForwardOptions options;
   options.training = false;
   const ForwardOutput out = model.forward(inputs, options);

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anatomy/model/bert/bert.h"
 #include "anatomy/analysis/ceilings.h"
 #include "anatomy/analysis/profile.h"
 #include "anatomy/data/dataset.h"
@@ -24,7 +25,7 @@ namespace {
 
 struct Profiled {
   std::vector<StepTiming> steps;
-  BertConfig config;
+  ModelConfig config;
   int64_t batch = 0, seq = 0;
 };
 
@@ -32,7 +33,7 @@ Profiled profile_tiny(int steps_to_profile) {
   auto cpu = make_cpu_backend(1);
   ProfilingBackend backend(*cpu);
   Profiled out;
-  out.config = *bert_preset("bert-tiny");
+  out.config = *model_preset("bert-tiny");
   out.config.max_position_embeddings = 64;
   out.batch = 4;
   out.seq = 32;
@@ -54,10 +55,24 @@ Profiled profile_tiny(int steps_to_profile) {
   return out;
 }
 
+// Operands are named without buffer prefixes, the model's own prefix and layer
+// indices, whatever the family calls them.
+TEST(Profile, OperandNamesDropPrefixesAndLayerIndices) {
+  EXPECT_EQ(operand_name("half.bert.encoder.layer.3.attention.self.query.weight"), "attention.self.query");
+  EXPECT_EQ(operand_name("grad.bert.embeddings.word_embeddings.weight"), "embeddings.word_embeddings");
+  EXPECT_EQ(operand_name("bert.pooler.dense.bias"), "pooler.dense");
+  EXPECT_EQ(operand_name("classifier.weight"), "classifier");
+  EXPECT_EQ(operand_name("exp_avg.roberta.encoder.layer.11.output.LayerNorm.weight"), "output.LayerNorm");
+  EXPECT_EQ(operand_name("distilbert.transformer.layer.0.attention.q_lin.weight"), "attention.q_lin");
+  EXPECT_EQ(operand_name("layer.12.qkv[q]"), "qkv[q]");
+  EXPECT_EQ(operand_name("embeddings.ln_in"), "embeddings.ln_in");
+  EXPECT_EQ(operand_name("d_hidden"), "d_hidden");
+}
+
 TEST(Profile, CountsMatchTheShapesAndTimesAddUp) {
   const Profiled p = profile_tiny(2);
   ASSERT_EQ(p.steps.size(), 2u);
-  const BertConfig& c = p.config;
+  const ModelConfig& c = p.config;
   const double T = static_cast<double>(p.batch * p.seq), H = c.hidden_size, I = c.intermediate_size;
   const double L = static_cast<double>(p.seq), layers = c.num_hidden_layers;
   for (const StepTiming& step : p.steps) {

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "anatomy/model/bert/bert.h"
 #include "anatomy/analysis/memory_plan.h"
 #include "anatomy/data/loader.h"
 #include "anatomy/data/text_dataset.h"
@@ -190,7 +191,7 @@ TEST(TextData, DynamicPaddingTrainsAsPaddingToTheLongest) {
   const Dataset dynamic = small_text_set(tmp);
   Dataset full = dynamic;
   full.pad_per_batch = false;
-  BertConfig config = *bert_preset("bert-tiny");
+  ModelConfig config = *model_preset("bert-tiny");
   config.vocab_size = 3000;
   config.num_labels = 2;
   config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0;
@@ -215,7 +216,7 @@ TEST(TextData, DynamicPaddingTrainsAsPaddingToTheLongest) {
 TEST(TextData, TheMemoryPlanTakesEveryBatchAtTheLongestLength) {
   test::TempDir tmp;
   const Dataset d = small_text_set(tmp);
-  BertConfig config = *bert_preset("bert-tiny");
+  ModelConfig config = *model_preset("bert-tiny");
   config.vocab_size = 3000;
   TrainingArguments args;
   args.per_device_train_batch_size = 4;

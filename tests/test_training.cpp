@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "anatomy/model/bert/bert.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/io/safetensors.h"
 #include "anatomy/model/checkpoint.h"
@@ -21,8 +22,8 @@
 namespace anatomy {
 namespace {
 
-BertConfig small_config() {
-  BertConfig c = *bert_preset("bert-tiny");
+ModelConfig small_config() {
+  ModelConfig c = *model_preset("bert-tiny");
   c.vocab_size = 30522;
   c.max_position_embeddings = 64;
   return c;
@@ -139,7 +140,7 @@ TEST(Ledger, CountsLivePeakAndCompositionByCategory) {
 TEST(Ledger, ATrainingStepAddsUpToTheDeclaredPlan) {
   auto backend = make_cpu_backend(1);
   Ledger& ledger = backend->ledger();
-  const BertConfig config = small_config();
+  const ModelConfig config = small_config();
   {
     BertForSequenceClassification model(*backend, config);
     init_weights(model, 1);
@@ -355,7 +356,7 @@ TEST(Checkpoint, SaveThenLoadRoundTripsAndHalfPrecisionLoads) {
 
 TEST(Checkpoint, PresetInitialisationFollowsHuggingFace) {
   auto backend = make_cpu_backend(1);
-  BertConfig c = small_config();
+  ModelConfig c = small_config();
   BertForSequenceClassification model(*backend, c);
   init_weights(model, 5);
   const auto word = host_copy(*backend, model.weights().get("bert.embeddings.word_embeddings.weight"));

@@ -15,6 +15,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "anatomy/model/bert/bert.h"
+#include "anatomy/model/bert/bert_parameters.h"
 #include "anatomy/analysis/memory_plan.h"
 #include "anatomy/distributed/zero_sharding.h"
 #include "anatomy/io/safetensors.h"
@@ -31,8 +33,8 @@ using test::free_port;
 
 // A BERT of 6 layers (hidden 64, a vocabulary of 256) so that no unit
 // outweighs the rest: the embeddings are smaller than one layer.
-BertConfig small_config() {
-  BertConfig c = load_bert_config(test::fixture("bert-tiny-cls-padded") + "/config.json");
+ModelConfig small_config() {
+  ModelConfig c = load_model_config(test::fixture("bert-tiny-cls-padded") + "/config.json");
   c.num_hidden_layers = 6;
   c.vocab_size = 256;
   c.hidden_dropout_prob = 0.0;
@@ -41,7 +43,7 @@ BertConfig small_config() {
 }
 
 // The model, initialised from a seed, as a Hugging Face directory.
-std::string write_model(const test::TempDir& tmp, const BertConfig& config) {
+std::string write_model(const test::TempDir& tmp, const ModelConfig& config) {
   const std::string dir = tmp.file("model");
   auto cpu = make_cpu_backend(1);
   BertForSequenceClassification model(*cpu, config);
@@ -70,7 +72,7 @@ struct Sharding {
   int64_t max_unit = 0;  // the largest unit, padded
 };
 
-Sharding sharding_of(const BertConfig& config) {
+Sharding sharding_of(const ModelConfig& config) {
   auto cpu = make_cpu_backend(1);
   ParameterSet set(*cpu, bert_parameter_specs(config), Category::Weights, "");
   const auto units = bert_parameter_units(set, config);
@@ -94,7 +96,7 @@ Sharding sharding_of(const BertConfig& config) {
 // query weight.
 TEST(ParameterLayout, QueryKeyValueLieTogether) {
   for (const char* fixture : {"bert-tiny-cls-padded", "bert-cls5-wide"}) {  // hidden 64, 96
-    const BertConfig config = load_bert_config(test::fixture(fixture) + "/config.json");
+    const ModelConfig config = load_model_config(test::fixture(fixture) + "/config.json");
     const int64_t H = config.hidden_size;
     auto cpu = make_cpu_backend(1);
     const auto specs = bert_parameter_specs(config);
@@ -150,7 +152,7 @@ TEST(ParameterLayout, AdjacentViewsOnlyOverConsecutiveParts) {
 }
 
 TEST(ZeroSharding, UnitsCoverTheLayoutAndChunksCoverEachUnit) {
-  const BertConfig config = small_config();
+  const ModelConfig config = small_config();
   auto cpu = make_cpu_backend(1);
   ParameterSet set(*cpu, bert_parameter_specs(config), Category::Weights, "");
   const auto units = bert_parameter_units(set, config);
@@ -206,7 +208,7 @@ class ZeroShardedTraining : public ::testing::TestWithParam<Case> {};
 TEST_P(ZeroShardedTraining, TwoRanksTrainAsOneProcessHoldingTheirShards) {
   const Case c = GetParam();
   test::TempDir tmp;
-  const BertConfig config = small_config();
+  const ModelConfig config = small_config();
   const std::string model = write_model(tmp, config);
   // 24 examples: 12 per rank, batches of 4 (8 in one process) and, with accumulation 2, a short last window.
   const std::string common = " --device cpu --model " + model + " --train-file " + write_data(tmp, 24, 256) +
@@ -273,14 +275,15 @@ INSTANTIATE_TEST_SUITE_P(Cases, ZeroShardedTraining,
 // copy; at stage 3 two gathered units in float32 and in 16 bits. Gradients:
 // whole at stage 1, the shard and two units' staging at 2 and 3.
 TEST(ZeroShardedPlan, MixedPrecisionShardsTheMasters) {
-  const BertConfig config = small_config();
+  const ModelConfig config = small_config();
   const Sharding s = sharding_of(config);
   int64_t float32_read = 0;  // the flat elements of the float32 subset
   {
     auto cpu = make_cpu_backend(1);
+    const BertForSequenceClassification model(*cpu, config);
     std::vector<ParamSpec> specs;
     for (const ParamSpec& spec : bert_parameter_specs(config))
-      if (BertForSequenceClassification::reads_float32_in_mixed_precision(spec.name)) specs.push_back(spec);
+      if (model.reads_float32_in_mixed_precision(spec.name)) specs.push_back(spec);
     float32_read = ParameterSet(*cpu, specs, Category::Weights, "").flat_elements();
     EXPECT_LT(float32_read, s.flat / 4) << "the encoder's dense layers are most of the model";
   }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <random>
 
+#include "anatomy/model/bert/bert.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/io/safetensors.h"
 #include "anatomy/kernels/cuda/cuda_backend.h"
@@ -85,7 +86,7 @@ TEST_P(CudaFixture, ForwardAndBackwardMatchHuggingFace) {
   BertForSequenceClassification model(*backend, source.config);
   load_weights(model, dir, 0);
   const Dataset data = load_tensor_dataset(dir + "/reference.safetensors");
-  const BertInputs inputs = upload_dataset(*backend, data);
+  const ModelInputs inputs = upload_dataset(*backend, data);
   ForwardOptions options;
   options.save_for_backward = true;
   const ForwardOutput out = model.forward(inputs, options);
@@ -187,7 +188,7 @@ void check_mixed(const std::string& dir, const MixedCase& c) {
   BertForSequenceClassification model(*backend, source.config, c.dtype);
   load_weights(model, dir, 0);
   const Dataset data = load_tensor_dataset(dir + "/reference.safetensors");
-  const BertInputs inputs = upload_dataset(*backend, data);
+  const ModelInputs inputs = upload_dataset(*backend, data);
   ForwardOptions options;
   options.save_for_backward = true;
   const ForwardOutput out = model.forward(inputs, options);
@@ -257,8 +258,9 @@ TEST_P(CudaFixture, Fp16ForwardAndBackwardNearHuggingFace) {
 // in others.
 TEST(CudaMixedPrecision, Bf16LossCurveTracksFloat32Over300Steps) {
   SKIP_WITHOUT_GPU();
-  const test::ScopedEnv heuristic_products("ANATOMY_GEMM_TUNING", "0");
-  BertConfig config = *bert_preset("bert-tiny");
+  EngineOptions heuristic_products;  // the heuristic's first algorithm: the same bits every run
+  heuristic_products.gemm_tuning = false;
+  ModelConfig config = *model_preset("bert-tiny");
   config.vocab_size = 512;
   config.max_position_embeddings = 64;
   Dataset data;
@@ -271,7 +273,7 @@ TEST(CudaMixedPrecision, Bf16LossCurveTracksFloat32Over300Steps) {
   data.label_width = 1;
   for (int64_t i = 0; i < data.size; ++i) data.labels_i64.push_back(data.input_ids[i * data.seq_len + 1] % 2);
   auto train = [&](DType dtype, uint64_t seed) {
-    auto backend = cuda::make_cuda_backend(0);
+    auto backend = cuda::make_cuda_backend(0, Fp32Products::Float32, heuristic_products);
     BertForSequenceClassification model(*backend, config, dtype);
     init_weights(model, 1);
     TrainingArguments args;

@@ -3,6 +3,7 @@
 // same bits as without it, in float32 and bf16; and it holds less.
 #include <gtest/gtest.h>
 
+#include "anatomy/model/bert/bert.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/kernels/cuda/cuda_backend.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
@@ -17,14 +18,14 @@ class CudaCheckpointing : public ::testing::TestWithParam<DType> {};
 TEST_P(CudaCheckpointing, SameGradientsLessMemory) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
   auto backend = cuda::make_cuda_backend(0);
-  BertConfig config = *bert_preset("bert-mini");
+  ModelConfig config = *model_preset("bert-mini");
   BertForSequenceClassification model(*backend, config, GetParam());
   init_weights(model, 4);
   model.refresh_half_weights();
   Dataset data = make_dummy_dataset(6, 128, 2);
   data.attention_mask.assign(data.input_ids.size(), 1);
   for (int64_t i = 100; i < 128; ++i) data.attention_mask[i] = 0;  // padding in the first sequence
-  const BertInputs inputs = upload_dataset(*backend, data);
+  const ModelInputs inputs = upload_dataset(*backend, data);
   auto run = [&](bool checkpointing, int64_t* peak_activations, bool selective = false) {
     backend->ledger().reset_peaks();
     model.zero_gradients();

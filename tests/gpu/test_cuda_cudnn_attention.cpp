@@ -44,6 +44,7 @@ namespace {
 #ifdef ANATOMY_HAVE_CUDNN
 
 using anatomy::DropoutSpec;
+using anatomy::EngineOptions;
 using anatomy::cuda::CudnnAttention;
 using anatomy::cuda::CudnnAttentionShape;
 
@@ -117,9 +118,12 @@ Errors errors(const G& gpu, const std::vector<double>& ref) {
   return Errors{std::sqrt(diff2 / std::max(ref2, 1e-30)), worst / std::max(ref_max, 1e-30)};
 }
 
-std::unique_ptr<CudnnAttention> make_cudnn(cudaStream_t stream) {
+// `plan_cache`: EngineOptions::cudnn_plan_cache (plans are never timed here).
+std::unique_ptr<CudnnAttention> make_cudnn(cudaStream_t stream, bool plan_cache = true) {
   std::string why;
-  auto c = CudnnAttention::create(stream, &why);
+  EngineOptions options;
+  options.cudnn_plan_cache = plan_cache;
+  auto c = CudnnAttention::create(stream, options, &why);
   if (!c) ADD_FAILURE() << "cuDNN could not be used: " << why;
   return c;
 }
@@ -280,8 +284,6 @@ TEST(CudaCudnnAttentionPlanCache, ALoadedPlanGivesTheBuiltPlansBits) {
   namespace fs = std::filesystem;
   anatomy::test::TempDir cache;
   anatomy::test::ScopedEnv xdg("XDG_CACHE_HOME", cache.path().c_str());
-  anatomy::test::ScopedEnv switch_("ANATOMY_CUDNN_PLAN_CACHE", nullptr);
-  anatomy::test::ScopedEnv timing("ANATOMY_CUDNN_ATTENTION_PLANS", nullptr);
   cudaStream_t stream;
   ANATOMY_CUDA_CHECK(cudaStreamCreate(&stream));
   const CudnnAttentionShape s = training_shape(2, 128, 4, 64, /*masked=*/true, 0.1f, 0.125f);
@@ -297,8 +299,9 @@ TEST(CudaCudnnAttentionPlanCache, ALoadedPlanGivesTheBuiltPlansBits) {
   mask.upload(m);
   const DropoutSpec dropout{s.dropout, 0x5eedULL, 9};
   // Forward and backward with a new instance; every output, as bytes.
+  bool plan_cache = true;
   auto run = [&] {
-    auto cudnn = make_cudnn(stream);
+    auto cudnn = make_cudnn(stream, plan_cache);
     EXPECT_TRUE(cudnn && cudnn->supports(s));
     if (!cudnn) return std::vector<uint16_t>();
     DeviceBuffer scratch(std::max(cudnn->forward_scratch_bytes(s), cudnn->backward_scratch_bytes(s)));
@@ -358,12 +361,10 @@ TEST(CudaCudnnAttentionPlanCache, ALoadedPlanGivesTheBuiltPlansBits) {
   EXPECT_EQ(read(plans[1]).substr(0, 6), "cuDNN ");
   EXPECT_EQ(files().size(), 2u);
 
-  // ANATOMY_CUDNN_PLAN_CACHE=0: neither read nor written.
+  // The cache off (--cudnn-plan-cache false): neither read nor written.
   fs::remove_all(dir);
-  {
-    anatomy::test::ScopedEnv off("ANATOMY_CUDNN_PLAN_CACHE", "0");
-    EXPECT_EQ(run(), built);
-  }
+  plan_cache = false;
+  EXPECT_EQ(run(), built);
   EXPECT_TRUE(files().empty());
   (void)cudaStreamDestroy(stream);
 }
@@ -375,7 +376,6 @@ TEST(CudaCudnnAttentionPlanCacheTiming, DISABLED_BuildAgainstLoad) {
   SKIP_WITHOUT_GPU();
   anatomy::test::TempDir cache;
   anatomy::test::ScopedEnv xdg("XDG_CACHE_HOME", cache.path().c_str());
-  anatomy::test::ScopedEnv timing("ANATOMY_CUDNN_ATTENTION_PLANS", nullptr);
   cudaStream_t stream;
   ANATOMY_CUDA_CHECK(cudaStreamCreate(&stream));
   const CudnnAttentionShape s = training_shape(64, 512, 16, 64, /*masked=*/false, 0.1f, 0.125f);
@@ -385,10 +385,9 @@ TEST(CudaCudnnAttentionPlanCacheTiming, DISABLED_BuildAgainstLoad) {
   for (DeviceBuffer* b : {&q, &k, &v, &dout}) ANATOMY_CUDA_CHECK(cudaMemset(b->as<void>(), 0x3c, bytes));
   const DropoutSpec dropout{0.1f, 1, 2};
   auto once = [&](const char* what, const char* cache_switch) {
-    anatomy::test::ScopedEnv sw("ANATOMY_CUDNN_PLAN_CACHE", cache_switch);
     ANATOMY_CUDA_CHECK(cudaDeviceSynchronize());
     const auto t0 = std::chrono::steady_clock::now();
-    auto cudnn = make_cudnn(stream);
+    auto cudnn = make_cudnn(stream, cache_switch == nullptr || std::string(cache_switch) != "0");
     ASSERT_TRUE(cudnn && cudnn->supports(s));
     const auto t1 = std::chrono::steady_clock::now();
     DeviceBuffer scratch(std::max(cudnn->forward_scratch_bytes(s), cudnn->backward_scratch_bytes(s)));

@@ -87,7 +87,6 @@ TEST(CudaGemmTuning, TimingLeavesAccumulatedGradientsAsTheCpuComputesThem) {
   SKIP_WITHOUT_GPU();
   test::TempDir cache;
   ScopedEnv xdg("XDG_CACHE_HOME", cache.path().c_str());
-  ScopedEnv tuning("ANATOMY_GEMM_TUNING", nullptr);
   auto gpu = cuda::make_cuda_backend(0);
   auto cpu = make_cpu_backend(1);
   for (auto [M, K, N] : kShapes) {
@@ -128,7 +127,6 @@ TEST(CudaGemmTuning, ASecondBackendReadsTheChoicesAndRepeatsTheBits) {
   SKIP_WITHOUT_GPU();
   test::TempDir cache;
   ScopedEnv xdg("XDG_CACHE_HOME", cache.path().c_str());
-  ScopedEnv tuning("ANATOMY_GEMM_TUNING", nullptr);
   const std::string path = cache.file("anatomy/gemm_algos.json");
   std::vector<Products> first;
   {
@@ -156,24 +154,12 @@ TEST(CudaGemmTuning, OffTimesNothingAndWritesNoCache) {
   SKIP_WITHOUT_GPU();
   test::TempDir cache;
   ScopedEnv xdg("XDG_CACHE_HOME", cache.path().c_str());
-  ScopedEnv tuning("ANATOMY_GEMM_TUNING", "0");
-  auto gpu = cuda::make_cuda_backend(0);
+  EngineOptions off;
+  off.gemm_tuning = false;
+  auto gpu = cuda::make_cuda_backend(0, Fp32Products::Float32, off);
   for (auto [M, K, N] : kShapes) run_linear(*gpu, Inputs(M, K, N));
   EXPECT_EQ(cuda::gemm_plans_tuned(*gpu), 0);
   EXPECT_FALSE(std::filesystem::exists(cache.file("anatomy/gemm_algos.json")));
-}
-
-TEST(CudaGemmTuning, AnyOtherSwitchValueIsOneClearError) {
-  SKIP_WITHOUT_GPU();
-  ScopedEnv tuning("ANATOMY_GEMM_TUNING", "2");
-  try {
-    cuda::make_cuda_backend(0);
-    ADD_FAILURE() << "ANATOMY_GEMM_TUNING=2 accepted";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_EQ(message.rfind("ANATOMY_GEMM_TUNING=2: expected", 0), 0u) << message;
-    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-  }
 }
 
 // A measurement, not a test (run with --gtest_also_run_disabled_tests): the

@@ -17,11 +17,12 @@
 #include <cmath>
 #include <random>
 
+#include "anatomy/model/bert/bert.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/io/safetensors.h"
 #include "anatomy/kernels/cuda/cuda_backend.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
-#include "anatomy/model/bert_inference.h"
+#include "anatomy/model/bert/bert_inference.h"
 #include "anatomy/model/checkpoint.h"
 #include "../test_util.h"
 
@@ -68,11 +69,9 @@ TEST_P(CudaPackedAttention, SameBitsAsEachSequenceAlone) {
   const auto [dtype, D] = GetParam();
   // Packed inference runs our flash kernel; the padded forward it is compared
   // with takes cuDNN by default (other bits, as correct): compare kernel with kernel.
-  ::setenv("ANATOMY_ATTENTION", "anatomy", 1);
-  struct Unset {
-    ~Unset() { ::unsetenv("ANATOMY_ATTENTION"); }
-  } unset;
-  auto backend = cuda::make_cuda_backend(0);
+  EngineOptions ours;
+  ours.attention = AttentionKernels::Anatomy;
+  auto backend = cuda::make_cuda_backend(0, Fp32Products::Float32, ours);
   ASSERT_FALSE(backend->attention_saves_probabilities(dtype, D)) << "the flash kernel has this head size";
   const int64_t heads = 3;
   const std::vector<int64_t> lengths = {1, 17, 64, 65, 128, 200, 333, 7};
@@ -148,7 +147,7 @@ INSTANTIATE_TEST_SUITE_P(HuggingFace, CudaInferenceFixture, ::testing::ValuesIn(
 
 TEST(CudaInference, FlashHeadsOnVariableLengthsNearFloat32) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
-  const BertConfig config = *bert_preset("bert-mini");  // 4 heads of 64: the flash kernel
+  const ModelConfig config = *model_preset("bert-mini");  // 4 heads of 64: the flash kernel
   auto host = make_cpu_backend(0);
   BertForSequenceClassification loaded(*host, config);
   init_weights(loaded, 11);
@@ -170,7 +169,7 @@ TEST(CudaInference, FlashHeadsOnVariableLengthsNearFloat32) {
 
 TEST(CudaInference, WeightsTwoBytesAParameterAndNoGradients) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
-  const BertConfig config = *bert_preset("bert-base-uncased");
+  const ModelConfig config = *model_preset("bert-base-uncased");
   auto backend = cuda::make_cuda_backend(0);
   BertInference model(*backend, config, DType::BF16);
   const LedgerSnapshot s = backend->ledger().snapshot();

@@ -44,7 +44,7 @@ TEST(CudaMemory, CubSortStorageIsWhatCubAsks) {
 
 std::vector<RunCase> gpu_cases() {
   std::vector<RunCase> cases;
-  auto add = [&](std::string name, DType compute, BertConfig config) {
+  auto add = [&](std::string name, DType compute, ModelConfig config) {
     RunCase c;
     c.name = std::move(name);
     c.compute = compute;
@@ -89,12 +89,12 @@ std::vector<RunCase> gpu_cases() {
   // (bert-large, the seed's model, matched too, in 45 s on an H100: too long to keep).
   for (DType compute : {DType::F32, DType::BF16}) {
     RunCase* full = add(compute == DType::F32 ? "bert_base_4x512_f32" : "bert_base_4x512_bf16", compute,
-                        *bert_preset("bert-base-uncased"));
+                        *model_preset("bert-base-uncased"));
     full->size = 8;
     full->seq_len = 512;
     full->batch = 4;
   }
-  RunCase* full_split = add("bert_base_4x512_f32_split_tf32", DType::F32, *bert_preset("bert-base-uncased"));
+  RunCase* full_split = add("bert_base_4x512_f32_split_tf32", DType::F32, *model_preset("bert-base-uncased"));
   full_split->size = 8;
   full_split->seq_len = 512;
   full_split->batch = 4;

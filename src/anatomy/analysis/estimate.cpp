@@ -2,6 +2,7 @@
 #include "anatomy/analysis/estimate.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 
@@ -70,6 +71,7 @@ Estimate estimate_training(const EstimateRequest& request) {
   target.gpu = request.gpu;
   target.fp32_products = request.fp32_products;
   target.hopper_attention = request.hopper_attention;
+  target.options = request.options;
   // Outside the ledger, NCCL's buffers are counted with the context, as a run's plan counts what it measures.
   target.context_bytes = request.gpu ? request.context_bytes + request.nccl_bytes : 0;
   e.plan = plan_training(request.config, request.args, request.shape, target);
@@ -196,6 +198,40 @@ std::string format_estimate(const EstimateRequest& r, const Estimate& e) {
                        batch(e.largest_batch)));
   }
   return out;
+}
+
+std::string estimate_json(const Estimate& e) {
+  auto categories = [](const CategoryBytes& bytes) {
+    nlohmann::json j = nlohmann::json::object();
+    for (size_t c = 0; c < kCategoryCount; ++c) j[std::string(category_name(static_cast<Category>(c)))] = bytes[c];
+    return j;
+  };
+  const MemoryPlan& p = e.plan;
+  const LedgerSnapshot& s = p.ledger;
+  nlohmann::json timeline = nlohmann::json::array();
+  for (const PhaseSample& sample : p.timeline)
+    timeline.push_back({{"phase", sample.phase}, {"step", sample.step}, {"total", sample.total},
+                        {"reserved", sample.reserved}, {"live", categories(sample.live)}});
+  const nlohmann::json j = {
+      {"parameters", p.parameters},
+      {"fits", p.fits},
+      {"out_of_memory", p.out_of_memory},
+      {"context_bytes", p.context_bytes},
+      {"ledger",
+       {{"live", categories(s.live)}, {"peak", categories(s.peak)}, {"at_peak", categories(s.at_peak)},
+        {"live_total", s.live_total}, {"peak_total", s.peak_total}, {"peak_phase", s.peak_phase},
+        {"peak_step", s.peak_step}, {"allocations", s.allocations}, {"reserved", s.reserved},
+        {"reserved_peak", s.reserved_peak}, {"reserved_at_peak", s.reserved_at_peak}}},
+      {"timeline", timeline},
+      {"device_fits", e.fits},
+      {"capacity", e.capacity},
+      {"largest_batch", e.largest_batch},
+      {"largest_plain", e.largest_plain},
+      {"largest_checkpointed", e.largest_checkpointed},
+      {"accumulate_batch", e.accumulate_batch},
+      {"accumulate_steps", e.accumulate_steps},
+  };
+  return j.dump(1) + "\n";
 }
 
 }  // namespace anatomy

@@ -11,7 +11,7 @@
 namespace anatomy {
 
 struct EstimateRequest {
-  BertConfig config;
+  ModelConfig config;
   std::string model_name;        // for the report: a preset or a directory
   TrainingArguments args;
   DataShape shape;
@@ -27,6 +27,7 @@ struct EstimateRequest {
   int64_t batch_limit = 4096;    // the largest batch searched
   int nproc = 1;                 // data-parallel ranks (args.zero_stage applies); the plan is rank 0's
   bool hopper_attention = false;  // the GPU runs the Hopper attention kernels (compute capability 9.0)
+  EngineOptions options;          // the engine's choices (attention kernels, the last layer, ...)
 };
 
 struct Estimate {
@@ -43,6 +44,9 @@ struct Estimate {
 
 Estimate estimate_training(const EstimateRequest& request);
 std::string format_estimate(const EstimateRequest& request, const Estimate& estimate);
+// The whole estimate as JSON, every figure in bytes: the plan's ledger (peaks,
+// composition at the peak), its timeline phase by phase, and the batch search.
+std::string estimate_json(const Estimate& estimate);
 
 // The seed's "Anatomy of Model's Memory" figures, bytes per parameter
 // (optimizer: a negative figure when the seed gives none, as for Adafactor,

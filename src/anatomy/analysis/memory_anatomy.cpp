@@ -189,6 +189,8 @@ std::string memory_anatomy_json(const MemoryAnatomy& m) {
   j["timeline_dropped"] = m.timeline_dropped;
   j["context_bytes"] = m.context_bytes;
   j["nvml_used"] = m.nvml_used;
+  j["engine_options"] = ordered_json::object();
+  for (const auto& [name, value] : m.engine_options) j["engine_options"][name] = value;
 
   if (m.predicted) {
     const MemoryPrediction& p = *m.predicted;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "anatomy/core/ledger.h"
@@ -37,6 +38,8 @@ struct MemoryAnatomy {
   int64_t context_bytes = -1;   // CUDA context and kernels (NVML, before the first allocation)
   int64_t nvml_used = -1;       // NVML: this process's use when the anatomy was taken
   std::optional<MemoryPrediction> predicted;
+  // The engine's choices the run made (core/engine_options.h), by flag name.
+  std::vector<std::pair<std::string, std::string>> engine_options;
 };
 
 // One row of the anatomy: a ledger category or one of the device-level rows

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "anatomy/kernels/meta/meta_backend.h"
-#include "anatomy/model/bert.h"
+#include "anatomy/model/registry.h"
 #include "anatomy/model/parameters.h"
 #include "anatomy/train/trainer.h"
 
@@ -64,7 +64,7 @@ Dataset synthetic_data(const DataShape& shape, int64_t size) {
 
 }  // namespace
 
-MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args, const DataShape& shape,
+MemoryPlan plan_training(const ModelConfig& config, const TrainingArguments& args, const DataShape& shape,
                          const PlanTarget& target) {
   ANATOMY_CHECK(shape.size > 0 && shape.seq_len > 0, "plan_training: empty data shape");
   const int64_t B = args.per_device_train_batch_size;
@@ -118,11 +118,12 @@ MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args
   std::unique_ptr<Backend> backend;
   try {
     backend = make_meta_backend(options);  // allocates the backend's own buffers, which may not fit either
+    backend->set_options(target.options);
     backend->ledger().record_timeline(0, steps);
     const DType compute = args.bf16 ? DType::BF16 : args.fp16 ? DType::F16 : DType::F32;
-    BertForSequenceClassification model(*backend, config, compute);
-    plan.parameters = model.weights().parameter_count();
-    Trainer trainer(*backend, model, data, simulated, evaluates ? &eval : nullptr);
+    const std::unique_ptr<Model> model = make_model(*backend, config, compute);
+    plan.parameters = model->weights().parameter_count();
+    Trainer trainer(*backend, *model, data, simulated, evaluates ? &eval : nullptr);
     std::unique_ptr<distributed::Communicator> comm;
     if (target.world > 1 || target.distributed) {
       comm = distributed::make_simulated_communicator(target.rank, target.world);
@@ -140,7 +141,7 @@ MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args
     plan.timeline = backend->ledger().timeline();
   }
   if (plan.parameters == 0)  // the model itself did not fit
-    for (const ParamSpec& spec : bert_parameter_specs(config)) plan.parameters += shape_numel(spec.shape);
+    for (const ParamSpec& spec : model_parameter_specs(config)) plan.parameters += shape_numel(spec.shape);
   return plan;
 }
 
@@ -155,7 +156,7 @@ int64_t capacity_with_headroom(int64_t capacity) {
   return std::max<int64_t>(0, capacity - std::max<int64_t>(capacity / 50, int64_t{256} << 20));
 }
 
-int64_t largest_fitting_batch(const BertConfig& config, const TrainingArguments& args, const DataShape& shape,
+int64_t largest_fitting_batch(const ModelConfig& config, const TrainingArguments& args, const DataShape& shape,
                               const PlanTarget& target, int64_t limit) {
   auto fits = [&](int64_t batch) {
     TrainingArguments a = args;

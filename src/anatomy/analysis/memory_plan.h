@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "anatomy/analysis/memory_anatomy.h"
+#include "anatomy/core/engine_options.h"
 #include "anatomy/core/ledger.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/kernels/fp32_products.h"
@@ -41,6 +42,7 @@ struct PlanTarget {
   int rank = 0, world = 1;      // data parallelism: the rank simulated, of this many (args.zero_stage applies)
   bool distributed = false;     // the data-parallel path even in a world of one (ANATOMY_DIST_FORCE)
   bool hopper_attention = false;  // the GPU runs the Hopper attention kernels (MetaOptions::hopper_attention)
+  EngineOptions options;        // the engine's choices the run makes (attention kernels, the last layer, ...)
 };
 
 struct MemoryPlan {
@@ -58,7 +60,7 @@ struct MemoryPlan {
 // Simulates the run of `args` (batch size, precision, ...) on data of `shape`:
 // the first two steps and, when the last batch is partial, that one too;
 // every other step allocates as these do.
-MemoryPlan plan_training(const BertConfig& config, const TrainingArguments& args, const DataShape& shape,
+MemoryPlan plan_training(const ModelConfig& config, const TrainingArguments& args, const DataShape& shape,
                          const PlanTarget& target);
 
 // The capacity less a margin for what the plan cannot see coming (the
@@ -72,7 +74,7 @@ int64_t largest_divisor_at_most(int64_t n, int64_t cap);
 
 // The largest per-device batch size (<= limit) whose plan fits target.capacity,
 // or 0 when not even 1 fits.
-int64_t largest_fitting_batch(const BertConfig& config, const TrainingArguments& args, const DataShape& shape,
+int64_t largest_fitting_batch(const ModelConfig& config, const TrainingArguments& args, const DataShape& shape,
                               const PlanTarget& target, int64_t limit = 4096);
 
 }  // namespace anatomy

@@ -88,4 +88,12 @@ std::string rank_memory_json(const std::vector<RankMemory>& ranks, int zero_stag
   return j.dump(2) + "\n";
 }
 
+std::vector<RankMemory> gather_rank_memory(distributed::Communicator& comm, const LedgerSnapshot& ledger) {
+  const auto world = static_cast<size_t>(comm.world_size());
+  const std::vector<double> all = distributed::gather_host(comm, rank_memory_fields(ledger));
+  std::vector<RankMemory> out;
+  for (size_t r = 0; r < world; ++r) out.push_back(rank_memory_from_fields(static_cast<int>(r), &all[r * kRankMemoryFields]));
+  return out;
+}
+
 }  // namespace anatomy

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "anatomy/core/ledger.h"
+#include "anatomy/distributed/communicator.h"
 
 namespace anatomy {
 
@@ -36,5 +37,10 @@ std::string format_rank_memory_table(const std::vector<RankMemory>& ranks);
 // ranks.json: {"world_size", "zero_stage", "ranks": [{"rank", "peak", "peak_step",
 // "at_peak": {category: bytes}}], "total": {"peak", "at_peak": {...}}}.
 std::string rank_memory_json(const std::vector<RankMemory>& ranks, int zero_stage);
+
+// Every rank's ledger peak and composition at it, gathered through the
+// communicator's host sums (each rank fills its own slot of a world-sized
+// vector, so the sum is everyone's figures). Every rank must call it.
+std::vector<RankMemory> gather_rank_memory(distributed::Communicator& comm, const LedgerSnapshot& ledger);
 
 }  // namespace anatomy

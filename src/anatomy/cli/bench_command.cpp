@@ -542,7 +542,7 @@ int run_bench(const BenchFlags& flags, const CLI::App& app) {
                            fmt::join(parts, ", "));
   }
   const ModelSource source = resolve_model(setup.model);
-  sweep.model_config = bert_config_to_json(source.config);
+  sweep.model_config = model_config_to_json(source.config);
   if (setup.device != "cpu") setup.gpu_name = gpu::Nvml::instance().device_name(nvml_index_of(0)).value_or("");
   setup.warm_up_steps = flags.warm_up_steps >= 0 ? flags.warm_up_steps : (setup.device == "cpu" ? 0 : 2);
   if (flags.with_hf) {

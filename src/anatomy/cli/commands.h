@@ -56,6 +56,7 @@ struct DeviceChoice {
 int nvml_index_of(int cuda_index);
 // `fp32_products` other than Float32 (TF32, split TF32) needs a GPU. `gpu`:
 // which GPU (a data-parallel rank's LOCAL_RANK); 0 by default.
-DeviceChoice choose_device(const std::string& flag, Fp32Products fp32_products = Fp32Products::Float32, int gpu = 0);
+DeviceChoice choose_device(const std::string& flag, Fp32Products fp32_products = Fp32Products::Float32, int gpu = 0,
+                           const EngineOptions& options = {});
 
 }  // namespace anatomy::cli

@@ -31,14 +31,15 @@ int nvml_index_of(int cuda_index) {
   return cuda_index;
 }
 
-DeviceChoice choose_device(const std::string& flag, Fp32Products fp32_products, int gpu) {
+DeviceChoice choose_device(const std::string& flag, Fp32Products fp32_products, int gpu,
+                           const EngineOptions& options) {
   DeviceChoice choice;
   choice.gpu_present = visible_gpus() > 0;
   if (flag != "cpu" && flag != "cuda" && flag != "auto") fail("--device {}: expected cpu, cuda or auto", flag);
   if (flag == "cuda" && !choice.gpu_present) fail("--device cuda: no NVIDIA GPU is visible to this process");
 #ifdef ANATOMY_HAVE_CUDA
   if (flag == "cuda" || (flag == "auto" && choice.gpu_present)) {
-    choice.backend = cuda::make_cuda_backend(gpu, fp32_products);
+    choice.backend = cuda::make_cuda_backend(gpu, fp32_products, options);
     return choice;
   }
 #else
@@ -53,6 +54,7 @@ DeviceChoice choose_device(const std::string& flag, Fp32Products fp32_products, 
     choice.note = "No GPU found: running on the CPU.";
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   choice.backend = make_cpu_backend(static_cast<int>(cores));
+  choice.backend->set_options(options);
   return choice;
 }
 

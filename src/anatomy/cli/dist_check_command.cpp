@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "anatomy/cli/commands.h"
+#include "anatomy/cli/engine_flags.h"
 #include "anatomy/core/error.h"
 #include "anatomy/core/hash.h"
 #include "anatomy/distributed/store.h"
@@ -51,6 +52,8 @@ Command add_dist_check_command(CLI::App& app) {
 
   return [f]() -> int {
     distributed::DistEnvironment env = distributed::read_dist_environment();
+    const EngineOptions options = resolve_engine_options(EngineFlags{});  // ANATOMY_DIST_TIMEOUT, as a launcher sets it
+    if (options.distributed_timeout_seconds > 0.0) env.timeout_seconds = options.distributed_timeout_seconds;
     if (f->timeout > 0.0) env.timeout_seconds = f->timeout;
     for (const auto& [flag, rank] : {std::pair{"--fail-rank", f->fail_rank}, std::pair{"--hang-rank", f->hang_rank},
                                      std::pair{"--stall-rank", f->stall_rank}})

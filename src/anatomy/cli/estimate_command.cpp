@@ -10,6 +10,7 @@
 #include "anatomy/cli/training_flags.h"
 #include "anatomy/gpu/catalog.h"
 #include "anatomy/gpu/nvml.h"
+#include "anatomy/io/files.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/training_data.h"
 
@@ -24,6 +25,7 @@ struct EstimateFlags {
   std::string context_memory;
   std::string nccl_memory;
   int nproc = 1;
+  std::string plan_json;
 };
 
 // The data's shape from the flags, without generating dummy data.
@@ -33,7 +35,7 @@ DataShape shape_from_flags(const TrainingArguments& args, ModelSource& source) {
     const TrainingData data = load_training_data(args, source);
     return DataShape::of(data.train, data.eval ? &*data.eval : nullptr);
   }
-  const BertConfig& config = source.config;
+  const ModelConfig& config = source.config;
   std::optional<Dataset> eval;
   if (!args.validation_file.empty()) {
     if (is_text_data_file(args.validation_file))
@@ -60,9 +62,11 @@ DataShape shape_from_flags(const TrainingArguments& args, ModelSource& source) {
 }
 
 int run_estimate(const EstimateFlags& flags, const CLI::App& app) {
+  const EngineOptions options = resolve_engine_options(flags.train.engine);
   TrainingArguments args = resolve_training_flags(flags.train, app);
   ModelSource source = resolve_model(args.model);
   EstimateRequest r;
+  r.options = options;
   r.shape = shape_from_flags(args, source);
   r.config = source.config;
   r.model_name = source.preset.empty() ? source.directory : source.preset;
@@ -136,6 +140,7 @@ int run_estimate(const EstimateFlags& flags, const CLI::App& app) {
   }
   const Estimate e = estimate_training(r);
   fmt::print("{}", format_estimate(r, e));
+  if (!flags.plan_json.empty()) io::write_text_file_atomic(flags.plan_json, estimate_json(e));
   return 0;
 }
 
@@ -144,6 +149,9 @@ int run_estimate(const EstimateFlags& flags, const CLI::App& app) {
 Command add_estimate_command(CLI::App& app) {
   auto flags = std::make_shared<EstimateFlags>();
   add_training_flags(app, flags->train);
+  app.add_option("--plan-json", flags->plan_json,
+                 "Also write the whole plan as JSON to this file: every phase's bytes by category, the peaks, "
+                 "the batch search");
   app.add_option("--gpu", flags->gpu, "A GPU by name: v100-16gb, t4, a100-40gb, a100-80gb, h100-80gb, h200, ... "
                                       "(default: this machine's GPU)");
   app.add_option("--gpu-memory", flags->gpu_memory, "The GPU's memory, e.g. 16GiB or 24GB (instead of --gpu)");

@@ -1,5 +1,5 @@
 // evaluate_command.cpp: `anatomy evaluate` and `anatomy predict`: the model
-// for inference only (bert_inference.h: no gradients, no optimizer, the
+// for inference only (model/inference.h: no gradients, no optimizer, the
 // weights once in bf16, fp16 or float32), over batches of variable-length
 // sequences packed without padding (or padded, to compare). evaluate prints
 // the metrics (train/metrics.h) with time, samples/s, tokens/s and memory; predict
@@ -15,11 +15,12 @@
 #include <nlohmann/json.hpp>
 
 #include "anatomy/cli/commands.h"
+#include "anatomy/cli/engine_flags.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/gpu/host_memory.h"
 #include "anatomy/gpu/nvml.h"
 #include "anatomy/io/files.h"
-#include "anatomy/model/bert_inference.h"
+#include "anatomy/model/registry.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/data/text_dataset.h"
 #include "anatomy/data/wordpiece.h"
@@ -47,13 +48,14 @@ struct EvaluateFlags {
   std::string metrics;        // a JSON file of the figures
   uint64_t seed = 42;
   bool no_progress = false;
+  EngineFlags engine;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-nlohmann::json prediction(const float* logits, int64_t C, ProblemType type, const BertConfig& config, int64_t index) {
+nlohmann::json prediction(const float* logits, int64_t C, ProblemType type, const ModelConfig& config, int64_t index) {
   nlohmann::json line;
   line["index"] = index;
   if (type == ProblemType::Regression) {
@@ -89,7 +91,7 @@ nlohmann::json prediction(const float* logits, int64_t C, ProblemType type, cons
 
 int run_inference(const EvaluateFlags& f, bool predict) {
   const DType dtype = f.bf16 ? DType::BF16 : f.fp16 ? DType::F16 : DType::F32;
-  DeviceChoice device = choose_device(f.device);
+  DeviceChoice device = choose_device(f.device, Fp32Products::Float32, 0, resolve_engine_options(f.engine));
   if (!device.note.empty()) fmt::print("{}\n", device.note);
   Backend& backend = *device.backend;
   const bool on_gpu = !backend.device().is_cpu();
@@ -138,18 +140,19 @@ int run_inference(const EvaluateFlags& f, bool predict) {
 
   // The float32 checkpoint (or a preset's initialisation) on the host, then
   // the weights once on the device in the inference dtype.
-  BertInference model(backend, source.config, dtype);
+  const std::unique_ptr<InferenceModel> inference = make_inference_model(backend, source.config, dtype);
+  InferenceModel& model = *inference;
   {
     auto host = make_cpu_backend(1);
-    BertForSequenceClassification loaded(*host, source.config);
+    const std::unique_ptr<Model> loaded = make_model(*host, source.config);
     if (source.directory.empty()) {
-      init_weights(loaded, f.seed);
+      init_weights(*loaded, f.seed);
     } else {
-      const LoadReport report = load_weights(loaded, source.directory, f.seed);
+      const LoadReport report = load_weights(*loaded, source.directory, f.seed);
       if (!report.initialised.empty())
         fmt::print("Newly initialised (not in the checkpoint): {}\n", fmt::join(report.initialised, ", "));
     }
-    model.load_from(loaded);
+    model.load_from(*loaded);
   }
   backend.synchronize();
   const std::string model_name = source.preset.empty() ? source.directory : source.preset;
@@ -297,6 +300,7 @@ Command add_evaluate_command(CLI::App& app, bool predict) {
   app.add_option("--seed", f->seed, "Seed of a preset's weights and of the dummy data")
       ->capture_default_str()->check(non_negative_number());
   app.add_flag("--no-progress", f->no_progress, "No progress line");
+  add_engine_flags(app, f->engine, /*training=*/false);
   return [f, predict]() -> int {
     if (f->dummy_min_len > f->dummy_max_len)
       fail("--dummy-min-len {} is longer than --dummy-max-len {}", f->dummy_min_len, f->dummy_max_len);

@@ -7,6 +7,7 @@
 #include "anatomy/data/dataset.h"
 #include "anatomy/io/safetensors.h"
 #include "anatomy/model/checkpoint.h"
+#include "anatomy/model/registry.h"
 #include "anatomy/train/trainer.h"
 
 namespace anatomy::cli {
@@ -39,11 +40,12 @@ Command add_forward_command(CLI::App& app) {
     validate_dataset(data, source.config);
     if (f->backward && !data.has_labels()) fail("{}: --backward needs a 'labels' tensor", f->inputs);
 
-    BertForSequenceClassification model(backend, source.config);
+    const std::unique_ptr<Model> made = make_model(backend, source.config);
+    Model& model = *made;
     if (source.directory.empty()) init_weights(model, f->seed);
     else load_weights(model, source.directory, f->seed);
 
-    const BertInputs inputs = upload_dataset(backend, data);
+    const ModelInputs inputs = upload_dataset(backend, data);
     ForwardOptions options;
     options.training = false;  // dropout off, as model.eval()
     options.save_for_backward = f->backward;

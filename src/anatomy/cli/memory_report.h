@@ -1,6 +1,6 @@
 // memory_report.h: the memory side of a training run at the command line:
-// NVML readings of this process, the anatomy after (and during) training,
-// its files, and the out-of-memory report with settings that fit.
+// NVML readings of this process, the anatomy after (and during) training, and
+// its files. (The out-of-memory advice is analysis/out_of_memory.h.)
 #pragma once
 
 #include <optional>
@@ -46,27 +46,5 @@ MemoryAnatomy take_memory_anatomy(Backend& backend, const DeviceFacts& facts, in
 // `extra_sections`: more HTML for report.html (the time anatomy's section).
 void write_memory_reports(const MemoryAnatomy& anatomy, const std::string& dir,
                           const std::string& extra_sections = "");
-
-// Every rank's ledger peak and composition at it, gathered through the
-// communicator's host sums (each rank fills its own slot of a world-sized
-// vector, so the sum is everyone's figures). Every rank must call it.
-std::vector<RankMemory> gather_rank_memory(distributed::Communicator& comm, const LedgerSnapshot& ledger);
-
-// A setting that fits, as flags, with its predicted NVML use.
-struct FittingSetting {
-  std::string flags;
-  int64_t predicted = 0;
-};
-// The settings the plan says fit `target` with headroom (capacity_with_headroom):
-// the largest batch with the precision asked for, and with bf16; best first.
-std::vector<FittingSetting> settings_that_fit(const BertConfig& config, const TrainingArguments& args,
-                                              const DataShape& shape, const PlanTarget& target);
-
-// The out-of-memory report: what was being allocated, the ledger then, the
-// device's free and total memory, other processes, and settings that fit in
-// `available` bytes of NVML use. `predicted`: the memory plan foresaw it,
-// before anything was allocated.
-std::string out_of_memory_report(const OutOfMemory& oom, bool predicted, const std::optional<gpu::GpuMemory>& device,
-                                 const std::vector<FittingSetting>& settings, int64_t available);
 
 }  // namespace anatomy::cli

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "anatomy/analysis/out_of_memory.h"
 #include "anatomy/analysis/profile.h"
 #include "anatomy/analysis/time_report_html.h"
 #include "anatomy/cli/commands.h"
@@ -26,6 +27,7 @@
 #include "anatomy/kernels/profiling.h"
 #include "anatomy/gpu/nvml.h"
 #include "anatomy/model/checkpoint.h"
+#include "anatomy/model/registry.h"
 #include "anatomy/train/trainer.h"
 #include "anatomy/train/training_data.h"
 
@@ -40,14 +42,15 @@ namespace {
 // The attention kernels the CUDA backend runs for the encoder layers, as it
 // (and the memory plan, through cuda_memory.h) chooses them.
 std::string attention_kernels(const Backend& backend, DType compute, int64_t head_dim, int64_t L) {
+  const EngineOptions& options = backend.options();
   if (!cuda::fused_attention(compute, head_dim))
     return fmt::format("unfused, in float32 (head size {} has no fused kernel): the probabilities are saved", head_dim);
   if (compute == DType::F32) return "our fused flash kernels, float32";
   if (backend.attention_keeps_dropout_bits(compute, head_dim, L))
     return "our Hopper (wgmma) kernels, the dropout mask kept as bits; cuDNN's forward without dropout "
-           "(ANATOMY_ATTENTION=cudnn selects cuDNN's, =anatomy our flash kernels)";
-  if (cuda::cudnn_attention_selected())
-    return "cuDNN's fused attention (ANATOMY_ATTENTION=anatomy selects our flash kernels)";
+           "(--attention cudnn selects cuDNN's, anatomy our flash kernels)";
+  if (cuda::cudnn_attention_selected(options))
+    return "cuDNN's fused attention (--attention anatomy selects our flash kernels)";
   return "our fused flash kernels, 16-bit";
 }
 
@@ -134,7 +137,8 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
   const bool on_gpu = !backend.device().is_cpu();
   Ledger& ledger = backend.ledger();
   const DType compute = args.bf16 ? DType::BF16 : args.fp16 ? DType::F16 : DType::F32;
-  BertForSequenceClassification model(backend, run.source.config, compute);
+  const std::unique_ptr<Model> made = make_model(backend, run.source.config, compute);
+  Model& model = *made;
   if (run.source.directory.empty()) {
     init_weights(model, args.seed);
   } else {
@@ -163,9 +167,7 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
   if (on_gpu)
     fmt::print("Attention: {}{}\n",
                attention_kernels(backend, compute, run.source.config.head_dim(), run.data.seq_len),
-               model.first_token_last_layer()
-                   ? "; the last layer's, of the first token only (ANATOMY_LAST_LAYER=all: every token)"
-                   : "");
+               model.attention_note());
   if (on_gpu) switch (fp32_products_of(flags)) {
       case Fp32Products::Tf32:
         fmt::print("Float32 products: TF32 on tensor cores (inputs rounded to 10-bit mantissas)\n");
@@ -277,8 +279,9 @@ void train_once(const TrainFlags& flags, const TrainingArguments& args, bool pro
 }  // namespace
 
 int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_command) {
-  // A bad ANATOMY_ATTENTION ends every run, not only those that reach a GPU's attention.
-  (void)cuda::attention_choice();
+  // A bad choice (a flag or its ANATOMY_* variable) ends every run, not only
+  // those that reach the GPU's kernels it concerns.
+  const EngineOptions options = resolve_engine_options(flags.engine);
   TrainingArguments args = resolve_training_flags(flags, app);
   if (profile_command && !app.count("--max-steps") && !app.count("--num-train-epochs"))
     args.max_steps = flags.profile_warmup + flags.profile_steps;  // profile: just the steps it needs
@@ -286,12 +289,12 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
   // Data parallelism: a rank of a run that torchrun, anatomy launch, srun or
   // mpirun started joins the others (rank 0 runs the store) and takes the GPU
   // of its LOCAL_RANK.
-  const distributed::DistEnvironment env = distributed::read_dist_environment();
+  distributed::DistEnvironment env = distributed::read_dist_environment();
+  if (options.distributed_timeout_seconds > 0) env.timeout_seconds = options.distributed_timeout_seconds;
   std::optional<distributed::DistSession> session;
-  // ANATOMY_DIST_FORCE=1: a world of one through the whole data-parallel path
+  // --force-distributed: a world of one through the whole data-parallel path
   // (store, communicator, bucketed all-reduce, ZeRO), to test it on one GPU.
-  const char* force = std::getenv("ANATOMY_DIST_FORCE");
-  if (env.distributed() || (force != nullptr && std::string(force) == "1")) {
+  if (env.distributed() || options.force_distributed) {
     session.emplace(distributed::rendezvous(env, distributed::Seconds(env.timeout_seconds)));
     session->store().start_watchdog(distributed::Seconds(env.timeout_seconds));
   }
@@ -303,7 +306,7 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
     probe.emplace(nvml_index);
   if (probe) gpu::warn_if_gpu_busy(nvml_index);  // before our context, which NVML would list too
   const Fp32Products fp32_products = fp32_products_of(flags);
-  DeviceChoice device = choose_device(flags.device, fp32_products, gpu_index);
+  DeviceChoice device = choose_device(flags.device, fp32_products, gpu_index, options);
   std::unique_ptr<ProfilingBackend> profiler;
   if (flags.profile_steps > 0) profiler = std::make_unique<ProfilingBackend>(*device.backend);
   Backend& backend = profiler ? static_cast<Backend&>(*profiler) : *device.backend;
@@ -388,6 +391,7 @@ int run_training(const TrainFlags& flags, const CLI::App& app, bool profile_comm
   target.rank = env.rank;
   target.world = env.world_size;
   target.distributed = session.has_value();
+  target.options = options;
   // Whether this device runs the Hopper attention kernels (the backend's answer at BERT's head size and a length they take).
   target.hopper_attention = on_gpu && backend.attention_keeps_dropout_bits(DType::BF16, 64, 512);
   const int64_t reserved = backend.ledger().snapshot().reserved;

@@ -122,6 +122,7 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
       ->capture_default_str()->check(non_negative_number());
   app.add_flag("--auto-find-batch-size", flags.auto_find_batch_size,
                "Use the largest batch that fits (the memory plan's answer, confirmed by one real step)");
+  add_engine_flags(app, flags.engine);
 }
 
 Fp32Products fp32_products_of(const TrainFlags& flags) {

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "anatomy/cli/engine_flags.h"
 #include "anatomy/kernels/fp32_products.h"
 #include "anatomy/train/arguments.h"
 
@@ -24,6 +25,7 @@ struct TrainFlags {
   bool no_progress = false;
   bool tf32 = false;
   bool split_tf32 = false;
+  EngineFlags engine;
 };
 
 void add_training_flags(CLI::App& app, TrainFlags& flags);

@@ -120,7 +120,7 @@ Dataset load_tensor_dataset(const std::string& path) {
   return d;
 }
 
-void validate_dataset(const Dataset& d, const BertConfig& c) {
+void validate_dataset(const Dataset& d, const ModelConfig& c) {
   if (d.size <= 0 || d.seq_len <= 0) fail("{}: the dataset is empty ({} examples of {} tokens)", d.source, d.size, d.seq_len);
   if (d.seq_len > c.max_position_embeddings)
     fail("{}: input_ids has sequences of {} tokens, longer than the model's max_position_embeddings {}", d.source, d.seq_len,

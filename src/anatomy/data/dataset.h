@@ -55,7 +55,7 @@ Dataset load_tensor_dataset(const std::string& path);
 // max_position_embeddings, ids within the vocabulary, token types within
 // type_vocab_size, mask values 0/1, labels in range for the problem type.
 // Errors name the source, the tensor and the first offending example.
-void validate_dataset(const Dataset& data, const BertConfig& config);
+void validate_dataset(const Dataset& data, const ModelConfig& config);
 
 // Rows [begin, end) of `order` gathered into a batch (host memory); with
 // pad_per_batch, only the first L' tokens of each row, L' the longest row of

@@ -256,13 +256,6 @@ DistEnvironment read_dist_environment(const EnvMap& env) {
   if (has(env, "RANK") || has(env, "WORLD_SIZE")) e = from_torchrun(env);
   else if (has(env, "SLURM_PROCID")) e = from_slurm(env);
   else if (has(env, "OMPI_COMM_WORLD_RANK")) e = from_openmpi(env);
-  if (const auto timeout = lookup(env, "ANATOMY_DIST_TIMEOUT")) {
-    char* end = nullptr;
-    const double seconds = std::strtod(timeout->c_str(), &end);
-    if (end != timeout->c_str() + timeout->size() || !std::isfinite(seconds) || seconds <= 0.0)
-      fail("ANATOMY_DIST_TIMEOUT={} is not a positive number of seconds", *timeout);
-    e.timeout_seconds = seconds;
-  }
   return e;
 }
 

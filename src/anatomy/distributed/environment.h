@@ -12,9 +12,10 @@
 //
 // in that order of precedence; with none of them the process is a world of one
 // ("single"). MASTER_ADDR and MASTER_PORT override what a launcher implies.
-// ANATOMY_DIST_TIMEOUT (seconds; `anatomy launch --rendezvous-timeout` sets it)
-// bounds every wait for another rank. A malformed or inconsistent value is one
-// Error naming the variable.
+// A malformed or inconsistent value is one Error naming the variable. How
+// long to wait for another rank is the engine's option
+// (EngineOptions::distributed_timeout_seconds, which the command line reads,
+// ANATOMY_DIST_TIMEOUT included).
 #pragma once
 
 #include <map>
@@ -34,7 +35,7 @@ struct DistEnvironment {
   std::string master_addr = "127.0.0.1";  // host of rank 0, whose store everyone joins
   int master_port = kDefaultMasterPort;
   std::string source = "single";  // "torchrun", "slurm", "openmpi" or "single"
-  double timeout_seconds = kDefaultTimeoutSeconds;  // how long to wait for another rank
+  double timeout_seconds = kDefaultTimeoutSeconds;  // how long to wait for another rank (set by the caller)
 
   bool distributed() const { return world_size > 1; }
   // "127.0.0.1:29500"

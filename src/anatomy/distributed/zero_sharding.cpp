@@ -36,7 +36,7 @@ UnitShards unit_shards(const std::vector<ParameterUnit>& units, int64_t flat_ele
   return s;
 }
 
-ZeroSharding::ZeroSharding(Backend& backend, Communicator& comm, BertForSequenceClassification& model, int stage)
+ZeroSharding::ZeroSharding(Backend& backend, Communicator& comm, Model& model, int stage)
     : backend_(backend),
       comm_(comm),
       model_(model),
@@ -44,7 +44,7 @@ ZeroSharding::ZeroSharding(Backend& backend, Communicator& comm, BertForSequence
       masters_(stage == 3 || model.compute_dtype() != DType::F32) {
   ANATOMY_CHECK(stage == 2 || stage == 3 || (stage == 1 && masters_), "ZeroSharding: stage {}", stage);
   ANATOMY_CHECK(model.weights().allocated(), "ZeroSharding: the model's weights are released");
-  shards_ = unit_shards(bert_parameter_units(model.weights(), model.config()), model.weights().flat_elements(),
+  shards_ = unit_shards(model.parameter_units(), model.weights().flat_elements(),
                         comm.rank(), comm.world_size());
   Ledger& ledger = backend.ledger();
   const std::string tag = fmt::format("zero{}.rank{}.", stage, comm.rank());
@@ -83,7 +83,7 @@ void ZeroSharding::shard_model_weights() {
   if (!float32_read_) {
     std::vector<ParamSpec> specs;
     for (const ParamSpec& spec : weights.specs())
-      if (BertForSequenceClassification::reads_float32_in_mixed_precision(spec.name)) specs.push_back(spec);
+      if (model_.reads_float32_in_mixed_precision(spec.name)) specs.push_back(spec);
     float32_read_ = std::make_unique<ParameterSet>(backend_, specs, Category::Weights, "float32_read.");
   }
   for (const ParamSpec& spec : float32_read_->specs())

@@ -1,6 +1,6 @@
 // zero_sharding.h: ZeRO stages 2 and 3 (Rajbhandari et al., 2020), in the
-// manner of PyTorch's FSDP: the model's parameters in units (the embeddings,
-// each encoder layer, the pooler and classifier: bert_parameter_units), every
+// manner of PyTorch's FSDP: the model's parameters in units (Model::parameter_units:
+// BERT's embeddings, each encoder layer, the pooler and classifier), every
 // unit cut into `world` equal chunks, rank r owning chunk r of every unit.
 //
 // Stage 2 (gradients sharded): a rank holds no whole gradient buffer. Each
@@ -36,7 +36,7 @@
 
 #include "anatomy/distributed/communicator.h"
 #include "anatomy/distributed/zero.h"
-#include "anatomy/model/bert.h"
+#include "anatomy/model/model.h"
 #include "anatomy/optim/optimizer.h"
 
 namespace anatomy::distributed {
@@ -68,7 +68,7 @@ class ZeroSharding final : public ParameterUnits {
   // gradient shard (category gradients; not at stage 1) and, with the masters
   // sharded, first its weight shard (weights), which takes this rank's chunks
   // of the model's weights (shard_model_weights).
-  ZeroSharding(Backend& backend, Communicator& comm, BertForSequenceClassification& model, int stage);
+  ZeroSharding(Backend& backend, Communicator& comm, Model& model, int stage);
   ~ZeroSharding() override;
 
   int stage() const { return stage_; }
@@ -138,7 +138,7 @@ class ZeroSharding final : public ParameterUnits {
 
   Backend& backend_;
   Communicator& comm_;
-  BertForSequenceClassification& model_;
+  Model& model_;
   int stage_;
   bool masters_;
   std::unique_ptr<ParameterSet> float32_read_;  // stage 2, mixed precision: what the model reads in float32

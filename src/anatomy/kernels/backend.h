@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "anatomy/core/engine_options.h"
 #include "anatomy/core/ledger.h"
 #include "anatomy/core/tensor.h"
 
@@ -109,6 +110,11 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual Ledger& ledger() = 0;
+  // The engine's choices (attention kernels, plans, the last layer, ...), set
+  // by whoever makes the backend, before its first op; the model and the
+  // communicators read them here too.
+  const EngineOptions& options() const { return options_; }
+  virtual void set_options(const EngineOptions& options) { options_ = options; }
 
   // --- memory ---
   virtual void zero(const Tensor& t) = 0;
@@ -365,6 +371,9 @@ class Backend {
   virtual void range_pop() {}
   virtual double marker_elapsed_ms(int64_t from, int64_t to) = 0;
   virtual void clear_markers() = 0;
+
+ private:
+  EngineOptions options_;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);

@@ -29,7 +29,6 @@
 #include <vector>
 
 #include "anatomy/core/dtype.h"
-#include "anatomy/core/env.h"
 #include "anatomy/core/error.h"
 #include "anatomy/kernels/backend.h"
 
@@ -146,30 +145,23 @@ constexpr size_t cudnn_attention_backward_scratch_bytes(int64_t B, int64_t L, in
   return cudnn_attention_param_bytes(B) + kCudnnAttentionForwardWorkspaceBytes + 4096 +
          static_cast<size_t>(B * heads * rounded) * static_cast<size_t>(2 * rounded + 4);
 }
-// The 16-bit fused attention the environment variable ANATOMY_ATTENTION asks
-// for: "hopper" (the default, also when unset: hopper_attention.cu where the
-// device and the shape allow, else cuDNN), "cudnn" (cuDNN's), "anatomy" (our
-// flash kernels of flash_attention.cu); any other value is refused. The
-// Hopper kernels are the default because their own dropout mask makes bert-large's bf16 steps faster than with cuDNN's
-// attention (docs/BENCHMARKS.md).
-inline std::string_view attention_choice() {
-  return env_choice("ANATOMY_ATTENTION", {"hopper", "cudnn", "anatomy"}, "hopper, cudnn or anatomy");
-}
 // Whether the CUDA backend's 16-bit fused attention may run through cuDNN:
-// the build has cuDNN's attention (ANATOMY_HAVE_CUDNN) and ANATOMY_ATTENTION
-// is not "anatomy". (The Hopper kernels come first where they apply.)
-inline bool cudnn_attention_selected() {
-  const std::string_view want = attention_choice();
+// the build has cuDNN's attention (ANATOMY_HAVE_CUDNN) and the options do not
+// ask for our flash kernels (EngineOptions::attention). (The Hopper kernels
+// come first where they apply.)
+inline bool cudnn_attention_selected(const EngineOptions& options) {
 #ifdef ANATOMY_HAVE_CUDNN
-  return want != "anatomy";
+  return options.attention != AttentionKernels::Anatomy;
 #else
+  (void)options;
   return false;
 #endif
 }
-// Whether ANATOMY_ATTENTION allows the Hopper kernels ("hopper", or unset).
-inline bool hopper_attention_selected() {
-  const std::string_view want = attention_choice();
-  return want.empty() || want == "hopper";
+// Whether the options allow the Hopper kernels (the default). They are the
+// default because their own dropout mask makes bert-large's bf16 steps faster
+// than with cuDNN's attention (docs/BENCHMARKS.md).
+inline bool hopper_attention_selected(const EngineOptions& options) {
+  return options.attention == AttentionKernels::Hopper;
 }
 
 // The Hopper attention kernels (hopper_attention.cu, wgmma on sm_90a): 16-bit,

@@ -1,5 +1,4 @@
-// gemm_tuning_cache.cpp: reading and writing gemm_algos.json, and the
-// ANATOMY_GEMM_TUNING switch.
+// gemm_tuning_cache.cpp: reading and writing gemm_algos.json.
 #include "anatomy/kernels/gemm_tuning_cache.h"
 
 #include <fcntl.h>
@@ -15,7 +14,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "anatomy/core/env.h"
 #include "anatomy/core/error.h"
 #include "anatomy/io/files.h"
 
@@ -28,11 +26,6 @@ constexpr int kFormat = 1;
 constexpr int64_t kMaxIndex = 1 << 16;
 
 }  // namespace
-
-bool gemm_tuning_enabled() {
-  return env_choice("ANATOMY_GEMM_TUNING", {"1", "0"},
-                    "1 (time cuBLASLt's candidate algorithms, the default) or 0 (take its first)") != "0";
-}
 
 std::string gemm_tuning_cache_path() { return io::user_cache_file("gemm_algos.json"); }
 

@@ -1,7 +1,7 @@
 // gemm_tuning_cache.h: the record of which cuBLASLt algorithm the CUDA backend
 // chose for each matrix-product plan, kept across runs in
-// $XDG_CACHE_HOME/anatomy/gemm_algos.json (~/.cache when unset), and the
-// ANATOMY_GEMM_TUNING switch. Plain C++ (no CUDA types), so that the CPU tests
+// $XDG_CACHE_HOME/anatomy/gemm_algos.json (~/.cache when unset), unless
+// EngineOptions::gemm_tuning is off. Plain C++ (no CUDA types), so that the CPU tests
 // can check the file's parsing and writing without a GPU.
 //
 // The backend times cuBLASLt's candidate algorithms for a plan once and keeps
@@ -25,11 +25,6 @@ namespace anatomy::cuda {
 
 // Key (GPU, cuBLASLt version, plan) -> index of the chosen algorithm.
 using GemmChoices = std::map<std::string, int>;
-
-// ANATOMY_GEMM_TUNING: unset, empty or "1" times the candidates (and uses the
-// cache); "0" takes cuBLASLt's first candidate and neither reads nor writes
-// the cache. Any other value is an Error naming the variable.
-bool gemm_tuning_enabled();
 
 // $XDG_CACHE_HOME/anatomy/gemm_algos.json, ~/.cache/... when XDG_CACHE_HOME is unset.
 std::string gemm_tuning_cache_path();

@@ -32,14 +32,16 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Drops "<word>.<digits>." at the front, e.g. "layer.12.".
-std::string drop_indexed_prefix(const std::string& s, const std::string& word) {
-  if (!starts_with(s, word + ".")) return s;
-  size_t i = word.size() + 1;
-  const size_t digits = i;
-  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
-  if (i == digits || i >= s.size() || s[i] != '.') return s;
-  return s.substr(i + 1);
+// What follows the last ".<digits>." of `s` (a layer's index, "layer.12."), or npos.
+size_t after_last_index(const std::string& s) {
+  size_t found = std::string::npos;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '.' || i + 1 >= s.size() || !std::isdigit(static_cast<unsigned char>(s[i + 1]))) continue;
+    size_t j = i + 1;
+    while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
+    if (j < s.size() && s[j] == '.') found = j + 1;
+  }
+  return found;
 }
 
 double bytes_of(const Tensor& t) { return t.defined() ? static_cast<double>(t.nbytes()) : 0.0; }
@@ -62,11 +64,14 @@ std::string operand_name(const std::string& tensor_name) {
   std::string s = tensor_name;
   for (const char* prefix : {"half.", "grad.", "exp_avg_sq.", "exp_avg."})
     if (starts_with(s, prefix)) s = s.substr(std::string(prefix).size());
-  if (starts_with(s, "bert.")) s = s.substr(5);
-  if (starts_with(s, "encoder.")) s = drop_indexed_prefix(s.substr(8), "layer");
-  s = drop_indexed_prefix(s, "layer");
   for (const char* suffix : {".weight", ".bias"})
     if (ends_with(s, suffix)) s = s.substr(0, s.size() - std::string(suffix).size());
+  // A layer's parameter: what follows its index. Else the name without the
+  // model's own prefix (Hugging Face's base_model_prefix: "bert.", "roberta.")
+  // when one precedes a module and its tensor.
+  if (const size_t at = after_last_index(s); at != std::string::npos) return s.substr(at);
+  const size_t first = s.find('.');
+  if (first != std::string::npos && s.find('.', first + 1) != std::string::npos) return s.substr(first + 1);
   return s;
 }
 

@@ -46,7 +46,11 @@ std::string operand_name(const std::string& tensor_name);
 
 class ProfilingBackend final : public Backend {
  public:
-  explicit ProfilingBackend(Backend& inner) : inner_(inner) {}
+  explicit ProfilingBackend(Backend& inner) : inner_(inner) { Backend::set_options(inner.options()); }
+  void set_options(const EngineOptions& options) override {
+    Backend::set_options(options);
+    inner_.set_options(options);
+  }
 
   // Starts recording a step (forgets any earlier markers).
   void begin_step();

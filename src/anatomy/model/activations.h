@@ -1,12 +1,12 @@
-// activations.h: what each layer saves for its backward pass, declared in one
-// place. The model allocates exactly these tensors (category "activations")
-// during a training forward pass, the memory plan reads the same list, and
-// gradient checkpointing is a policy over it. Dropout masks are not saved:
-// they are replayed from the counter-based RNG (core/random.h), except the
-// attention probabilities' where the backend keeps them as bits (the CUDA
-// backend's Hopper kernels: one bit per probability, 1/32 of the
-// probabilities' float32 size, where drawing the mask again costs the
-// backward a fifth of its time).
+// activations.h: what a layer saves for its backward pass, as a list of specs
+// that each family declares in one place (BERT: bert/bert_activations.h). The
+// model allocates exactly these tensors (category "activations") during a
+// training forward pass, the memory plan reads the same list, and gradient
+// checkpointing is a policy over it. Dropout masks are not saved: they are
+// replayed from the counter-based RNG (core/random.h), except the attention
+// probabilities' where the backend keeps them as bits (the CUDA backend's
+// Hopper kernels: one bit per probability, 1/32 of the probabilities' float32
+// size, where drawing the mask again costs the backward a fifth of its time).
 #pragma once
 
 #include <map>
@@ -16,7 +16,6 @@
 
 #include "anatomy/core/tensor.h"
 #include "anatomy/kernels/backend.h"
-#include "anatomy/model/config.h"
 
 namespace anatomy {
 
@@ -26,8 +25,6 @@ struct SavedSpec {
   DType dtype;
   const char* why;  // the backward op that reads it
 };
-
-enum class LayerKind { Embeddings, EncoderLayer, Head };
 
 // How activations are kept: the compute dtype of the encoder (float32, or
 // BF16/F16 under mixed precision; LayerNorm statistics, the embeddings' sum
@@ -41,22 +38,6 @@ struct ActivationPlan {
   // (Backend::attention_keeps_dropout_bits, with dropout in this pass).
   bool attention_keep_bits = false;
 };
-
-// Selective gradient checkpointing: what an encoder layer recomputes in
-// backward (attention's internals and the GELU input: one batched product for
-// query/key/value, the attention forward, the intermediate product) and what it
-// keeps (everything else: the LayerNorms' inputs and statistics, h1, out).
-const std::set<std::string>& selective_recomputed();
-
-// The tensors a layer of `kind` saves for a batch of B sequences of length L.
-// `rows` (encoder layers): the tokens of each sequence the layer computes
-// after attention, L (0 means L too), or 1 for a last layer of which only the
-// first token's output is read (BertForSequenceClassification: the pooler's
-// input). With 1 the layer computes the query and the attention of the
-// first token only (keys and values of all L tokens): it saves q_first and
-// kv instead of qkv, the first query's probabilities as attn_saved.
-std::vector<SavedSpec> saved_for_backward(LayerKind kind, const BertConfig& config, int64_t B, int64_t L,
-                                          const ActivationPlan& plan = {}, int64_t rows = 0);
 
 // A layer's saved tensors, allocated from its declaration.
 class SavedTensors {

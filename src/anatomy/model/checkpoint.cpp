@@ -1,4 +1,4 @@
-// checkpoint.cpp: loading, initialising and saving BERT parameters.
+// checkpoint.cpp: loading, initialising and saving a model's parameters.
 #include "anatomy/model/checkpoint.h"
 
 #include <algorithm>
@@ -19,32 +19,8 @@ namespace {
 // Random streams of initialisation live in their own range, apart from dropout's.
 constexpr uint64_t kInitStreamBase = uint64_t{1} << 62;
 
-bool optional_on_load(const std::string& name) {
-  return name.rfind("classifier.", 0) == 0 || name.rfind("bert.pooler.", 0) == 0;
-}
-
-// The names a checkpoint may use for one of our parameters, in order of preference.
-std::vector<std::string> checkpoint_names(const std::string& name) {
-  std::vector<std::string> names = {name};
-  auto legacy = [](std::string n) {
-    auto replace_suffix = [&](const std::string& from, const std::string& to) {
-      if (n.size() >= from.size() && n.compare(n.size() - from.size(), from.size(), from) == 0)
-        n = n.substr(0, n.size() - from.size()) + to;
-    };
-    replace_suffix("LayerNorm.weight", "LayerNorm.gamma");
-    replace_suffix("LayerNorm.bias", "LayerNorm.beta");
-    return n;
-  };
-  if (legacy(name) != name) names.push_back(legacy(name));
-  if (name.rfind("bert.", 0) == 0) {  // a bare BertModel's checkpoint has no "bert." prefix
-    names.push_back(name.substr(5));
-    if (legacy(name) != name) names.push_back(legacy(name).substr(5));
-  }
-  return names;
-}
-
-void init_one(Backend& backend, const Tensor& t, const ParamSpec& spec, size_t index, const BertConfig& c,
-              uint64_t seed) {
+void init_one(const Model& model, const Tensor& t, const ParamSpec& spec, size_t index, uint64_t seed) {
+  const ModelConfig& c = model.config();
   std::vector<float> host(t.numel(), 0.0f);
   switch (spec.init) {
     case ParamInit::Zeros: break;
@@ -52,13 +28,13 @@ void init_one(Backend& backend, const Tensor& t, const ParamSpec& spec, size_t i
     case ParamInit::Normal:
       for (size_t i = 0; i < host.size(); ++i)
         host[i] = static_cast<float>(c.initializer_range * random_normal(seed, kInitStreamBase + index, i));
-      if (spec.name == "bert.embeddings.word_embeddings.weight") {
-        const int64_t H = spec.shape[1];
-        std::fill(host.begin() + c.pad_token_id * H, host.begin() + (c.pad_token_id + 1) * H, 0.0f);
+      if (const int64_t row = model.zero_row_on_init(spec); row >= 0) {
+        const int64_t width = spec.shape[1];
+        std::fill(host.begin() + row * width, host.begin() + (row + 1) * width, 0.0f);
       }
       break;
   }
-  backend.copy_from_host(t, host.data());
+  model.backend().copy_from_host(t, host.data());
 }
 
 }  // namespace
@@ -69,28 +45,28 @@ ModelSource resolve_model(const std::string& spec) {
   if (fs::is_directory(spec, ec)) {
     const std::string config_path = (fs::path(spec) / "config.json").string();
     if (!fs::exists(config_path)) fail("{}: no config.json in the model directory", spec);
-    source.config = load_bert_config(config_path);
+    source.config = load_model_config(config_path);
     source.directory = spec;
     return source;
   }
-  if (auto preset = bert_preset(spec)) {
+  if (auto preset = model_preset(spec)) {
     source.config = *preset;
     source.preset = spec;
     return source;
   }
   std::string names;
-  for (const auto& n : bert_preset_names()) names += (names.empty() ? "" : ", ") + n;
+  for (const auto& n : model_preset_names()) names += (names.empty() ? "" : ", ") + n;
   fail("--model {}: neither a directory with config.json nor a preset ({})", spec, names);
 }
 
-void init_weights(BertForSequenceClassification& model, uint64_t seed) {
+void init_weights(Model& model, uint64_t seed) {
   const auto& set = model.weights();
   for (size_t i = 0; i < set.specs().size(); ++i)
-    init_one(model.backend(), set.tensors()[i], set.specs()[i], i, model.config(), seed);
+    init_one(model, set.tensors()[i], set.specs()[i], i, seed);
   model.refresh_half_weights();
 }
 
-LoadReport load_weights(BertForSequenceClassification& model, const std::string& directory, uint64_t seed) {
+LoadReport load_weights(Model& model, const std::string& directory, uint64_t seed) {
   const io::SafetensorsSet files = io::SafetensorsSet::open_dir(directory);
   const auto& set = model.weights();
   LoadReport report;
@@ -99,14 +75,14 @@ LoadReport load_weights(BertForSequenceClassification& model, const std::string&
   for (size_t i = 0; i < set.specs().size(); ++i) {
     const ParamSpec& spec = set.specs()[i];
     std::string found;
-    for (const auto& candidate : checkpoint_names(spec.name))
+    for (const auto& candidate : model.checkpoint_names(spec.name))
       if (files.has(candidate)) {
         found = candidate;
         break;
       }
     if (found.empty()) {
-      if (!optional_on_load(spec.name)) fail("{}: tensor '{}' is missing from the checkpoint", directory, spec.name);
-      init_one(model.backend(), set.tensors()[i], spec, i, model.config(), seed);
+      if (!model.optional_on_load(spec.name)) fail("{}: tensor '{}' is missing from the checkpoint", directory, spec.name);
+      init_one(model, set.tensors()[i], spec, i, seed);
       report.initialised.push_back(spec.name);
       continue;
     }
@@ -124,7 +100,7 @@ LoadReport load_weights(BertForSequenceClassification& model, const std::string&
 namespace {
 
 // config.json and model.safetensors, each tensor's float32 values from `read`.
-void write_pretrained(const BertForSequenceClassification& model, const std::string& directory,
+void write_pretrained(const Model& model, const std::string& directory,
                       const std::function<void(size_t, float*)>& read) {
   std::error_code ec;
   fs::create_directories(directory, ec);
@@ -139,17 +115,17 @@ void write_pretrained(const BertForSequenceClassification& model, const std::str
   }
   io::write_safetensors((fs::path(directory) / "model.safetensors").string(), tensors, {{"format", "pt"}});
   io::write_text_file_atomic((fs::path(directory) / "config.json").string(),
-                             bert_config_to_json(model.config()).dump(2) + "\n");
+                             model_config_to_json(model.config()).dump(2) + "\n");
 }
 
 }  // namespace
 
-void save_pretrained(const BertForSequenceClassification& model, Backend& backend, const std::string& directory) {
+void save_pretrained(const Model& model, Backend& backend, const std::string& directory) {
   const auto& set = model.weights();
   write_pretrained(model, directory, [&](size_t i, float* out) { backend.copy_to_host(set.tensors()[i], out); });
 }
 
-void save_pretrained_from_host(const BertForSequenceClassification& model, const std::vector<float>& flat,
+void save_pretrained_from_host(const Model& model, const std::vector<float>& flat,
                                const std::string& directory) {
   const auto& set = model.weights();
   ANATOMY_CHECK(static_cast<int64_t>(flat.size()) == set.flat_elements(), "save_pretrained_from_host: {} of {} elements",

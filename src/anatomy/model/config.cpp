@@ -1,37 +1,16 @@
-// config.cpp: config.json <-> BertConfig, with Hugging Face's key names and defaults.
+// config.cpp: config.json <-> ModelConfig: the JSON is read here, its model_type
+// picks the family (model/registry.h), whose parser reads the fields.
 #include "anatomy/model/config.h"
 
 #include <fstream>
 #include <sstream>
 
 #include "anatomy/core/error.h"
+#include "anatomy/model/registry.h"
 
 namespace anatomy {
 
-namespace {
-
 using nlohmann::json;
-
-const std::vector<std::string> kKnownKeys = {
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-    "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout",
-    "max_position_embeddings", "type_vocab_size", "initializer_range", "layer_norm_eps",
-    "pad_token_id", "num_labels", "problem_type", "id2label", "label2id", "model_type",
-    "position_embedding_type", "is_decoder", "add_cross_attention"};
-
-int64_t get_int(const json& j, const char* key, int64_t fallback, const std::string& source) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number_integer()) fail("{}: '{}' must be an integer, got {}", source, key, j[key].dump());
-  return j[key].get<int64_t>();
-}
-
-double get_double(const json& j, const char* key, double fallback, const std::string& source) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number()) fail("{}: '{}' must be a number, got {}", source, key, j[key].dump());
-  return j[key].get<double>();
-}
-
-}  // namespace
 
 std::string activation_name(Activation a) {
   switch (a) {
@@ -52,7 +31,7 @@ std::string problem_type_name(ProblemType p) {
   return "?";
 }
 
-BertConfig parse_bert_config(const std::string& text, const std::string& source) {
+ModelConfig parse_model_config(const std::string& text, const std::string& source) {
   json j;
   try {
     j = json::parse(text);
@@ -60,84 +39,24 @@ BertConfig parse_bert_config(const std::string& text, const std::string& source)
     fail("{}: not valid JSON ({})", source, e.what());
   }
   if (!j.is_object()) fail("{}: expected a JSON object", source);
-  if (j.contains("model_type") && j["model_type"] != "bert")
-    fail("{}: model_type is {}, only \"bert\" is supported", source, j["model_type"].dump());
-  if (j.contains("position_embedding_type") && j["position_embedding_type"] != "absolute")
-    fail("{}: position_embedding_type {} is not supported (only \"absolute\")", source,
-         j["position_embedding_type"].dump());
-  if (j.value("is_decoder", false)) fail("{}: is_decoder true is not supported", source);
-
-  BertConfig c;
-  c.vocab_size = get_int(j, "vocab_size", c.vocab_size, source);
-  c.hidden_size = get_int(j, "hidden_size", c.hidden_size, source);
-  c.num_hidden_layers = get_int(j, "num_hidden_layers", c.num_hidden_layers, source);
-  c.num_attention_heads = get_int(j, "num_attention_heads", c.num_attention_heads, source);
-  c.intermediate_size = get_int(j, "intermediate_size", c.intermediate_size, source);
-  c.hidden_dropout_prob = get_double(j, "hidden_dropout_prob", c.hidden_dropout_prob, source);
-  c.attention_probs_dropout_prob = get_double(j, "attention_probs_dropout_prob", c.attention_probs_dropout_prob, source);
-  if (j.contains("classifier_dropout") && !j["classifier_dropout"].is_null())
-    c.classifier_dropout = get_double(j, "classifier_dropout", 0.0, source);
-  c.max_position_embeddings = get_int(j, "max_position_embeddings", c.max_position_embeddings, source);
-  c.type_vocab_size = get_int(j, "type_vocab_size", c.type_vocab_size, source);
-  c.initializer_range = get_double(j, "initializer_range", c.initializer_range, source);
-  c.layer_norm_eps = get_double(j, "layer_norm_eps", c.layer_norm_eps, source);
-  c.pad_token_id = get_int(j, "pad_token_id", c.pad_token_id, source);
-
-  if (j.contains("hidden_act")) {
-    if (!j["hidden_act"].is_string()) fail("{}: 'hidden_act' must be a string", source);
-    std::string act = j["hidden_act"];
-    if (act == "gelu") c.hidden_act = Activation::Gelu;
-    else if (act == "gelu_new" || act == "gelu_pytorch_tanh") c.hidden_act = Activation::GeluNew;
-    else if (act == "relu") c.hidden_act = Activation::Relu;
-    else fail("{}: hidden_act \"{}\" is not supported (gelu, gelu_new, relu)", source, act);
+  // Checkpoints without a model_type (written by hand, or by old tools) are read as BERT.
+  std::string model_type = "bert";
+  if (j.contains("model_type")) {
+    if (!j["model_type"].is_string()) fail("{}: 'model_type' must be a string, got {}", source, j["model_type"].dump());
+    model_type = j["model_type"].get<std::string>();
   }
-
-  // Hugging Face: num_labels comes from id2label when present, else num_labels, else 2.
-  if (j.contains("id2label") && !j["id2label"].is_null()) {
-    if (!j["id2label"].is_object()) fail("{}: 'id2label' must be an object", source);
-    for (const auto& [key, value] : j["id2label"].items()) {
-      int64_t id;
-      try {
-        size_t used = 0;
-        id = std::stoll(key, &used);
-        if (used != key.size()) throw std::invalid_argument(key);
-      } catch (const std::exception&) {
-        fail("{}: id2label key \"{}\" is not an integer", source, key);
-      }
-      if (!value.is_string()) fail("{}: id2label[{}] must be a string", source, key);
-      c.id2label[id] = value.get<std::string>();
-    }
-    c.num_labels = static_cast<int64_t>(c.id2label.size());
-    for (int64_t i = 0; i < c.num_labels; ++i)
-      if (!c.id2label.count(i)) fail("{}: id2label must hold ids 0..{}; {} is missing", source, c.num_labels - 1, i);
-  } else {
-    c.num_labels = get_int(j, "num_labels", 2, source);
-  }
-
-  if (j.contains("problem_type") && !j["problem_type"].is_null()) {
-    std::string p = j["problem_type"].is_string() ? j["problem_type"].get<std::string>() : j["problem_type"].dump();
-    if (p == "regression") c.problem_type = ProblemType::Regression;
-    else if (p == "single_label_classification") c.problem_type = ProblemType::SingleLabel;
-    else if (p == "multi_label_classification") c.problem_type = ProblemType::MultiLabel;
-    else fail("{}: problem_type \"{}\" is not one of regression, single_label_classification, "
-              "multi_label_classification", source, p);
-  }
-
-  for (const auto& [key, value] : j.items())
-    if (std::find(kKnownKeys.begin(), kKnownKeys.end(), key) == kKnownKeys.end()) c.extra[key] = value;
-  validate_bert_config(c, source);
-  return c;
+  return model_family(model_type, source).parse_config(j, source);
 }
 
-BertConfig load_bert_config(const std::string& path) {
+ModelConfig load_model_config(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open (missing or unreadable)", path);
   std::stringstream buffer;
   buffer << in.rdbuf();
-  return parse_bert_config(buffer.str(), path);
+  return parse_model_config(buffer.str(), path);
 }
 
-void validate_bert_config(const BertConfig& c, const std::string& source) {
+void validate_model_config(const ModelConfig& c, const std::string& source) {
   auto positive = [&](int64_t value, const char* key) {
     if (value <= 0) fail("{}: '{}' must be positive, got {}", source, key, value);
   };
@@ -164,62 +83,24 @@ void validate_bert_config(const BertConfig& c, const std::string& source) {
     fail("{}: pad_token_id {} is outside the vocabulary of {}", source, c.pad_token_id, c.vocab_size);
 }
 
-json bert_config_to_json(const BertConfig& c) {
-  json j = c.extra;
-  j["architectures"] = json::array({"BertForSequenceClassification"});
-  j["model_type"] = "bert";
-  j["vocab_size"] = c.vocab_size;
-  j["hidden_size"] = c.hidden_size;
-  j["num_hidden_layers"] = c.num_hidden_layers;
-  j["num_attention_heads"] = c.num_attention_heads;
-  j["intermediate_size"] = c.intermediate_size;
-  j["hidden_act"] = activation_name(c.hidden_act);
-  j["hidden_dropout_prob"] = c.hidden_dropout_prob;
-  j["attention_probs_dropout_prob"] = c.attention_probs_dropout_prob;
-  j["classifier_dropout"] = c.classifier_dropout ? json(*c.classifier_dropout) : json(nullptr);
-  j["max_position_embeddings"] = c.max_position_embeddings;
-  j["type_vocab_size"] = c.type_vocab_size;
-  j["initializer_range"] = c.initializer_range;
-  j["layer_norm_eps"] = c.layer_norm_eps;
-  j["pad_token_id"] = c.pad_token_id;
-  j["position_embedding_type"] = "absolute";
-  json id2label = json::object(), label2id = json::object();
-  for (int64_t i = 0; i < c.num_labels; ++i) {
-    auto it = c.id2label.find(i);
-    std::string label = it != c.id2label.end() ? it->second : "LABEL_" + std::to_string(i);
-    id2label[std::to_string(i)] = label;
-    label2id[label] = i;
-  }
-  j["id2label"] = id2label;
-  j["label2id"] = label2id;
-  if (c.problem_type != ProblemType::Unset) j["problem_type"] = problem_type_name(c.problem_type);
-  if (!j.contains("dtype")) j["dtype"] = "float32";
-  return j;
+json model_config_to_json(const ModelConfig& config) {
+  return model_family(config.model_type, "model config").config_to_json(config);
 }
 
-std::optional<BertConfig> bert_preset(const std::string& name) {
-  auto make = [](int64_t layers, int64_t hidden, int64_t heads) {
-    BertConfig c;
-    c.num_hidden_layers = layers;
-    c.hidden_size = hidden;
-    c.num_attention_heads = heads;
-    c.intermediate_size = 4 * hidden;
-    return c;
-  };
-  if (name == "bert-large-uncased") return make(24, 1024, 16);
-  if (name == "bert-base-uncased") return make(12, 768, 12);
-  if (name == "bert-medium") return make(8, 512, 8);
-  if (name == "bert-small") return make(4, 512, 8);
-  if (name == "bert-mini") return make(4, 256, 4);
-  if (name == "bert-tiny") return make(2, 128, 2);
+std::optional<ModelConfig> model_preset(const std::string& name) {
+  for (const ModelFamily& family : model_families())
+    if (auto config = family.preset(name)) return config;
   return std::nullopt;
 }
 
-std::vector<std::string> bert_preset_names() {
-  return {"bert-large-uncased", "bert-base-uncased", "bert-medium", "bert-small", "bert-mini", "bert-tiny"};
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> names;
+  for (const ModelFamily& family : model_families())
+    for (const std::string& name : family.preset_names()) names.push_back(name);
+  return names;
 }
 
-double training_flops_per_sequence(const BertConfig& c, int64_t seq_len) {
+double training_flops_per_sequence(const ModelConfig& c, int64_t seq_len) {
   const double H = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size),
                L = static_cast<double>(seq_len), layers = static_cast<double>(c.num_hidden_layers);
   return 6.0 * layers * (4.0 * H * H + 2.0 * H * I) * L + 3.0 * layers * 4.0 * L * L * H;

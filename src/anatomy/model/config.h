@@ -1,5 +1,6 @@
-// config.h: the BERT configuration, read from and written to Hugging Face's
-// config.json, and the built-in presets used when no checkpoint is given.
+// config.h: a model's configuration, read from and written to Hugging Face's
+// config.json (the family's parser reads its own field names: model/registry.h),
+// and the built-in presets used when no checkpoint is given.
 #pragma once
 
 #include <map>
@@ -14,7 +15,10 @@ namespace anatomy {
 enum class Activation { Gelu, GeluNew, Relu };
 enum class ProblemType { Unset, Regression, SingleLabel, MultiLabel };
 
-struct BertConfig {
+// The fields every encoder family has, under BERT's names; a family's parser
+// maps its own config.json keys onto them.
+struct ModelConfig {
+  std::string model_type = "bert";  // config.json's model_type: the family (model/registry.h)
   int64_t vocab_size = 30522;
   int64_t hidden_size = 768;
   int64_t num_hidden_layers = 12;
@@ -40,18 +44,19 @@ struct BertConfig {
   double classifier_dropout_prob() const { return classifier_dropout.value_or(hidden_dropout_prob); }
 };
 
-// Parses config.json text; `source` names the file in errors.
-BertConfig parse_bert_config(const std::string& text, const std::string& source);
-BertConfig load_bert_config(const std::string& path);
-nlohmann::json bert_config_to_json(const BertConfig& config);
+// Parses config.json text; `source` names the file in errors. Its model_type
+// (absent: "bert") chooses the family; an unknown one is an error naming the supported.
+ModelConfig parse_model_config(const std::string& text, const std::string& source);
+ModelConfig load_model_config(const std::string& path);
+nlohmann::json model_config_to_json(const ModelConfig& config);
 
-// Checks internal consistency (positive sizes, heads dividing hidden size, ...).
-void validate_bert_config(const BertConfig& config, const std::string& source);
+// Checks internal consistency (positive sizes, heads dividing hidden size, ...);
+// every family's parser calls it.
+void validate_model_config(const ModelConfig& config, const std::string& source);
 
-// Built-in architectures: bert-large-uncased, bert-base-uncased, bert-medium,
-// bert-small, bert-mini, bert-tiny (Google's compact BERTs: Turc et al. 2019).
-std::optional<BertConfig> bert_preset(const std::string& name);
-std::vector<std::string> bert_preset_names();
+// Built-in sizes of every family (model_preset_names()), randomly initialised.
+std::optional<ModelConfig> model_preset(const std::string& name);
+std::vector<std::string> model_preset_names();
 
 std::string activation_name(Activation a);
 std::string problem_type_name(ProblemType p);
@@ -59,6 +64,6 @@ std::string problem_type_name(ProblemType p);
 // Training FLOPs per sequence of `seq_len` tokens, matrix products of the
 // encoder only (forward 1x, backward 2x), as BASELINES.md counts them for MFU:
 // 6 * layers * (4 H^2 + 2 H I) * L  +  3 * layers * 4 * L^2 * H.
-double training_flops_per_sequence(const BertConfig& config, int64_t seq_len);
+double training_flops_per_sequence(const ModelConfig& config, int64_t seq_len);
 
 }  // namespace anatomy

@@ -1,6 +1,6 @@
-// parameters.h: the parameters of BertForSequenceClassification by their
-// Hugging Face names, laid out in one flat buffer (so optimizers, clipping and
-// later ZeRO sharding work on contiguous memory), with named views.
+// parameters.h: a model's parameters by their Hugging Face names, laid out in
+// one flat buffer (so optimizers, clipping and ZeRO sharding work on
+// contiguous memory), with named views; and the units ZeRO shards them by.
 #pragma once
 
 #include <functional>
@@ -10,7 +10,6 @@
 
 #include "anatomy/core/tensor.h"
 #include "anatomy/kernels/backend.h"
-#include "anatomy/model/config.h"
 
 namespace anatomy {
 
@@ -23,11 +22,9 @@ struct ParamSpec {
   ParamInit init;
   // Place in the flat layout, when it is not the place in the list (-1): a
   // list either leaves every slot -1 or gives each spec its own, and is laid
-  // out in the slots' order (a part of bert_parameter_specs keeps theirs).
+  // out in the slots' order (a part of a family's list keeps theirs).
   int64_t slot = -1;
 };
-
-std::vector<ParamSpec> bert_parameter_specs(const BertConfig& config);
 
 class ParameterSet {
  public:
@@ -73,38 +70,13 @@ class ParameterSet {
 // meaningful only under the layout they were saved with.
 std::string parameter_layout_id(const ParameterSet& set);
 
-// Named handles into a ParameterSet (weights or their gradients), so the model
-// code reads `w.layers[3].query_w` instead of an index.
-struct EncoderLayerTensors {
-  Tensor query_w, query_b, key_w, key_b, value_w, value_b;
-  Tensor attn_out_w, attn_out_b, attn_ln_w, attn_ln_b;
-  Tensor inter_w, inter_b, out_w, out_b, out_ln_w, out_ln_b;
-  // Query, key and value as one [3H, H] weight and one [3H] bias, when each
-  // three lie one after another (bert_parameter_specs lays them out so, and
-  // no alignment padding falls between them when H is a multiple of 64);
-  // undefined otherwise.
-  Tensor qkv_w, qkv_b;
-};
-
-struct BertTensors {
-  Tensor word, position, token_type, emb_ln_w, emb_ln_b;
-  std::vector<EncoderLayerTensors> layers;
-  Tensor pooler_w, pooler_b, classifier_w, classifier_b;
-
-  static BertTensors bind(const ParameterSet& set, const BertConfig& config);
-  // Binds the tensors of one unit (see bert_parameter_units) to what `get`
-  // returns for each Hugging Face name (an undefined tensor unbinds).
-  void bind_unit(int64_t unit, const BertConfig& config, const std::function<Tensor(const std::string&)>& get);
-};
-
-// The model's parameters in units, the granularity of ZeRO stages 2 and 3:
-// the embeddings (unit 0), encoder layer l (unit 1 + l), the pooler and the
-// classifier (unit L + 1). Each unit is a contiguous run [begin, end) of the
-// flat layout (its tensors and their alignment padding); together they cover it.
+// A model's parameters in units, the granularity of ZeRO stages 2 and 3 (a
+// family's: BERT's embeddings, each encoder layer, the head). Each unit is a
+// contiguous run [begin, end) of the flat layout (its tensors and their
+// alignment padding); together they cover it, in order.
 struct ParameterUnit {
   int64_t begin = 0, end = 0;
   int64_t size() const { return end - begin; }
 };
-std::vector<ParameterUnit> bert_parameter_units(const ParameterSet& set, const BertConfig& config);
 
 }  // namespace anatomy

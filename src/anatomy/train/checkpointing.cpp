@@ -112,7 +112,7 @@ std::string optimizer_shard_file(int64_t rank, int64_t world_size) {
   return fmt::format("optimizer-rank-{}-of-{}.safetensors", rank, world_size);
 }
 
-void save_checkpoint(const std::string& output_dir, const BertForSequenceClassification& model, Backend& backend,
+void save_checkpoint(const std::string& output_dir, const Model& model, Backend& backend,
                      const Optimizer& optimizer, const TrainerState& state, const TokenizerSettings* tokenizer,
                      int64_t total_limit, int64_t keep_step, const CheckpointRanks& ranks) {
   const int rank = rank_of(ranks), world = world_of(ranks);
@@ -225,7 +225,7 @@ TrainerState read_trainer_state(const std::string& dir) {
   }
 }
 
-TrainerState load_checkpoint(const std::string& dir, BertForSequenceClassification& model, Optimizer& optimizer,
+TrainerState load_checkpoint(const std::string& dir, Model& model, Optimizer& optimizer,
                              Backend& backend, const TrainerState& expected, const CheckpointRanks& ranks) {
   const TrainerState s = read_trainer_state(dir);
   // The data position counts batches of each rank's shard, and stage 1's

@@ -30,7 +30,7 @@
 #include "anatomy/data/text_dataset.h"
 #include "anatomy/distributed/communicator.h"
 #include "anatomy/kernels/backend.h"
-#include "anatomy/model/bert.h"
+#include "anatomy/model/model.h"
 #include "anatomy/optim/optimizer.h"
 
 namespace anatomy {
@@ -79,7 +79,7 @@ std::string optimizer_shard_file(int64_t rank, int64_t world_size);
 // only the newest `total_limit` checkpoints (0: all), and
 // checkpoint-<keep_step> besides (the best model's, as Hugging Face keeps it).
 // With `ranks.comm`, every rank of the run calls it (see above).
-void save_checkpoint(const std::string& output_dir, const BertForSequenceClassification& model, Backend& backend,
+void save_checkpoint(const std::string& output_dir, const Model& model, Backend& backend,
                      const Optimizer& optimizer, const TrainerState& state, const TokenizerSettings* tokenizer,
                      int64_t total_limit, int64_t keep_step = 0, const CheckpointRanks& ranks = {});
 
@@ -96,8 +96,8 @@ TrainerState read_trainer_state(const std::string& checkpoint_dir);
 // is an error naming the setting. With ZeRO stages 1-3 each rank reads its
 // own shard, whose recorded run (or chunks) must be this rank's. The model
 // is loaded into the model's whole weights, which ZeRO 3 (and 2 under mixed
-// precision) must have allocated (BertForSequenceClassification::restore_weights).
-TrainerState load_checkpoint(const std::string& checkpoint_dir, BertForSequenceClassification& model,
+// precision) must have allocated (Model::restore_weights).
+TrainerState load_checkpoint(const std::string& checkpoint_dir, Model& model,
                              Optimizer& optimizer, Backend& backend, const TrainerState& expected,
                              const CheckpointRanks& ranks = {});
 

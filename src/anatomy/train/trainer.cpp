@@ -57,9 +57,9 @@ class ProgressBar {
 
 }  // namespace
 
-BertInputs upload_batch(Backend& backend, const HostBatch& b, DType label_dtype, int64_t label_width) {
+ModelInputs upload_batch(Backend& backend, const HostBatch& b, DType label_dtype, int64_t label_width) {
   Ledger& ledger = backend.ledger();
-  BertInputs in;
+  ModelInputs in;
   auto upload_tokens = [&](const std::vector<int64_t>& host, const char* name) {
     if (host.empty()) return Tensor();
     Tensor t = Tensor::empty(ledger, {b.batch, b.seq_len}, DType::I64, Category::Data, name);
@@ -103,9 +103,9 @@ class InputSlots {
   }
 
   // Queues the upload of `b` into slot `s` and returns the inputs as views of it.
-  BertInputs upload(int s, const HostBatch& b) {
+  ModelInputs upload(int s, const HostBatch& b) {
     Slot& slot = slots_[s];
-    BertInputs in;
+    ModelInputs in;
     auto tokens = [&](const Tensor& buffer, const std::vector<int64_t>& host, const char* name) {
       if (host.empty()) return Tensor();
       Tensor t = buffer.slice(0, {b.batch, b.seq_len}, name);
@@ -135,7 +135,7 @@ class InputSlots {
 
 }  // namespace
 
-BertInputs upload_dataset(Backend& backend, const Dataset& data) {
+ModelInputs upload_dataset(Backend& backend, const Dataset& data) {
   const std::vector<int64_t> order = epoch_order(data.size, /*shuffle=*/false, 0, 0);
   return upload_batch(backend, gather_batch(data, order, 0, data.size), data.label_dtype, data.label_width);
 }
@@ -153,7 +153,7 @@ OptimizerOptions optimizer_options(const TrainingArguments& args) {
   return o;
 }
 
-Trainer::Trainer(Backend& backend, BertForSequenceClassification& model, const Dataset& data, TrainingArguments args,
+Trainer::Trainer(Backend& backend, Model& model, const Dataset& data, TrainingArguments args,
                  const Dataset* eval_data)
     : backend_(backend), model_(model), data_(data), eval_data_(eval_data), args_(std::move(args)) {
   if (args_.eval_strategy != "no" && args_.eval_strategy != "steps" && args_.eval_strategy != "epoch")
@@ -227,7 +227,7 @@ std::map<std::string, double> Trainer::evaluate() {
   for (int64_t begin = 0; begin < eval.size; begin += B) {
     ledger.set_phase("evaluation");
     // No labels on the device: the loss is computed on the host, from the logits.
-    const BertInputs inputs = upload_batch(backend_, gather_batch(eval, order, begin, std::min(eval.size, begin + B)),
+    const ModelInputs inputs = upload_batch(backend_, gather_batch(eval, order, begin, std::min(eval.size, begin + B)),
                                            eval.label_dtype, 0);
     ForwardOptions options;  // dropout off, nothing kept for backward
     const ForwardOutput out = model_.forward(inputs, options);
@@ -236,31 +236,97 @@ std::map<std::string, double> Trainer::evaluate() {
   return classification_metrics(logits, C, resolve_problem_type(model_.config(), eval.label_dtype), eval);
 }
 
+// What one call of train() holds, from setup to finish. The members are
+// declared in the order the loop acquires them, so that they are released in
+// the reverse order, however train() ends.
+struct Trainer::Run {
+  explicit Run(Model& m) : units_reset{m}, hook_reset{m} {}
+  bool sharded = false;        // ZeRO stage >= 1 under data parallelism
+  int stage = 0;
+  bool grads_sharded = false;  // stages 2 and 3: no whole gradient buffer
+  bool masters_sharded = false;  // the float32 weights sharded: the model holds no whole copy
+  std::unique_ptr<distributed::ZeroSharding> zero;
+  ParameterSet* grads = nullptr;
+  std::unique_ptr<Optimizer> optimizer;
+  TrainerState state;  // what a checkpoint records and a resumed run must share
+  CheckpointRanks ranks;
+  struct UnitsReset {  // the model reads its own buffers again
+    Model& model;
+    ~UnitsReset() { model.set_parameter_units(nullptr); }
+  } units_reset;
+  int64_t first_step = 0;
+  std::optional<TokenizerSettings> tokenizer;
+  std::ofstream log;
+  TrainResult result;
+  std::optional<ProgressBar> bar;
+  std::optional<BatchLoader> loader;
+  std::optional<InputSlots> slots;
+  // Data parallelism: each update's last backward all-reduces the gradients in buckets as they become final.
+  std::optional<distributed::GradientReducer> reducer;
+  struct HookReset {
+    Model& model;
+    ~HookReset() { model.set_gradients_ready_hook({}); }
+  } hook_reset;
+  int64_t window = 0;  // batches of the current update
+  int64_t micro = 0;   // batches begun so far, over the whole run: picks the upload slot and the dropout masks
+  ModelInputs next_inputs;
+  // Since the last log record.
+  double window_loss = 0.0;
+  int64_t window_steps = 0, window_samples = 0;
+  Clock::time_point window_start, start, steady_start;
+  int64_t steady_from = -1;  // samples done when the steady state's clock started (-1: not started)
+  // Dynamic loss scaling as torch.cuda.amp.GradScaler: start at 2^16, halve and
+  // skip the update on a non-finite gradient, double after 2000 clean steps.
+  double loss_scale = 1.0;
+  int64_t clean_steps = 0, updates = 0;
+};
+
+// One optimizer update's figures.
+struct Trainer::Update {
+  double loss = 0.0;         // the mean of the batches' losses, as Hugging Face logs it
+  int64_t samples = 0;
+  double grad_norm = 0.0;    // before clipping
+  double learning_rate = 0.0;
+  double loss_scale = 1.0;   // the scale this update's backwards used
+};
+
 TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
-  namespace fs = std::filesystem;
-  Ledger& ledger = backend_.ledger();
-  const bool sharded = comm_ && args_.zero_stage >= 1;
-  const int stage = sharded ? static_cast<int>(args_.zero_stage) : 0;
+  Run run(model_);
+  setup(run);
+  resume(run);
+  open_log(run);
+  start_loop(run);
+  for (int64_t step = run.first_step; step < total_steps_; ++step) {
+    if (hooks_.before) hooks_.before(step);
+    const Update update = update_once(run, step);
+    if (hooks_.after) hooks_.after(step);
+    record(run, step, update, on_log);
+    evaluate_and_save(run, step);
+  }
+  return finish(run);
+}
+
+// The ZeRO sharding, the gradients, the optimizer, and the state a checkpoint shares.
+void Trainer::setup(Run& run) {
+  run.sharded = comm_ && args_.zero_stage >= 1;
+  run.stage = run.sharded ? static_cast<int>(args_.zero_stage) : 0;
   // ZeRO stages 2 and 3: no whole gradient buffer (and at stage 3 no whole
   // weights): the model reads and writes unit by unit through `zero`. Under
   // mixed precision stage 1 shards by unit too, for its float32 masters.
   const bool mixed = model_.compute_dtype() != DType::F32;
-  const bool grads_sharded = stage >= 2;
-  std::unique_ptr<distributed::ZeroSharding> zero;
-  if (grads_sharded || (stage == 1 && mixed))
-    zero = std::make_unique<distributed::ZeroSharding>(backend_, *comm_, model_, stage);
-  // The float32 weights sharded (stage 3; stages 1 and 2 under mixed precision): the model holds no whole copy.
-  const bool masters_sharded = zero && zero->shards_masters();
-  ParameterSet* grads = grads_sharded ? nullptr : &model_.gradients();
-  std::unique_ptr<Optimizer> optimizer =
-      zero      ? distributed::make_zero_sharded_optimizer(backend_, *zero, model_.weights(), optimizer_options(args_))
-      : sharded ? distributed::make_zero1_optimizer(backend_, *comm_, model_.weights(), optimizer_options(args_))
-                : make_optimizer(backend_, model_.weights(), optimizer_options(args_));
+  run.grads_sharded = run.stage >= 2;
+  if (run.grads_sharded || (run.stage == 1 && mixed))
+    run.zero = std::make_unique<distributed::ZeroSharding>(backend_, *comm_, model_, run.stage);
+  run.masters_sharded = run.zero && run.zero->shards_masters();
+  run.grads = run.grads_sharded ? nullptr : &model_.gradients();
+  run.optimizer =
+      run.zero      ? distributed::make_zero_sharded_optimizer(backend_, *run.zero, model_.weights(), optimizer_options(args_))
+      : run.sharded ? distributed::make_zero1_optimizer(backend_, *comm_, model_.weights(), optimizer_options(args_))
+                    : make_optimizer(backend_, model_.weights(), optimizer_options(args_));
 
-  // What a checkpoint records and a resumed run must share.
-  TrainerState state;
+  TrainerState& state = run.state;
   state.seed = args_.seed;
-  state.optimizer = optimizer->name();
+  state.optimizer = run.optimizer->name();
   state.per_device_train_batch_size = args_.per_device_train_batch_size;
   state.gradient_accumulation_steps = args_.gradient_accumulation_steps;
   state.examples = data_.size;
@@ -270,84 +336,93 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   state.precision = args_.bf16 ? "bf16" : args_.fp16 ? "fp16" : "fp32";
   state.loss_scale = args_.fp16 ? 65536.0 : 1.0;
   state.world_size = world_;
-  state.zero_stage = stage;
+  state.zero_stage = run.stage;
   // Where this rank's part of a checkpoint goes (ZeRO: its shard of the optimizer states).
-  CheckpointRanks ranks;
+  CheckpointRanks& ranks = run.ranks;
   ranks.comm = world_ > 1 ? comm_ : nullptr;
-  if (zero) {  // its chunk of every unit, one after the other
+  if (run.zero) {  // its chunk of every unit, one after the other
     ranks.sharded = true;
     ranks.unit_chunks = true;
     ranks.shard_begin = 0;
-    ranks.shard_end = zero->shards().shard_elements;
-    ranks.shard_total = zero->shards().flat_elements;
-  } else if (sharded) {
-    const distributed::ShardRange mine = distributed::shard_range(model_.weights().flat().numel(), comm_->rank(), world_);
+    ranks.shard_end = run.zero->shards().shard_elements;
+    ranks.shard_total = run.zero->shards().flat_elements;
+  } else if (run.sharded) {
+    const distributed::ShardRange mine =
+        distributed::shard_range(model_.weights().flat().numel(), comm_->rank(), world_);
     ranks.sharded = true;
     ranks.shard_begin = mine.begin;
     ranks.shard_end = mine.end;
     ranks.shard_total = model_.weights().flat().numel();
   }
+}
+
+// --resume-from-checkpoint: the weights, the optimizer states and the counters
+// of a checkpoint (the same on every rank); then the model lends its units to
+// ZeRO stages 2 and 3.
+void Trainer::resume(Run& run) {
   if (!args_.resume_from_checkpoint.empty()) {
     const std::string dir = resolve_checkpoint(args_.resume_from_checkpoint, args_.output_dir);
-    if (masters_sharded) model_.restore_weights();  // the checkpoint's whole model, then sharded again below
-    state = load_checkpoint(dir, model_, *optimizer, backend_, state, ranks);
-    if (state.global_step > total_steps_)
+    if (run.masters_sharded) model_.restore_weights();  // the checkpoint's whole model, then sharded again below
+    run.state = load_checkpoint(dir, model_, *run.optimizer, backend_, run.state, run.ranks);
+    if (run.state.global_step > total_steps_)
       fail("--resume-from-checkpoint {}: the checkpoint is at step {}, past this run's {} steps", dir,
-           state.global_step, total_steps_);
-    if (ranks.comm) {
+           run.state.global_step, total_steps_);
+    if (run.ranks.comm) {
       // Every rank must continue from the same step: the same checkpoint, seen by all.
-      const std::vector<double> all = distributed::gather_host(*comm_, {static_cast<double>(state.global_step)});
+      const std::vector<double> all =
+          distributed::gather_host(*comm_, {static_cast<double>(run.state.global_step)});
       for (int r = 1; r < world_; ++r)
         if (all[static_cast<size_t>(r)] != all[0])
           fail("--resume-from-checkpoint {}: rank 0 resumed from step {} and rank {} from step {}: every rank must "
                "see the same checkpoints (a shared --output-dir)",
                args_.resume_from_checkpoint, all[0], r, all[static_cast<size_t>(r)]);
     }
-    fmt::print("Resuming from {}: step {} of {}\n", dir, state.global_step, total_steps_);
+    fmt::print("Resuming from {}: step {} of {}\n", dir, run.state.global_step, total_steps_);
   }
-  if (masters_sharded && model_.weights().allocated()) zero->shard_model_weights();  // resumed
-  model_.set_parameter_units(grads_sharded ? zero.get() : nullptr);
-  struct UnitsReset {  // however train() ends, the model reads its own buffers again
-    BertForSequenceClassification& model;
-    ~UnitsReset() { model.set_parameter_units(nullptr); }
-  } units_reset{model_};
-  const int64_t first_step = state.global_step;
-  std::optional<TokenizerSettings> tokenizer = tokenizer_;
-  if (!tokenizer && args_.save_strategy != "no" && fs::is_directory(args_.model))
-    tokenizer = read_tokenizer_settings(args_.model);
+  if (run.masters_sharded && model_.weights().allocated()) run.zero->shard_model_weights();  // resumed
+  model_.set_parameter_units(run.grads_sharded ? run.zero.get() : nullptr);
+  run.first_step = run.state.global_step;
+  run.tokenizer = tokenizer_;
+  if (!run.tokenizer && args_.save_strategy != "no" && std::filesystem::is_directory(args_.model))
+    run.tokenizer = read_tokenizer_settings(args_.model);
+}
 
-  std::ofstream log;
-  std::string log_path;
-  if (!args_.output_dir.empty() && writer_) {
-    std::error_code ec;
-    fs::create_directories(args_.output_dir, ec);
-    if (ec) fail("--output-dir {}: cannot create ({})", args_.output_dir, ec.message());
-    log_path = (fs::path(args_.output_dir) / "log.jsonl").string();
-    // A resumed run keeps the records up to its checkpoint and continues the file.
-    std::string kept;
-    if (first_step > 0 && fs::exists(log_path)) {
-      std::ifstream old(log_path);
-      for (std::string line; std::getline(old, line);) {
-        const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-        if (!j.is_discarded() && j.contains("step") && j["step"].is_number_integer() &&
-            j["step"].get<int64_t>() <= first_step)
-          kept += line + "\n";
-      }
+// output_dir/log.jsonl (rank 0): a resumed run keeps the records up to its checkpoint and continues the file.
+void Trainer::open_log(Run& run) {
+  namespace fs = std::filesystem;
+  if (args_.output_dir.empty() || !writer_) return;
+  std::error_code ec;
+  fs::create_directories(args_.output_dir, ec);
+  if (ec) fail("--output-dir {}: cannot create ({})", args_.output_dir, ec.message());
+  const std::string log_path = (fs::path(args_.output_dir) / "log.jsonl").string();
+  std::string kept;
+  if (run.first_step > 0 && fs::exists(log_path)) {
+    std::ifstream old(log_path);
+    for (std::string line; std::getline(old, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!j.is_discarded() && j.contains("step") && j["step"].is_number_integer() &&
+          j["step"].get<int64_t>() <= run.first_step)
+        kept += line + "\n";
     }
-    log.open(log_path, std::ios::trunc);
-    if (!log) fail("{}: cannot open for writing", log_path);
-    log << kept << std::flush;
   }
+  run.log.open(log_path, std::ios::trunc);
+  if (!run.log) fail("{}: cannot open for writing", log_path);
+  run.log << kept << std::flush;
+}
 
-  TrainResult result;
-  ProgressBar bar(total_steps_ - first_step, args_.progress);
-  const int64_t B = args_.per_device_train_batch_size;
-  // The batches of update `step`: as many as the window of its epoch holds.
+// The batches of update `step`: as many as the window of its epoch holds.
+int64_t Trainer::window_of(int64_t step) const {
   const int64_t N = args_.gradient_accumulation_steps;
-  auto window_of = [&](int64_t step) {
-    const int64_t first = (step % steps_per_epoch_) * N;
-    return std::min(first + N, batches_per_epoch_) - first;
-  };
+  const int64_t first = (step % steps_per_epoch_) * N;
+  return std::min(first + N, batches_per_epoch_) - first;
+}
+
+// The loader, the device's input slots, the gradient reducer, the first
+// batch's upload, the clocks and the loss scaler.
+void Trainer::start_loop(Run& run) {
+  Ledger& ledger = backend_.ledger();
+  run.bar.emplace(total_steps_ - run.first_step, args_.progress);
+  const int64_t B = args_.per_device_train_batch_size;
   LoaderOptions loader_options;
   loader_options.batch_size = B;
   loader_options.shuffle = args_.shuffle;
@@ -355,241 +430,252 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
   loader_options.drop_last = args_.dataloader_drop_last;
   loader_options.num_workers = args_.dataloader_num_workers;
   loader_options.prefetch_factor = args_.dataloader_prefetch_factor;
-  loader_options.first_batch = state.micro_batches;
+  loader_options.first_batch = run.state.micro_batches;
   loader_options.rank = comm_ ? comm_->rank() : 0;
   loader_options.world_size = world_;
   loader_options.group_by_length = args_.group_by_length;
-  BatchLoader loader(data_, loader_options);
+  run.loader.emplace(data_, loader_options);
   ledger.set_phase("data");
-  InputSlots slots(backend_, data_, std::min(B, data_.size));
-  // Data parallelism: each update's last backward all-reduces the gradients in buckets as they become final.
-  std::optional<distributed::GradientReducer> reducer;
-  if (comm_ && grads != nullptr) {
-    reducer.emplace(*comm_, grads->flat());
-    model_.set_gradients_ready_hook([&reducer](int64_t from) { reducer->ready(from); });
+  run.slots.emplace(backend_, data_, std::min(B, data_.size));
+  if (comm_ && run.grads != nullptr) {
+    run.reducer.emplace(*comm_, run.grads->flat());
+    model_.set_gradients_ready_hook([&reducer = run.reducer](int64_t from) { reducer->ready(from); });
   }
-  struct HookReset {
-    BertForSequenceClassification& model;
-    ~HookReset() { model.set_gradients_ready_hook({}); }
-  } hook_reset{model_};
-  int64_t window = window_of(first_step);
-  int64_t micro = state.micro_batches;  // batches begun so far, over the whole run: picks the upload slot and the dropout masks
-  BertInputs next_inputs = first_step < total_steps_ ? slots.upload(static_cast<int>(micro % 2), loader.next())
-                                                     : BertInputs();
-  double window_loss = 0.0;
-  int64_t window_steps = 0, window_samples = 0;
-  auto window_start = Clock::now();
-  const auto start = Clock::now();
-  auto steady_start = start;
-  int64_t steady_from = -1;  // samples done when the steady state's clock started (-1: not started)
-  // Dynamic loss scaling as torch.cuda.amp.GradScaler: start at 2^16, halve and
-  // skip the update on a non-finite gradient, double after 2000 clean steps.
-  double loss_scale = state.loss_scale;
-  int64_t clean_steps = state.clean_steps, updates = state.updates;
-  result.skipped_steps = state.skipped_steps;
+  run.window = window_of(run.first_step);
+  run.micro = run.state.micro_batches;
+  if (run.first_step < total_steps_)
+    run.next_inputs = run.slots->upload(static_cast<int>(run.micro % 2), run.loader->next());
+  run.window_start = run.start = run.steady_start = Clock::now();
+  run.loss_scale = run.state.loss_scale;
+  run.clean_steps = run.state.clean_steps;
+  run.updates = run.state.updates;
+  run.result.skipped_steps = run.state.skipped_steps;
+}
 
-  for (int64_t step = first_step; step < total_steps_; ++step) {
-    if (hooks_.before) hooks_.before(step);
-    ledger.set_step(step);
-    const double step_scale = loss_scale;
-    const int64_t count = window;
-    double loss = 0.0;  // the mean of the batches' losses, as Hugging Face logs it
-    int64_t samples = 0;
-    if (grads_sharded) zero->zero_gradients();
-    else model_.zero_gradients();
-    for (int64_t m = 0; m < count; ++m, ++micro) {
+// One optimizer update: the window's batches forward and backward (gradients
+// accumulated, scaled by the loss scale, averaged over the ranks), the
+// reduction, unscaling, the norm and clipping, fp16's overflow check, the
+// step and the schedule; the next update's first batch is uploaded meanwhile.
+Trainer::Update Trainer::update_once(Run& run, int64_t step) {
+  Ledger& ledger = backend_.ledger();
+  ledger.set_step(step);
+  Update u;
+  u.loss_scale = run.loss_scale;
+  const int64_t count = run.window;
+  if (run.grads_sharded) run.zero->zero_gradients();
+  else model_.zero_gradients();
+  for (int64_t m = 0; m < count; ++m, ++run.micro) {
+    ledger.set_phase("data");
+    backend_.upload_wait();  // this batch, uploaded during the previous one
+    const ModelInputs inputs = run.next_inputs;
+    u.samples += inputs.input_ids.dim(0);
+    ForwardOptions options;
+    options.training = true;
+    options.save_for_backward = true;
+    options.gradient_checkpointing = args_.gradient_checkpointing;
+    options.selective_checkpointing = args_.gradient_checkpointing_policy == "selective";
+    options.seed = args_.seed;
+    // Dropout masks are a function of (seed, step, site, element): each rank draws its own.
+    options.step = static_cast<uint64_t>(run.micro * world_ + (comm_ ? comm_->rank() : 0));
+    const ForwardOutput out = model_.forward(inputs, options);
+    u.loss += *out.loss / static_cast<double>(count);
+    // Each batch's loss counts 1/count: count batches of b make one batch of count·b;
+    // and 1/world: the ranks' gradients are summed, so that they average.
+    if (run.reducer && m + 1 == count) run.reducer->arm();
+    model_.backward(u.loss_scale / static_cast<double>(count * world_));
+    // ZeRO 2/3: the embeddings' reduce-scatter, the backward's last, lands in the shard before the next forward.
+    if (run.grads_sharded) run.zero->finish_gradients();
+    if (m + 1 < count) {  // the window's next batch uploads while this one's work runs
       ledger.set_phase("data");
-      backend_.upload_wait();  // this batch, uploaded during the previous one
-      const BertInputs inputs = next_inputs;
-      samples += inputs.input_ids.dim(0);
-      ForwardOptions options;
-      options.training = true;
-      options.save_for_backward = true;
-      options.gradient_checkpointing = args_.gradient_checkpointing;
-      options.selective_checkpointing = args_.gradient_checkpointing_policy == "selective";
-      options.seed = args_.seed;
-      // Dropout masks are a function of (seed, step, site, element): each rank draws its own.
-      options.step = static_cast<uint64_t>(micro * world_ + (comm_ ? comm_->rank() : 0));
-      const ForwardOutput out = model_.forward(inputs, options);
-      loss += *out.loss / static_cast<double>(count);
-      // Each batch's loss counts 1/count: count batches of b make one batch of count·b;
-      // and 1/world: the ranks' gradients are summed, so that they average.
-      if (reducer && m + 1 == count) reducer->arm();
-      model_.backward(step_scale / static_cast<double>(count * world_));
-      // ZeRO 2/3: the embeddings' reduce-scatter, the backward's last, lands in the shard before the next forward.
-      if (grads_sharded) zero->finish_gradients();
-      if (m + 1 < count) {  // the window's next batch uploads while this one's work runs
-        ledger.set_phase("data");
-        next_inputs = slots.upload(static_cast<int>((micro + 1) % 2), loader.next());
-      }
-    }
-    if (comm_) {
-      if (reducer) {
-        ledger.set_phase("gradient all-reduce");
-        reducer->finish();
-      } else {
-        ledger.set_phase("gradient reduce-scatter");
-        zero->finish_gradients();
-      }
-      // The world's loss (the mean of the ranks' means: equal batches) and samples.
-      const std::vector<double> sums = comm_->sum_host({loss, static_cast<double>(samples)});
-      loss = sums[0] / world_;
-      samples = static_cast<int64_t>(std::llround(sums[1]));
-    }
-    ledger.set_phase("optimizer step");
-    if (step_scale != 1.0) {
-      if (grads_sharded) zero->scale_gradients(1.0 / step_scale);
-      else backend_.scale(grads->flat(), 1.0 / step_scale);
-    }
-    // Under ZeRO 2/3 the norm sums every rank's shard: the same on every rank, so is fp16's overflow verdict.
-    // The clipping coefficient goes to the optimizer, which multiplies it into each gradient as it reads it
-    // (the same bits as scaling them first, without a pass of its own over the gradients).
-    const double grad_norm = grads_sharded ? zero->gradient_norm() : gradient_norm(backend_, *grads);
-    const double grad_scale = clip_coefficient(grad_norm, args_.max_grad_norm);
-    // The schedule advances with the updates made, as Hugging Face's does when GradScaler skips one.
-    const double lr =
-        scheduled_lr(args_.lr_scheduler_type, args_.learning_rate, updates, args_.warmup_steps, total_steps_);
-    bool skip = false;
-    if (args_.fp16) {
-      if (!std::isfinite(grad_norm)) {
-        skip = true;
-        loss_scale *= 0.5;
-        clean_steps = 0;
-        ++result.skipped_steps;
-      } else if (++clean_steps == 2000) {
-        loss_scale *= 2.0;
-        clean_steps = 0;
-      }
-    }
-    if (!skip) {
-      // Refreshes the 16-bit copy too (ZeRO 2/3: the gradients are its shard's, and every rank gets the update).
-      optimizer->step(model_.weights(), grads ? *grads : model_.weights(), lr, model_.half_weights(), grad_scale);
-      ++updates;
-    }
-    if (step + 1 < total_steps_) {  // the next update's first batch uploads while this one's work runs
-      window = window_of(step + 1);
-      ledger.set_phase("data");
-      next_inputs = slots.upload(static_cast<int>(micro % 2), loader.next());
-    }
-    if (hooks_.after) hooks_.after(step);
-
-    result.losses.push_back(loss);
-    result.samples += samples;
-    if (step == first_step && step + 1 < total_steps_) {  // the steady state's clock starts once this step is done
-      backend_.synchronize();
-      steady_start = Clock::now();
-      steady_from = result.samples;
-    }
-    window_loss += loss;
-    window_steps += 1;
-    window_samples += samples;
-    bar.update(step + 1 - first_step, loss, seconds_since(start));
-
-    if ((step + 1) % args_.logging_steps == 0 || step + 1 == total_steps_) {
-      backend_.synchronize();
-      StepLog record{step + 1,
-                     static_cast<double>(step + 1) / steps_per_epoch_,
-                     loss,
-                     window_loss / window_steps,
-                     lr,
-                     grad_norm,
-                     window_samples / std::max(seconds_since(window_start), 1e-9),
-                     step_scale,
-                     result.skipped_steps};
-      if (log.is_open()) {
-        nlohmann::json j = {{"step", record.step},          {"epoch", record.epoch},
-                            {"loss", record.loss},          {"mean_loss", record.mean_loss},
-                            {"learning_rate", record.learning_rate}, {"grad_norm", record.grad_norm},
-                            {"samples_per_second", record.samples_per_second},
-                            {"data_wait_seconds", loader.wait_seconds()}};  // so far in the run
-        if (args_.fp16) {
-          j["loss_scale"] = record.loss_scale;
-          j["skipped_steps"] = record.skipped_steps;
-        }
-        log << j.dump() << "\n" << std::flush;
-      }
-      if (on_log) on_log(record);
-      window_loss = 0.0;
-      window_steps = window_samples = 0;
-      window_start = Clock::now();
-    }
-    const bool evaluate_now = (args_.eval_strategy == "steps" && (step + 1) % args_.eval_steps == 0) ||
-                              (args_.eval_strategy == "epoch" && (step + 1) % steps_per_epoch_ == 0);
-    if (evaluate_now) {
-      result.last_evaluation = evaluate();
-      nlohmann::json j = {{"step", step + 1}, {"epoch", static_cast<double>(step + 1) / steps_per_epoch_}};
-      std::vector<std::string> shown;
-      for (const auto& [name, value] : result.last_evaluation) {
-        j[name] = value;
-        shown.push_back(fmt::format("{} {:.6g}", name, value));
-      }
-      if (log.is_open()) log << j.dump() << "\n" << std::flush;
-      if (args_.print_evaluations) {
-        if (args_.progress) fmt::print(stderr, "\n");
-        fmt::print("Evaluation at step {}: {}\n", step + 1, fmt::join(shown, ", "));
-        std::fflush(stdout);
-      }
-      if (args_.load_best_model_at_end) {
-        const std::string key = args_.metric_for_best_model.rfind("eval_", 0) == 0
-                                    ? args_.metric_for_best_model
-                                    : "eval_" + args_.metric_for_best_model;
-        auto it = result.last_evaluation.find(key);
-        if (it == result.last_evaluation.end())
-          fail("--metric-for-best-model {}: this problem type's evaluation has no {}", args_.metric_for_best_model,
-               key);
-        const bool greater = metric_greater_is_better(key);
-        if (best_step_ == 0 || (greater ? it->second > best_value_ : it->second < best_value_)) {
-          best_step_ = step + 1;
-          best_value_ = it->second;
-        }
-      }
-    }
-    const bool save = (args_.save_strategy == "steps" && (step + 1) % args_.save_steps == 0) ||
-                      (args_.save_strategy == "epoch" && (step + 1) % steps_per_epoch_ == 0);
-    if (save) {  // every rank: rank 0 writes the checkpoint, each rank its shard of the optimizer states
-      backend_.synchronize();
-      state.global_step = step + 1;
-      state.updates = updates;
-      state.micro_batches = micro;
-      state.loss_scale = loss_scale;
-      state.clean_steps = clean_steps;
-      state.skipped_steps = result.skipped_steps;
-      // The masters sharded: the whole model gathered, unit by unit, to rank 0's host memory.
-      std::vector<float> gathered;
-      if (masters_sharded) gathered = zero->gather_weights_to_host();
-      ranks.model_weights = masters_sharded ? &gathered : nullptr;
-      save_checkpoint(args_.output_dir, model_, backend_, *optimizer, state, tokenizer ? &*tokenizer : nullptr,
-                      args_.save_total_limit, best_step_, ranks);
-      ranks.model_weights = nullptr;
+      run.next_inputs = run.slots->upload(static_cast<int>((run.micro + 1) % 2), run.loader->next());
     }
   }
+  if (comm_) {
+    if (run.reducer) {
+      ledger.set_phase("gradient all-reduce");
+      run.reducer->finish();
+    } else {
+      ledger.set_phase("gradient reduce-scatter");
+      run.zero->finish_gradients();
+    }
+    // The world's loss (the mean of the ranks' means: equal batches) and samples.
+    const std::vector<double> sums = comm_->sum_host({u.loss, static_cast<double>(u.samples)});
+    u.loss = sums[0] / world_;
+    u.samples = static_cast<int64_t>(std::llround(sums[1]));
+  }
+  ledger.set_phase("optimizer step");
+  if (u.loss_scale != 1.0) {
+    if (run.grads_sharded) run.zero->scale_gradients(1.0 / u.loss_scale);
+    else backend_.scale(run.grads->flat(), 1.0 / u.loss_scale);
+  }
+  // Under ZeRO 2/3 the norm sums every rank's shard: the same on every rank, so is fp16's overflow verdict.
+  // The clipping coefficient goes to the optimizer, which multiplies it into each gradient as it reads it
+  // (the same bits as scaling them first, without a pass of its own over the gradients).
+  u.grad_norm = run.grads_sharded ? run.zero->gradient_norm() : gradient_norm(backend_, *run.grads);
+  const double grad_scale = clip_coefficient(u.grad_norm, args_.max_grad_norm);
+  // The schedule advances with the updates made, as Hugging Face's does when GradScaler skips one.
+  u.learning_rate =
+      scheduled_lr(args_.lr_scheduler_type, args_.learning_rate, run.updates, args_.warmup_steps, total_steps_);
+  bool skip = false;
+  if (args_.fp16) {
+    if (!std::isfinite(u.grad_norm)) {
+      skip = true;
+      run.loss_scale *= 0.5;
+      run.clean_steps = 0;
+      ++run.result.skipped_steps;
+    } else if (++run.clean_steps == 2000) {
+      run.loss_scale *= 2.0;
+      run.clean_steps = 0;
+    }
+  }
+  if (!skip) {
+    // Refreshes the 16-bit copy too (ZeRO 2/3: the gradients are its shard's, and every rank gets the update).
+    run.optimizer->step(model_.weights(), run.grads ? *run.grads : model_.weights(), u.learning_rate,
+                        model_.half_weights(), grad_scale);
+    ++run.updates;
+  }
+  if (step + 1 < total_steps_) {  // the next update's first batch uploads while this one's work runs
+    run.window = window_of(step + 1);
+    ledger.set_phase("data");
+    run.next_inputs = run.slots->upload(static_cast<int>(run.micro % 2), run.loader->next());
+  }
+  return u;
+}
+
+// The update's figures: the result, the steady state's clock, the progress
+// bar, and every logging_steps a record (log.jsonl and `on_log`).
+void Trainer::record(Run& run, int64_t step, const Update& u, const std::function<void(const StepLog&)>& on_log) {
+  TrainResult& result = run.result;
+  result.losses.push_back(u.loss);
+  result.samples += u.samples;
+  if (step == run.first_step && step + 1 < total_steps_) {  // the steady state's clock starts once this step is done
+    backend_.synchronize();
+    run.steady_start = Clock::now();
+    run.steady_from = result.samples;
+  }
+  run.window_loss += u.loss;
+  run.window_steps += 1;
+  run.window_samples += u.samples;
+  run.bar->update(step + 1 - run.first_step, u.loss, seconds_since(run.start));
+  if ((step + 1) % args_.logging_steps != 0 && step + 1 != total_steps_) return;
   backend_.synchronize();
-  result.seconds = seconds_since(start);
-  const double steady_seconds = seconds_since(steady_start);
+  const StepLog record{step + 1,
+                       static_cast<double>(step + 1) / steps_per_epoch_,
+                       u.loss,
+                       run.window_loss / run.window_steps,
+                       u.learning_rate,
+                       u.grad_norm,
+                       run.window_samples / std::max(seconds_since(run.window_start), 1e-9),
+                       u.loss_scale,
+                       result.skipped_steps};
+  if (run.log.is_open()) {
+    nlohmann::json j = {{"step", record.step},          {"epoch", record.epoch},
+                        {"loss", record.loss},          {"mean_loss", record.mean_loss},
+                        {"learning_rate", record.learning_rate}, {"grad_norm", record.grad_norm},
+                        {"samples_per_second", record.samples_per_second},
+                        {"data_wait_seconds", run.loader->wait_seconds()}};  // so far in the run
+    if (args_.fp16) {
+      j["loss_scale"] = record.loss_scale;
+      j["skipped_steps"] = record.skipped_steps;
+    }
+    run.log << j.dump() << "\n" << std::flush;
+  }
+  if (on_log) on_log(record);
+  run.window_loss = 0.0;
+  run.window_steps = run.window_samples = 0;
+  run.window_start = Clock::now();
+}
+
+// --eval-strategy and --save-strategy after update `step`: the metrics (and
+// the best so far for --load-best-model-at-end), and a checkpoint, which every
+// rank takes part in.
+void Trainer::evaluate_and_save(Run& run, int64_t step) {
+  TrainResult& result = run.result;
+  const bool evaluate_now = (args_.eval_strategy == "steps" && (step + 1) % args_.eval_steps == 0) ||
+                            (args_.eval_strategy == "epoch" && (step + 1) % steps_per_epoch_ == 0);
+  if (evaluate_now) {
+    result.last_evaluation = evaluate();
+    nlohmann::json j = {{"step", step + 1}, {"epoch", static_cast<double>(step + 1) / steps_per_epoch_}};
+    std::vector<std::string> shown;
+    for (const auto& [name, value] : result.last_evaluation) {
+      j[name] = value;
+      shown.push_back(fmt::format("{} {:.6g}", name, value));
+    }
+    if (run.log.is_open()) run.log << j.dump() << "\n" << std::flush;
+    if (args_.print_evaluations) {
+      if (args_.progress) fmt::print(stderr, "\n");
+      fmt::print("Evaluation at step {}: {}\n", step + 1, fmt::join(shown, ", "));
+      std::fflush(stdout);
+    }
+    if (args_.load_best_model_at_end) {
+      const std::string key = args_.metric_for_best_model.rfind("eval_", 0) == 0
+                                  ? args_.metric_for_best_model
+                                  : "eval_" + args_.metric_for_best_model;
+      auto it = result.last_evaluation.find(key);
+      if (it == result.last_evaluation.end())
+        fail("--metric-for-best-model {}: this problem type's evaluation has no {}", args_.metric_for_best_model,
+             key);
+      const bool greater = metric_greater_is_better(key);
+      if (best_step_ == 0 || (greater ? it->second > best_value_ : it->second < best_value_)) {
+        best_step_ = step + 1;
+        best_value_ = it->second;
+      }
+    }
+  }
+  const bool save = (args_.save_strategy == "steps" && (step + 1) % args_.save_steps == 0) ||
+                    (args_.save_strategy == "epoch" && (step + 1) % steps_per_epoch_ == 0);
+  if (!save) return;
+  // Every rank: rank 0 writes the checkpoint, each rank its shard of the optimizer states.
+  backend_.synchronize();
+  TrainerState& state = run.state;
+  state.global_step = step + 1;
+  state.updates = run.updates;
+  state.micro_batches = run.micro;
+  state.loss_scale = run.loss_scale;
+  state.clean_steps = run.clean_steps;
+  state.skipped_steps = result.skipped_steps;
+  // The masters sharded: the whole model gathered, unit by unit, to rank 0's host memory.
+  std::vector<float> gathered;
+  if (run.masters_sharded) gathered = run.zero->gather_weights_to_host();
+  run.ranks.model_weights = run.masters_sharded ? &gathered : nullptr;
+  save_checkpoint(args_.output_dir, model_, backend_, *run.optimizer, state,
+                  run.tokenizer ? &*run.tokenizer : nullptr, args_.save_total_limit, best_step_, run.ranks);
+  run.ranks.model_weights = nullptr;
+}
+
+// The end of the run: the time, the whole model back on every rank (ZeRO),
+// the best checkpoint reloaded when asked, and the figures.
+TrainResult Trainer::finish(Run& run) {
+  Ledger& ledger = backend_.ledger();
+  TrainResult& result = run.result;
+  backend_.synchronize();
+  result.seconds = seconds_since(run.start);
+  const double steady_seconds = seconds_since(run.steady_start);
   if (comm_) comm_->sum_host({});  // a barrier: rank 0 has written every checkpoint
-  if (masters_sharded) {  // the whole model again on every rank, for what follows training (saving, evaluating)
+  if (run.masters_sharded) {  // the whole model again on every rank, for what follows training (saving, evaluating)
     ledger.set_phase("gather weights");
-    optimizer.reset();          // the states and the gradient shard first: training is over
-    zero->release_gradients();
-    zero->restore_model_weights();
+    run.optimizer.reset();  // the states and the gradient shard first: training is over
+    run.zero->release_gradients();
+    run.zero->restore_model_weights();
   }
   model_.set_parameter_units(nullptr);
   if (args_.load_best_model_at_end && best_step_ > 0) {
-    const std::string dir = (fs::path(args_.output_dir) / fmt::format("checkpoint-{}", best_step_)).string();
+    const std::string dir =
+        (std::filesystem::path(args_.output_dir) / fmt::format("checkpoint-{}", best_step_)).string();
     load_weights(model_, dir, args_.seed);
     result.best_step = best_step_;
     fmt::print("Loaded the best model from {} ({} {:.6g})\n", dir, args_.metric_for_best_model, best_value_);
   }
-  result.steps = total_steps_ - first_step;
+  result.steps = total_steps_ - run.first_step;
   result.samples_per_second = result.samples / std::max(result.seconds, 1e-9);
-  if (steady_from >= 0)
+  if (run.steady_from >= 0)
     result.steady_samples_per_second =
-        static_cast<double>(result.samples - steady_from) / std::max(steady_seconds, 1e-9);
-  result.data_wait_seconds = loader.wait_seconds();
+        static_cast<double>(result.samples - run.steady_from) / std::max(steady_seconds, 1e-9);
+  result.data_wait_seconds = run.loader->wait_seconds();
   ledger.set_step(-1);
   ledger.set_phase("done");
   result.memory = ledger.snapshot();
-  return result;
+  return std::move(result);
 }
 
 }  // namespace anatomy

@@ -14,7 +14,7 @@
 #include "anatomy/distributed/communicator.h"
 #include "anatomy/data/text_dataset.h"
 #include "anatomy/kernels/backend.h"
-#include "anatomy/model/bert.h"
+#include "anatomy/model/model.h"
 #include "anatomy/optim/optimizer.h"
 #include "anatomy/train/arguments.h"
 
@@ -58,7 +58,7 @@ struct StepHooks {
 class Trainer {
  public:
   // `eval_data` (may be null): the validation set of --eval-strategy.
-  Trainer(Backend& backend, BertForSequenceClassification& model, const Dataset& data, TrainingArguments args,
+  Trainer(Backend& backend, Model& model, const Dataset& data, TrainingArguments args,
           const Dataset* eval_data = nullptr);
   // Optimizer updates (each of gradient_accumulation_steps batches).
   int64_t total_steps() const { return total_steps_; }
@@ -84,8 +84,21 @@ class Trainer {
 
  private:
   void plan_epochs();  // batches and updates per epoch, for this rank's shard
+  // train(), in its parts (trainer.cpp): setup, resume, the log, the loop's
+  // start; per update its computation, its record, evaluation and saving; the end.
+  struct Run;
+  struct Update;
+  void setup(Run& run);
+  void resume(Run& run);
+  void open_log(Run& run);
+  void start_loop(Run& run);
+  int64_t window_of(int64_t step) const;
+  Update update_once(Run& run, int64_t step);
+  void record(Run& run, int64_t step, const Update& update, const std::function<void(const StepLog&)>& on_log);
+  void evaluate_and_save(Run& run, int64_t step);
+  TrainResult finish(Run& run);
   Backend& backend_;
-  BertForSequenceClassification& model_;
+  Model& model_;
   const Dataset& data_;
   const Dataset* eval_data_;
   TrainingArguments args_;
@@ -105,8 +118,8 @@ class Trainer {
 OptimizerOptions optimizer_options(const TrainingArguments& args);
 
 // Copies a host batch to the backend's device (category "data").
-BertInputs upload_batch(Backend& backend, const HostBatch& batch, DType label_dtype, int64_t label_width);
+ModelInputs upload_batch(Backend& backend, const HostBatch& batch, DType label_dtype, int64_t label_width);
 // The whole dataset, in order, as one batch on the backend's device.
-BertInputs upload_dataset(Backend& backend, const Dataset& data);
+ModelInputs upload_dataset(Backend& backend, const Dataset& data);
 
 }  // namespace anatomy

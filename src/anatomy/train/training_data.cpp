@@ -13,7 +13,7 @@ namespace anatomy {
 namespace {
 
 // id2label holds names a person gave (not Hugging Face's LABEL_i defaults).
-bool has_named_labels(const BertConfig& c) {
+bool has_named_labels(const ModelConfig& c) {
   if (c.id2label.empty()) return false;
   for (const auto& [id, name] : c.id2label)
     if (name != fmt::format("LABEL_{}", id)) return true;
@@ -23,7 +23,7 @@ bool has_named_labels(const BertConfig& c) {
 // Text training data fixes the label set: the model's own ids when its
 // config names labels that cover the data's, else the data's vocabulary
 // (integers as written, other names sorted).
-LabelVocabulary fit_labels(const TextTable& train, BertConfig& config, bool from_directory) {
+LabelVocabulary fit_labels(const TextTable& train, ModelConfig& config, bool from_directory) {
   LabelVocabulary labels = LabelVocabulary::from(train);
   if (labels.regression) {
     config.num_labels = 1;
@@ -75,7 +75,7 @@ TokenizerSettings resolve_tokenizer(const std::string& vocab, const std::string&
   return s;
 }
 
-LabelVocabulary model_label_vocabulary(const BertConfig& config) {
+LabelVocabulary model_label_vocabulary(const ModelConfig& config) {
   LabelVocabulary v;
   if (config.problem_type == ProblemType::Regression ||
       (config.problem_type == ProblemType::Unset && config.num_labels == 1)) {
@@ -95,7 +95,7 @@ LabelVocabulary model_label_vocabulary(const BertConfig& config) {
 
 TrainingData load_training_data(const TrainingArguments& args, ModelSource& source) {
   TrainingData out;
-  BertConfig& config = source.config;
+  ModelConfig& config = source.config;
   const bool train_text = !args.train_file.empty() && is_text_data_file(args.train_file);
   const bool eval_text = !args.validation_file.empty() && is_text_data_file(args.validation_file);
   if (eval_text && !train_text)

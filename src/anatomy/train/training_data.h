@@ -41,6 +41,6 @@ TokenizerSettings resolve_tokenizer(const std::string& vocab, const std::string&
 // A trained model's labels as a vocabulary, to read labelled text for
 // evaluation: the id2label names (and the ids themselves, written as integers,
 // when the names are the default LABEL_i), or regression.
-LabelVocabulary model_label_vocabulary(const BertConfig& config);
+LabelVocabulary model_label_vocabulary(const ModelConfig& config);
 
 }  // namespace anatomy

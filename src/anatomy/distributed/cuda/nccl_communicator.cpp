@@ -8,7 +8,6 @@
 
 #include <fmt/format.h>
 
-#include "anatomy/core/env.h"
 #include "anatomy/core/error.h"
 #include "anatomy/distributed/store.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
@@ -34,12 +33,12 @@ ncclDataType_t nccl_type(DType dtype) {
   fail("NCCL: no collective for {} tensors", dtype_name(dtype));
 }
 
-// ANATOMY_NCCL_STREAM_PRIORITY (a diagnostic): unset or "default", NCCL's
-// stream has the default priority, as the compute stream; "high", the
-// device's greatest, so that the blocks of a collective are scheduled ahead
-// of the compute kernels' waiting blocks.
-int stream_priority() {
-  if (env_choice("ANATOMY_NCCL_STREAM_PRIORITY", {"default", "high"}, "default or high") != "high") return 0;
+// EngineOptions::nccl_high_priority (a diagnostic): off, NCCL's stream has
+// the default priority, as the compute stream; on, the device's greatest, so
+// that the blocks of a collective are scheduled ahead of the compute kernels'
+// waiting blocks.
+int stream_priority(const EngineOptions& options) {
+  if (!options.nccl_high_priority) return 0;
   int least = 0, greatest = 0;
   ANATOMY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   return greatest;
@@ -52,7 +51,7 @@ class NcclCommunicator final : public Communicator {
     if (compute_ == nullptr || backend.device().is_cpu())
       fail("NCCL needs a CUDA backend; this one runs on {}", backend.device().str());
     ANATOMY_CUDA_CHECK(cudaSetDevice(backend.device().index));
-    const int priority = stream_priority();  // a bad value ends the run before NCCL starts
+    const int priority = stream_priority(backend.options());
     ncclUniqueId id;
     if (store.rank() == 0) {
       nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");

@@ -76,11 +76,8 @@ struct Batch {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, Fp32Products fp32_products, bool gemm_tuning)
-      : device_(device),
-        ledger_(Device::cuda(device), make_cuda_allocator(device)),
-        fp32_products_(fp32_products),
-        gemm_tuning_(gemm_tuning) {
+  CudaBackend(int device, Fp32Products fp32_products)
+      : device_(device), ledger_(Device::cuda(device), make_cuda_allocator(device)), fp32_products_(fp32_products) {
     ANATOMY_CUDA_CHECK(cudaSetDevice(device));
     ANATOMY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ANATOMY_CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -498,11 +495,11 @@ class CudaBackend final : public Backend {
   bool attention_saves_probabilities(DType dtype, int64_t head_dim) const override {
     return !fused_attention(dtype, head_dim);
   }
-  // The Hopper kernels, where ANATOMY_ATTENTION allows them, the device runs
-  // them (sm_90a) and the shape fits, come before cuDNN; with dropout they
-  // keep the forward's mask as bits in `saved`.
-  static bool hopper_attention(DType dtype, int64_t head_dim, int64_t L) {
-    return hopper_attention_shape(dtype, head_dim, L) && hopper_attention_selected() &&
+  // The Hopper kernels, where the options allow them (--attention), the
+  // device runs them (sm_90a) and the shape fits, come before cuDNN; with
+  // dropout they keep the forward's mask as bits in `saved`.
+  bool hopper_attention(DType dtype, int64_t head_dim, int64_t L) const {
+    return hopper_attention_shape(dtype, head_dim, L) && hopper_attention_selected(options()) &&
            hopper_attention_available(head_dim);
   }
   bool attention_keeps_dropout_bits(DType dtype, int64_t head_dim, int64_t L) const override {
@@ -880,14 +877,14 @@ class CudaBackend final : public Backend {
     return s;
   }
   // cuDNN's fused attention for this shape, or nullptr for our flash kernels:
-  // when ANATOMY_ATTENTION=anatomy, when cuDNN cannot be loaded, or when it
+  // when --attention anatomy, when cuDNN cannot be loaded, or when it
   // has no fused graph for the shape.
   CudnnAttention* cudnn_for(const CudnnAttentionShape& s) {
     if (!cudnn_tried_) {
       cudnn_tried_ = true;
-      if (cudnn_attention_selected()) {
+      if (cudnn_attention_selected(options())) {
         std::string why;
-        cudnn_ = CudnnAttention::create(stream_, &why);
+        cudnn_ = CudnnAttention::create(stream_, options(), &why);
         if (!cudnn_) std::fprintf(stderr, "warning: cuDNN attention unavailable (%s); using our flash kernels\n", why.c_str());
       }
     }
@@ -967,7 +964,7 @@ class CudaBackend final : public Backend {
   // keeps the fastest, and the choice goes to a cache file
   // (kernels/gemm_tuning_cache.h) that later runs read instead of timing
   // again: timings are noisy, and two runs that chose differently would give
-  // different bits for the same inputs. ANATOMY_GEMM_TUNING=0 keeps the
+  // different bits for the same inputs. --gemm-tuning false keeps the
   // heuristic's first.
   //
   // With float32 operands, each candidate that does not split the depth also
@@ -1147,7 +1144,7 @@ class CudaBackend final : public Backend {
   // when the cache has one for this GPU, cuBLASLt version and plan; else its
   // first call times them.
   void choose_from_cache(LtPlan& plan, const LtKey& key) {
-    if (plan.candidates <= 1 || !gemm_tuning_) {
+    if (plan.candidates <= 1 || !options().gemm_tuning) {
       plan.decided = true;
       return;
     }
@@ -1374,11 +1371,10 @@ class CudaBackend final : public Backend {
   std::vector<ParamSegment> adamw_segments_;  // what adamw_table_ was built from
   int64_t adamw_chunks_ = 0;
   std::map<LtKey, LtPlan> lt_plans_;
-  // cuBLASLt algorithm tuning (see lt_gemm): on or not (ANATOMY_GEMM_TUNING),
+  // cuBLASLt algorithm tuning (see lt_gemm), on unless options().gemm_tuning is off:
   // the cache's choices (read at the first plan with a choice to make), its
   // path, the GPU and library part of its keys, the events that time the
   // candidates, and how many plans were timed (gemm_plans_tuned, for tests).
-  bool gemm_tuning_ = true;
   std::optional<GemmChoices> gemm_choices_;
   std::string gemm_choices_path_;
   std::string gemm_key_prefix_;
@@ -1389,9 +1385,11 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device, Fp32Products fp32_products) {
+std::unique_ptr<Backend> make_cuda_backend(int device, Fp32Products fp32_products, const EngineOptions& options) {
   if (device < 0 || device >= device_count()) fail("--device cuda:{}: no such GPU ({} visible)", device, device_count());
-  return std::make_unique<CudaBackend>(device, fp32_products, gemm_tuning_enabled());
+  auto backend = std::make_unique<CudaBackend>(device, fp32_products);
+  backend->set_options(options);
+  return backend;
 }
 
 int64_t gemm_plans_tuned(Backend& backend) {

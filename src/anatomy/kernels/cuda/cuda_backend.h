@@ -14,9 +14,11 @@ namespace anatomy::cuda {
 // Float32 products run as `fp32_products` says (kernels/fp32_products.h):
 // plain float32, TF32, or split TF32. Creating it creates the CUDA context.
 // Matrix products take the fastest of cuBLASLt's candidate algorithms, timed
-// at a product's first call and cached across runs, unless the environment
-// variable ANATOMY_GEMM_TUNING is 0 (any value but 0 and 1 is an Error).
-std::unique_ptr<Backend> make_cuda_backend(int device, Fp32Products fp32_products = Fp32Products::Float32);
+// at a product's first call and cached across runs, unless
+// options.gemm_tuning is off; the attention kernels and cuDNN's plans follow
+// `options` too (Backend::set_options may change them before the first op).
+std::unique_ptr<Backend> make_cuda_backend(int device, Fp32Products fp32_products = Fp32Products::Float32,
+                                           const EngineOptions& options = {});
 
 // How many product plans `backend` (a CUDA backend) chose an algorithm for by
 // timing the candidates, rather than from the cache or with one candidate

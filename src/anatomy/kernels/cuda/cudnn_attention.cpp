@@ -11,7 +11,7 @@
 // the same engine and configuration, so the same bits. A file whose first line
 // is not the key, or that does not load, is ignored and rewritten. At most
 // kMaxPlanFiles files are written (dynamic padding makes a graph per length).
-// ANATOMY_CUDNN_PLAN_CACHE=0 neither reads nor writes the files.
+// --cudnn-plan-cache false (ANATOMY_CUDNN_PLAN_CACHE=0) neither reads nor writes the files.
 #include "anatomy/kernels/cuda/cudnn_attention.h"
 
 #include <cudnn.h>
@@ -29,7 +29,6 @@
 #include <tuple>
 #include <vector>
 
-#include "anatomy/core/env.h"
 #include "anatomy/core/error.h"
 #include "anatomy/core/hash.h"
 #include "anatomy/io/files.h"
@@ -71,25 +70,12 @@ struct Built {
   std::shared_ptr<fe::graph::Graph> graph;  // null: unsupported
   int64_t workspace = 0;
   std::string why;
-  // ANATOMY_CUDNN_ATTENTION_PLANS=time (an experiment): every plan that built
+  // --cudnn-time-plans (an experiment): every plan that built
   // and fits the chosen plan's workspace, timed on the first call; then the
   // fastest runs. -1: the heuristics' choice.
   std::vector<int64_t> candidates;
   int64_t chosen = -1;
 };
-
-// ANATOMY_CUDNN_ATTENTION_PLANS: unset, the heuristics' first plan (mode A);
-// "time", every plan of modes A, B and the fallback, timed on the first call,
-// with each one's time printed to stderr.
-bool time_every_plan() {
-  return env_choice("ANATOMY_CUDNN_ATTENTION_PLANS", {"time"}, "time (or unset)") == "time";
-}
-
-// ANATOMY_CUDNN_PLAN_CACHE: unset, empty or "1" reads and writes the plan
-// files; "0" does neither.
-bool plan_cache_enabled() {
-  return env_choice("ANATOMY_CUDNN_PLAN_CACHE", {"0", "1"}, "0 or 1 (or unset)") != "0";
-}
 
 constexpr int64_t kMaxPlanFiles = 512;
 
@@ -435,14 +421,15 @@ class CudnnAttentionImpl final : public CudnnAttention {
 
 }  // namespace
 
-std::unique_ptr<CudnnAttention> CudnnAttention::create(cudaStream_t stream, std::string* why) {
+std::unique_ptr<CudnnAttention> CudnnAttention::create(cudaStream_t stream, const EngineOptions& options,
+                                                       std::string* why) {
   const size_t version = cudnnGetVersion();
   if (version < 90000) {
     *why = fmt::format("cuDNN {} is older than 9.0", version);
     return nullptr;
   }
-  const bool time_plans = time_every_plan();  // a bad value ends the run before a handle exists
-  const bool plan_cache = plan_cache_enabled();
+  const bool time_plans = options.cudnn_time_plans;
+  const bool plan_cache = options.cudnn_plan_cache;
   cudnnHandle_t handle = nullptr;
   if (cudnnStatus_t st = cudnnCreate(&handle); st != CUDNN_STATUS_SUCCESS) {
     *why = fmt::format("cudnnCreate: {}", cudnnGetErrorString(st));

@@ -54,7 +54,7 @@ class CudnnAttention {
  public:
   // cuDNN bound to `stream`; nullptr with *why set when cuDNN cannot be used
   // (library missing or too old, no fused attention for this GPU).
-  static std::unique_ptr<CudnnAttention> create(cudaStream_t stream, std::string* why);
+  static std::unique_ptr<CudnnAttention> create(cudaStream_t stream, const EngineOptions& options, std::string* why);
   virtual ~CudnnAttention() = default;
 
   // "cuDNN 9.14.0", for the run's header.

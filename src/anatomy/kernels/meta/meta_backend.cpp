@@ -216,7 +216,7 @@ class MetaBackend final : public Backend {
   // kernels (MetaOptions::hopper_attention).
   bool hopper(DType dtype, int64_t head_dim, int64_t L) const {
     return cuda() && hopper_attention_ && cuda::hopper_attention_shape(dtype, head_dim, L) &&
-           cuda::hopper_attention_selected();
+           cuda::hopper_attention_selected(options());
   }
   bool attention_keeps_dropout_bits(DType dtype, int64_t head_dim, int64_t L) const override {
     return hopper(dtype, head_dim, L);
@@ -242,7 +242,7 @@ class MetaBackend final : public Backend {
     if (probs.defined() && dropout.p > 0.0f && hopper(q.dtype(), D, L) && keeps_bits(probs, B, heads, L))
       return;  // Hopper: no scratch
     if (q.dtype() != DType::F32) {                                                 // 16-bit: cuDNN, or flash
-      if (cuda::cudnn_attention_selected()) scratch_bytes(cuda::cudnn_attention_forward_scratch_bytes(B));
+      if (cuda::cudnn_attention_selected(options())) scratch_bytes(cuda::cudnn_attention_forward_scratch_bytes(B));
       return;
     }
     scratch_bytes(cuda::attention_scratch_bytes(B, heads, L));                     // materialised
@@ -270,7 +270,7 @@ class MetaBackend final : public Backend {
     if (hopper(q.dtype(), D, L) && (dropout.p == 0.0f || keeps_bits(saved, B, heads, L)))
       return scratch_bytes(cuda::hopper_attention_scratch_bytes(B, L, heads));
     if (q.dtype() != DType::F32)
-      return scratch_bytes(cuda::cudnn_attention_selected() ? cuda::cudnn_attention_backward_scratch_bytes(B, L, heads)
+      return scratch_bytes(cuda::cudnn_attention_selected(options()) ? cuda::cudnn_attention_backward_scratch_bytes(B, L, heads)
                                                             : cuda::flash_attention_scratch_bytes(B, L, heads, D));
     scratch_bytes(cuda::attention_scratch_bytes(B, heads, L));
   }
@@ -286,7 +286,7 @@ class MetaBackend final : public Backend {
     const int64_t D = q.dim(2) / heads;
     const bool native = q.dtype() == DType::F32 ? cuda::fused_attention(DType::F32, D)
                                                 : hopper(q.dtype(), D, q.dim(1)) ||
-                                                      (cuda::fused_attention(q.dtype(), D) && cuda::cudnn_attention_selected());
+                                                      (cuda::fused_attention(q.dtype(), D) && cuda::cudnn_attention_selected(options()));
     if (native) {
       Tensor none;
       return attention_backward(dctx, q, k, v, ctx, saved, key_mask, heads, scale, dropout, none, none, none);

@@ -7,7 +7,7 @@
 //   head:       pooled = tanh(linear(out[first token])); logits = linear(pooled)
 // every encoder product in the inference dtype; LayerNorm statistics and the
 // small head in float32.
-#include "anatomy/model/bert_inference.h"
+#include "anatomy/model/bert/bert_inference.h"
 
 #include <cmath>
 
@@ -21,7 +21,7 @@ namespace {
 
 bool is_layernorm(const ParamSpec& spec) { return spec.name.find("LayerNorm") != std::string::npos; }
 
-std::vector<ParamSpec> layernorm_specs(const BertConfig& config) {
+std::vector<ParamSpec> layernorm_specs(const ModelConfig& config) {
   std::vector<ParamSpec> out;
   for (const ParamSpec& spec : bert_parameter_specs(config))
     if (is_layernorm(spec)) out.push_back(spec);
@@ -30,31 +30,7 @@ std::vector<ParamSpec> layernorm_specs(const BertConfig& config) {
 
 }  // namespace
 
-InferenceBatch make_inference_batch(const std::vector<const int64_t*>& ids, const std::vector<const int64_t*>& types,
-                                    const std::vector<int64_t>& lengths, int64_t pad_to) {
-  ANATOMY_CHECK(ids.size() == lengths.size() && (types.empty() || types.size() == lengths.size()),
-                "make_inference_batch: {} id rows, {} type rows, {} lengths", ids.size(), types.size(),
-                lengths.size());
-  InferenceBatch batch;
-  batch.lengths = lengths;
-  batch.padded_length = pad_to;
-  batch.offsets.push_back(0);
-  for (size_t b = 0; b < lengths.size(); ++b) {
-    const int64_t len = lengths[b];
-    ANATOMY_CHECK(len > 0 && (pad_to == 0 || len <= pad_to), "make_inference_batch: sequence {} has {} tokens", b,
-                  len);
-    const int64_t width = pad_to > 0 ? pad_to : len;
-    for (int64_t t = 0; t < width; ++t) {
-      batch.input_ids.push_back(t < len ? ids[b][t] : 0);
-      if (!types.empty() && types[b] != nullptr) batch.token_type_ids.push_back(t < len ? types[b][t] : 0);
-    }
-    batch.offsets.push_back(batch.offsets.back() + width);
-  }
-  if (batch.token_type_ids.size() != batch.input_ids.size()) batch.token_type_ids.clear();
-  return batch;
-}
-
-BertInference::BertInference(Backend& backend, BertConfig config, DType dtype)
+BertInference::BertInference(Backend& backend, ModelConfig config, DType dtype)
     : backend_(backend),
       config_(std::move(config)),
       dtype_(dtype),
@@ -79,12 +55,12 @@ BertInference::BertInference(Backend& backend, BertConfig config, DType dtype)
   }
 }
 
-void BertInference::load_from(const BertForSequenceClassification& source) {
+void BertInference::load_from(const Model& source) {
   const ParameterSet& from = source.weights();
   ANATOMY_CHECK(from.specs().size() == weights_.specs().size() && from.flat().numel() == weights_.flat().numel() &&
                     from.flat().dtype() == DType::F32,
                 "BertInference::load_from: the source model's parameters differ from this model's");
-  Backend& host = const_cast<BertForSequenceClassification&>(source).backend();
+  Backend& host = source.backend();
   std::vector<float> values(from.flat().numel());
   host.copy_to_host(from.flat(), values.data());
   if (dtype_ == DType::F32) {

@@ -19,8 +19,8 @@
 // The loss and every gradient are those of the whole layer (the other
 // tokens' outputs have zero gradient, so their products only add zeros); the
 // dropout masks of the pruned tensors are drawn over their own [B, 1, ·]
-// elements. ANATOMY_LAST_LAYER=all computes the whole layer.
-#include "anatomy/model/bert.h"
+// elements. EngineOptions::last_layer All (--last-layer all) computes the whole layer.
+#include "anatomy/model/bert/bert.h"
 
 #include <cmath>
 #include <tuple>
@@ -28,7 +28,6 @@
 
 #include <fmt/format.h>
 
-#include "anatomy/core/env.h"
 
 namespace anatomy {
 
@@ -75,35 +74,43 @@ ActivationKind activation_kind(Activation a) {
   return ActivationKind::GeluErf;
 }
 
-ProblemType resolve_problem_type(const BertConfig& config, DType labels_dtype) {
-  if (config.problem_type != ProblemType::Unset) return config.problem_type;
-  if (config.num_labels == 1) return ProblemType::Regression;
-  if (labels_dtype == DType::I64) return ProblemType::SingleLabel;
-  return ProblemType::MultiLabel;
-}
-
-BertForSequenceClassification::BertForSequenceClassification(Backend& backend, BertConfig config, DType compute)
-    : backend_(backend),
-      config_(std::move(config)),
-      compute_(compute),
-      weights_(backend, bert_parameter_specs(config_), Category::Weights, ""),
-      w_(BertTensors::bind(weights_, config_)),
+BertForSequenceClassification::BertForSequenceClassification(Backend& backend, const ModelConfig& config,
+                                                             DType compute)
+    : Model(backend, config, compute, bert_parameter_specs(config),
+            [&config](const ParameterSet& set) { return bert_parameter_units(set, config); }),
       activation_(activation_kind(config_.hidden_act)) {
-  ANATOMY_CHECK(compute == DType::F32 || compute == DType::BF16 || compute == DType::F16,
-                "compute dtype {} is not float32, bf16 or fp16", dtype_name(compute));
   // The last layer for its first token alone, unless asked otherwise or the
   // backend's first-query attention does not take the model's head size and
   // longest sequence (then the whole layer, as with "all").
   first_token_last_layer_ =
-      env_choice("ANATOMY_LAST_LAYER", {"first-token", "all"}, "first-token or all") != "all" &&
+      backend_.options().last_layer == LastLayer::FirstToken &&
       config_.num_attention_heads > 0 &&
       backend_.attention_first_query_supported(config_.head_dim(), config_.max_position_embeddings);
-  if (compute_ != DType::F32) {
-    half_weights_ = std::make_unique<ParameterSet>(backend, weights_.specs(), Category::WeightsHalf, "half.", compute_);
-    wh_ = BertTensors::bind(*half_weights_, config_);
-  } else {
-    wh_ = w_;
+  bind_views(Views::Weights, weights_);
+  bind_views(Views::Compute, half_weights_ ? *half_weights_ : weights_);
+}
+
+std::string BertForSequenceClassification::attention_note() const {
+  return first_token_last_layer() ? "; the last layer's, of the first token only (--last-layer all: every token)"
+                                  : "";
+}
+
+BertTensors& BertForSequenceClassification::views_of(Views views) {
+  switch (views) {
+    case Views::Weights: return w_;
+    case Views::Compute: return wh_;
+    case Views::Gradients: return g_;
   }
+  return w_;
+}
+
+void BertForSequenceClassification::bind_views(Views views, const ParameterSet& set) {
+  views_of(views) = BertTensors::bind(set, config_);
+}
+
+void BertForSequenceClassification::bind_unit_views(Views views, int64_t unit,
+                                                    const std::function<Tensor(const std::string&)>& get) {
+  views_of(views).bind_unit(unit, config_, get);
 }
 
 ActivationPlan BertForSequenceClassification::activation_plan() const {
@@ -117,96 +124,41 @@ int64_t BertForSequenceClassification::rows_after_attention(int64_t l) const {
   return first_token_last_layer_ && l == config_.num_hidden_layers - 1 ? 1 : L_;
 }
 
-void BertForSequenceClassification::refresh_half_weights() {
-  if (half_weights_ && weights_.allocated()) backend_.cast(weights_.flat(), half_weights_->flat());
-}
-
-void BertForSequenceClassification::set_parameter_units(ParameterUnits* units) {
-  units_ = units;
-  if (units_ && unit_runs_.empty()) unit_runs_ = bert_parameter_units(weights_, config_);
-}
-
-bool BertForSequenceClassification::reads_float32_in_mixed_precision(const std::string& name) {
+bool BertForSequenceClassification::reads_float32_in_mixed_precision(const std::string& name) const {
   const auto ends_with = [&](const std::string& suffix) {
     return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   return name.rfind("bert.encoder.", 0) != 0 || ends_with("LayerNorm.weight") || ends_with("LayerNorm.bias");
 }
 
-void BertForSequenceClassification::read_float32_from(const ParameterSet& subset) {
-  ANATOMY_CHECK(compute_ != DType::F32 && !weights_.allocated(), "read_float32_from: float32 or whole weights");
-  for (int64_t u = 0; u < config_.num_hidden_layers + 2; ++u)
-    w_.bind_unit(u, config_, [&](const std::string& name) { return subset.has(name) ? subset.get(name) : Tensor(); });
-}
-
-void BertForSequenceClassification::release_weights(bool keep_half) {
-  weights_.release();
-  w_ = BertTensors::bind(weights_, config_);
-  if (keep_half && half_weights_) return;
-  if (half_weights_) {
-    half_weights_->release();
-    wh_ = BertTensors::bind(*half_weights_, config_);
-  } else {
-    wh_ = w_;
+std::vector<std::string> BertForSequenceClassification::checkpoint_names(const std::string& name) const {
+  std::vector<std::string> names = {name};
+  auto legacy = [](std::string n) {
+    auto replace_suffix = [&](const std::string& from, const std::string& to) {
+      if (n.size() >= from.size() && n.compare(n.size() - from.size(), from.size(), from) == 0)
+        n = n.substr(0, n.size() - from.size()) + to;
+    };
+    replace_suffix("LayerNorm.weight", "LayerNorm.gamma");
+    replace_suffix("LayerNorm.bias", "LayerNorm.beta");
+    return n;
+  };
+  if (legacy(name) != name) names.push_back(legacy(name));
+  if (name.rfind("bert.", 0) == 0) {  // a bare BertModel's checkpoint has no "bert." prefix
+    names.push_back(name.substr(5));
+    if (legacy(name) != name) names.push_back(legacy(name).substr(5));
   }
+  return names;
 }
 
-void BertForSequenceClassification::restore_weights() {
-  if (weights_.allocated()) return;
-  weights_.allocate(backend_);
-  w_ = BertTensors::bind(weights_, config_);
-  if (half_weights_) {
-    if (!half_weights_->allocated()) half_weights_->allocate(backend_);
-    wh_ = BertTensors::bind(*half_weights_, config_);
-  } else {
-    wh_ = w_;
-  }
+bool BertForSequenceClassification::optional_on_load(const std::string& name) const {
+  return name.rfind("classifier.", 0) == 0 || name.rfind("bert.pooler.", 0) == 0;
 }
 
-void BertForSequenceClassification::bind_unit(BertTensors& t, int64_t unit, const Tensor& buffer,
-                                              const ParameterSet& layout) {
-  const int64_t begin = unit_runs_.at(static_cast<size_t>(unit)).begin;
-  t.bind_unit(unit, config_, [&](const std::string& name) {
-    if (!buffer.defined()) return Tensor();
-    return buffer.slice(layout.offset_of(name) - begin, layout.spec(name).shape, buffer.name() + ":" + name);
-  });
-}
-
-void BertForSequenceClassification::use_unit_weights(int64_t unit, int64_t next) {
-  if (units_ == nullptr || !units_->lends_weights()) return;
-  const UnitWeights lent = units_->weights(unit, next);
-  bind_unit(w_, unit, lent.f32, weights_);
-  bind_unit(wh_, unit, compute_ == DType::F32 ? lent.f32 : lent.half, weights_);
-}
-
-void BertForSequenceClassification::drop_unit_weights(int64_t unit) {
-  if (units_ == nullptr || !units_->lends_weights()) return;
-  bind_unit(w_, unit, Tensor(), weights_);
-  bind_unit(wh_, unit, Tensor(), weights_);
-}
-
-void BertForSequenceClassification::use_unit_gradients(int64_t unit) {
-  if (units_ == nullptr) return;
-  bind_unit(g_, unit, units_->gradients(unit), weights_);
-}
-
-void BertForSequenceClassification::unit_gradients_ready(int64_t unit) {
-  if (units_ == nullptr) return;
-  bind_unit(g_, unit, Tensor(), weights_);
-  units_->gradients_ready(unit);
+int64_t BertForSequenceClassification::zero_row_on_init(const ParamSpec& spec) const {
+  return spec.name == "bert.embeddings.word_embeddings.weight" ? config_.pad_token_id : -1;
 }
 
 BertForSequenceClassification::~BertForSequenceClassification() = default;
-
-ParameterSet& BertForSequenceClassification::gradients() {
-  if (!gradients_) {
-    gradients_ = std::make_unique<ParameterSet>(backend_, weights_.specs(), Category::Gradients, "grad.");
-    g_ = BertTensors::bind(*gradients_, config_);
-  }
-  return *gradients_;
-}
-
-void BertForSequenceClassification::zero_gradients() { backend_.zero(gradients().flat()); }
 
 DropoutSpec BertForSequenceClassification::dropout_at(double p, int64_t site) const {
   DropoutSpec spec;
@@ -220,7 +172,7 @@ Tensor BertForSequenceClassification::temporary(Shape shape, const std::string& 
   return Tensor::empty(backend_.ledger(), std::move(shape), dtype, Category::Temporary, name);
 }
 
-void BertForSequenceClassification::prepare_inputs(const BertInputs& in) {
+void BertForSequenceClassification::prepare_inputs(const ModelInputs& in) {
   ANATOMY_CHECK(in.input_ids.defined() && in.input_ids.rank() == 2 && in.input_ids.dtype() == DType::I64,
                 "input_ids must be int64 [batch, seq]");
   const int64_t B = in.input_ids.dim(0), L = in.input_ids.dim(1);
@@ -243,7 +195,7 @@ void BertForSequenceClassification::prepare_inputs(const BertInputs& in) {
   mask_ = in.attention_mask;
 }
 
-ForwardOutput BertForSequenceClassification::forward(const BertInputs& inputs, const ForwardOptions& options) {
+ForwardOutput BertForSequenceClassification::forward(const ModelInputs& inputs, const ForwardOptions& options) {
   options_ = options;
   prepare_inputs(inputs);
   const Category kept = options.save_for_backward ? Category::Activations : Category::Temporary;
@@ -416,7 +368,7 @@ double BertForSequenceClassification::loss_forward(const Tensor& logits, const T
 void BertForSequenceClassification::backward(double loss_scale) {
   ANATOMY_CHECK(step_ && step_->dlogits.defined(), "backward without a training forward that computed a loss");
   std::unique_ptr<Step> step = std::move(step_);
-  if (units_ == nullptr) gradients();
+  if (!lends_gradients()) gradients();
   Ledger& ledger = backend_.ledger();
   const int64_t H = config_.hidden_size;
   const int64_t head_unit = config_.num_hidden_layers + 1;
@@ -452,7 +404,7 @@ void BertForSequenceClassification::backward(double loss_scale) {
   for (int64_t l = config_.num_hidden_layers - 1; l >= 0; --l) {
     const Tensor& x = l > 0 ? step->layers[l - 1]["out"] : step->embeddings["out"];
     // The layer's weights (lent: gathered) serve its recompute and its backward.
-    if (units_ != nullptr)
+    if (lends_gradients())
       ledger.set_phase(options_.gradient_checkpointing ? fmt::format("recompute layer {}", l)
                                                       : fmt::format("backward layer {}", l));
     use_unit_weights(1 + l, l);
@@ -490,11 +442,6 @@ void BertForSequenceClassification::backward(double loss_scale) {
   drop_unit_weights(0);
   unit_gradients_ready(0);
   gradients_ready(nullptr);
-}
-
-void BertForSequenceClassification::gradients_ready(const char* first_parameter) {
-  if (!ready_hook_ || units_ != nullptr) return;
-  ready_hook_(first_parameter == nullptr ? 0 : gradients().offset_of(first_parameter));
 }
 
 void BertForSequenceClassification::recompute_selective(int64_t l, const Tensor& x, SavedTensors& s) {

@@ -1,4 +1,5 @@
-// bert_inference.h: BertForSequenceClassification for inference only, as
+// bert_inference.h: BertForSequenceClassification for inference only
+// (InferenceModel of model/inference.h), as
 // model.eval() under torch.no_grad() with the model cast to one dtype
 // (model.to(torch.bfloat16)): no gradients, no optimizer, no masters, nothing
 // kept between layers but the hidden states.
@@ -18,52 +19,33 @@
 #include <vector>
 
 #include "anatomy/kernels/backend.h"
-#include "anatomy/model/bert.h"
-#include "anatomy/model/config.h"
-#include "anatomy/model/parameters.h"
+#include "anatomy/model/bert/bert.h"
+#include "anatomy/model/bert/bert_parameters.h"
+#include "anatomy/model/inference.h"
 
 namespace anatomy {
 
-// A batch on the host. Packed: ids and token types of every sequence one
-// after another, offsets [B + 1] (sequence b is offsets[b] .. offsets[b+1]).
-// Padded (padded_length > 0): every sequence occupies padded_length rows,
-// offsets still give the real tokens' ends (offsets[b] = b · padded_length),
-// and the tokens past a sequence's end are padding, masked as keys.
-struct InferenceBatch {
-  std::vector<int64_t> input_ids, token_type_ids;  // token_type_ids empty: all 0
-  std::vector<int64_t> offsets;
-  std::vector<int64_t> lengths;  // real tokens per sequence
-  int64_t padded_length = 0;     // 0: packed
-  int64_t sequences() const { return static_cast<int64_t>(lengths.size()); }
-  int64_t rows() const { return offsets.empty() ? 0 : offsets.back(); }
-};
-
-// Packs examples (each its ids and token types, real tokens only).
-// `pad_to` > 0 builds a padded batch of that length instead (pad id 0).
-InferenceBatch make_inference_batch(const std::vector<const int64_t*>& ids, const std::vector<const int64_t*>& types,
-                                    const std::vector<int64_t>& lengths, int64_t pad_to = 0);
-
-class BertInference {
+class BertInference : public InferenceModel {
  public:
   // `dtype`: F32, BF16 or F16 (16-bit only where the backend computes in 16 bits).
-  BertInference(Backend& backend, BertConfig config, DType dtype);
+  BertInference(Backend& backend, ModelConfig config, DType dtype);
 
-  const BertConfig& config() const { return config_; }
-  DType dtype() const { return dtype_; }
-  int64_t parameter_count() const { return weights_.parameter_count(); }
+  const ModelConfig& config() const override { return config_; }
+  DType dtype() const override { return dtype_; }
+  int64_t parameter_count() const override { return weights_.parameter_count(); }
   // Takes the weights of a float32 model (on any backend, typically the CPU
   // one the checkpoint was loaded into), rounded to the inference dtype.
-  void load_from(const BertForSequenceClassification& source);
+  void load_from(const Model& source) override;
 
   // Logits, float32 [B, num_labels] on the device.
-  Tensor forward(const InferenceBatch& batch);
+  Tensor forward(const InferenceBatch& batch) override;
 
  private:
   Tensor temporary(Shape shape, const std::string& name, DType dtype);
   Tensor upload(const std::vector<int64_t>& host, const std::string& name);
 
   Backend& backend_;
-  BertConfig config_;
+  ModelConfig config_;
   DType dtype_;
   ParameterSet weights_;
   BertTensors w_;

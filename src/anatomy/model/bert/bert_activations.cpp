@@ -1,0 +1,78 @@
+// bert_activations.cpp: the saved-for-backward declaration of every BERT layer.
+#include "anatomy/model/bert/bert_activations.h"
+
+namespace anatomy {
+
+std::vector<SavedSpec> saved_for_backward(LayerKind kind, const ModelConfig& c, int64_t B, int64_t L,
+                                          const ActivationPlan& plan, int64_t rows) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size, N = c.num_attention_heads, T = B * L;
+  const int64_t R = rows > 0 ? rows : L, TR = B * R;  // the rows after attention
+  const DType x = plan.compute, f32 = DType::F32;
+  switch (kind) {
+    case LayerKind::Embeddings:
+      return {
+          {"ln_in", {B, L, H}, f32, "LayerNorm backward (word + position + token type)"},
+          {"ln_mean", {T}, f32, "LayerNorm backward"},
+          {"ln_rstd", {T}, f32, "LayerNorm backward"},
+          {"out", {B, L, H}, x, "input of encoder layer 0 (query/key/value backward, residual)"},
+      };
+    case LayerKind::EncoderLayer: {
+      std::vector<SavedSpec> specs;
+      if (R < L) {
+        // Only the first token past attention, so only its query and its
+        // attention: the query of token 0, keys and values of all tokens, the
+        // first query's probabilities [B, heads, L] (before dropout).
+        specs = {
+            {"q_first", {B, 1, H}, x, "first-query attention backward (query)"},
+            {"kv", {2, B, L, H}, x, "first-query attention backward (key, value)"},
+            {"attn_saved", {B, N, L}, f32, "first-query attention backward (softmax output)"},
+            {"ctx", {B, R, H}, x, "attention output dense backward"},
+        };
+      } else {
+        specs = {
+            // query, key and value one after the other: one batched product makes them
+            {"qkv", {3, B, L, H}, x, "attention backward (query, key, value)"},
+            plan.attention_probabilities
+                ? SavedSpec{"attn_saved", {B, N, L, L}, f32, "attention backward (softmax output)"}
+            : plan.attention_keep_bits
+                ? SavedSpec{"attn_saved", {B, N, L * (attention_keep_words(L) + 1)}, f32,
+                            "attention backward (dropout mask bits, row log-sum-exp)"}
+                : SavedSpec{"attn_saved", {B, N, L}, f32, "attention backward (row log-sum-exp)"},
+            {"ctx", {B, L, H}, x, "attention output dense backward (and fused attention backward)"},
+        };
+      }
+      // Past attention, R rows a sequence.
+      const std::vector<SavedSpec> past_attention = {
+          {"attn_ln_in", {B, R, H}, x, "attention LayerNorm backward"},
+          {"attn_ln_mean", {TR}, f32, "attention LayerNorm backward"},
+          {"attn_ln_rstd", {TR}, f32, "attention LayerNorm backward"},
+          {"h1", {B, R, H}, x, "intermediate dense backward"},
+          // The activation's output (the output dense layer's input) is not kept:
+          // backward recomputes it from inter_pre, one element-wise pass, and
+          // saves [B, L, intermediate] per layer (a quarter of bert-large's activations).
+          {"inter_pre", {B, R, I}, x, "activation backward; recomputing the output dense layer's input"},
+          {"out_ln_in", {B, R, H}, x, "output LayerNorm backward"},
+          {"out_ln_mean", {TR}, f32, "output LayerNorm backward"},
+          {"out_ln_rstd", {TR}, f32, "output LayerNorm backward"},
+          {"out", {B, R, H}, x, R < L ? "the head's input" : "input of the next layer"},
+      };
+      specs.insert(specs.end(), past_attention.begin(), past_attention.end());
+      return specs;
+    }
+    case LayerKind::Head:
+      return {
+          {"first_token", {B, H}, f32, "pooler dense backward"},
+          {"pooled", {B, H}, f32, "tanh backward"},
+          {"classifier_in", {B, H}, f32, "classifier backward (pooled after dropout)"},
+          {"logits", {B, c.num_labels}, f32, "loss"},
+      };
+  }
+  return {};
+}
+
+const std::set<std::string>& selective_recomputed() {
+  static const std::set<std::string> names = {"qkv", "q_first", "kv", "attn_saved", "ctx", "inter_pre"};
+  return names;
+}
+
+}  // namespace anatomy

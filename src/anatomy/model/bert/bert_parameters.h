@@ -1,0 +1,45 @@
+// bert_parameters.h: BERT's parameters (BertForSequenceClassification's
+// Hugging Face names and shapes, in the flat layout's order), named handles
+// into a ParameterSet of them, and their ZeRO units.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "anatomy/model/config.h"
+#include "anatomy/model/parameters.h"
+
+namespace anatomy {
+
+std::vector<ParamSpec> bert_parameter_specs(const ModelConfig& config);
+
+// Named handles into a ParameterSet (weights or their gradients), so the model
+// code reads `w.layers[3].query_w` instead of an index.
+struct EncoderLayerTensors {
+  Tensor query_w, query_b, key_w, key_b, value_w, value_b;
+  Tensor attn_out_w, attn_out_b, attn_ln_w, attn_ln_b;
+  Tensor inter_w, inter_b, out_w, out_b, out_ln_w, out_ln_b;
+  // Query, key and value as one [3H, H] weight and one [3H] bias, when each
+  // three lie one after another (bert_parameter_specs lays them out so, and
+  // no alignment padding falls between them when H is a multiple of 64);
+  // undefined otherwise.
+  Tensor qkv_w, qkv_b;
+};
+
+struct BertTensors {
+  Tensor word, position, token_type, emb_ln_w, emb_ln_b;
+  std::vector<EncoderLayerTensors> layers;
+  Tensor pooler_w, pooler_b, classifier_w, classifier_b;
+
+  static BertTensors bind(const ParameterSet& set, const ModelConfig& config);
+  // Binds the tensors of one unit (see bert_parameter_units) to what `get`
+  // returns for each Hugging Face name (an undefined tensor unbinds).
+  void bind_unit(int64_t unit, const ModelConfig& config, const std::function<Tensor(const std::string&)>& get);
+};
+
+// BERT's units: the embeddings (unit 0), encoder layer l (unit 1 + l), the
+// pooler and the classifier (unit L + 1).
+std::vector<ParameterUnit> bert_parameter_units(const ParameterSet& set, const ModelConfig& config);
+
+}  // namespace anatomy

@@ -1,0 +1,76 @@
+// registry.cpp: the families and architectures the engine has. Adding a
+// family or a head adds its entry here (docs/DESIGN.md: "Adding a model family").
+#include "anatomy/model/registry.h"
+
+#include "anatomy/core/error.h"
+#include "anatomy/model/bert/bert.h"
+#include "anatomy/model/bert/bert_config.h"
+#include "anatomy/model/bert/bert_inference.h"
+#include "anatomy/model/bert/bert_parameters.h"
+
+namespace anatomy {
+
+namespace {
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+}  // namespace
+
+const std::vector<ModelFamily>& model_families() {
+  static const std::vector<ModelFamily> families = {
+      {"bert", parse_bert_config, bert_config_to_json, bert_preset, bert_preset_names},
+  };
+  return families;
+}
+
+const std::vector<ModelArchitecture>& model_architectures() {
+  static const std::vector<ModelArchitecture> architectures = {
+      {"BertForSequenceClassification", "bert", kSequenceClassification, bert_parameter_specs,
+       [](Backend& backend, const ModelConfig& config, DType compute) -> std::unique_ptr<Model> {
+         return std::make_unique<BertForSequenceClassification>(backend, config, compute);
+       },
+       [](Backend& backend, const ModelConfig& config, DType dtype) -> std::unique_ptr<InferenceModel> {
+         return std::make_unique<BertInference>(backend, config, dtype);
+       }},
+  };
+  return architectures;
+}
+
+const ModelFamily& model_family(const std::string& model_type, const std::string& source) {
+  std::vector<std::string> types;
+  for (const ModelFamily& family : model_families()) {
+    if (family.model_type == model_type) return family;
+    types.push_back('"' + family.model_type + '"');
+  }
+  fail("{}: model_type \"{}\" is not supported (supported: {})", source, model_type, joined(types));
+}
+
+const ModelArchitecture& model_architecture(const ModelConfig& config, const std::string& task) {
+  std::vector<std::string> offered;
+  for (const ModelArchitecture& a : model_architectures()) {
+    if (a.model_type == config.model_type && a.task == task) return a;
+    if (a.model_type == config.model_type) offered.push_back(a.task);
+  }
+  if (offered.empty()) model_family(config.model_type, "model");  // fails, naming the supported types
+  fail("model_type \"{}\" has no {} head (it has: {})", config.model_type, task, joined(offered));
+}
+
+std::unique_ptr<Model> make_model(Backend& backend, const ModelConfig& config, DType compute,
+                                  const std::string& task) {
+  return model_architecture(config, task).make(backend, config, compute);
+}
+
+std::unique_ptr<InferenceModel> make_inference_model(Backend& backend, const ModelConfig& config, DType dtype,
+                                                     const std::string& task) {
+  return model_architecture(config, task).make_inference(backend, config, dtype);
+}
+
+std::vector<ParamSpec> model_parameter_specs(const ModelConfig& config, const std::string& task) {
+  return model_architecture(config, task).parameter_specs(config);
+}
+
+}  // namespace anatomy

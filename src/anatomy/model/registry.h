@@ -1,0 +1,67 @@
+// registry.h: which model families and architectures the engine has, and the
+// one place that maps a config.json (its model_type) and a task to the class
+// that implements them. Everything above model/ makes its models here.
+//
+// A family (model_type "bert", ...) reads and writes its config.json and has
+// built-in sizes; an architecture (Hugging Face's class name, e.g.
+// BertForSequenceClassification) is a family with a task head, which trains
+// (Model) and runs inference (InferenceModel).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "anatomy/kernels/backend.h"
+#include "anatomy/model/config.h"
+#include "anatomy/model/inference.h"
+#include "anatomy/model/model.h"
+#include "anatomy/model/parameters.h"
+
+namespace anatomy {
+
+struct ModelFamily {
+  std::string model_type;  // config.json's, e.g. "bert"
+  // config.json's object -> ModelConfig (`source` names the file in errors).
+  std::function<ModelConfig(const nlohmann::json&, const std::string& source)> parse_config;
+  std::function<nlohmann::json(const ModelConfig&)> config_to_json;
+  std::function<std::optional<ModelConfig>(const std::string& name)> preset;
+  std::function<std::vector<std::string>()> preset_names;
+};
+
+// The tasks a head serves (Hugging Face's pipeline names).
+inline constexpr const char* kSequenceClassification = "sequence-classification";
+
+struct ModelArchitecture {
+  std::string name;        // Hugging Face's class name, e.g. "BertForSequenceClassification"
+  std::string model_type;  // its family's
+  std::string task;        // e.g. kSequenceClassification
+  std::function<std::vector<ParamSpec>(const ModelConfig&)> parameter_specs;
+  std::function<std::unique_ptr<Model>(Backend&, const ModelConfig&, DType compute)> make;
+  std::function<std::unique_ptr<InferenceModel>(Backend&, const ModelConfig&, DType dtype)> make_inference;
+};
+
+const std::vector<ModelFamily>& model_families();
+const std::vector<ModelArchitecture>& model_architectures();
+
+// The family of `model_type`; an unknown one fails, naming `source` and the supported types.
+const ModelFamily& model_family(const std::string& model_type, const std::string& source);
+// The architecture of `config`'s family for `task`; fails naming what is supported.
+const ModelArchitecture& model_architecture(const ModelConfig& config, const std::string& task = kSequenceClassification);
+
+// A trainable model of `config`'s architecture for `task`, its weights zeroed
+// (model/checkpoint.h initialises or loads them); `compute` as Model's.
+std::unique_ptr<Model> make_model(Backend& backend, const ModelConfig& config, DType compute = DType::F32,
+                                  const std::string& task = kSequenceClassification);
+// The same architecture for inference only, its weights in `dtype`.
+std::unique_ptr<InferenceModel> make_inference_model(Backend& backend, const ModelConfig& config, DType dtype,
+                                                     const std::string& task = kSequenceClassification);
+// The architecture's parameters, without allocating them (the plan of a model that does not fit).
+std::vector<ParamSpec> model_parameter_specs(const ModelConfig& config,
+                                             const std::string& task = kSequenceClassification);
+
+}  // namespace anatomy
