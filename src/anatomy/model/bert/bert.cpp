@@ -1,33 +1,13 @@
-// bert.cpp: forward and backward of BertForSequenceClassification.
-//
-// Forward, per Hugging Face's modeling_bert:
-//   embeddings: LayerNorm(word[ids] + position[pos] + token_type[tt]) -> dropout
-//   layer:      q,k,v = linear(x); ctx = attention(q,k,v, key mask, dropout on probs)
-//               h1  = LayerNorm(dropout(linear(ctx)) + x)
-//               out = LayerNorm(dropout(linear(act(linear(h1)))) + h1)
-//   (residual + dropout + LayerNorm is one fused backend op; the activation's
-//   output is recomputed in backward rather than saved)
-//   head:       pooled = tanh(linear(out[:, 0])); logits = linear(dropout(pooled))
-// Backward walks the same steps in reverse, reading what saved_for_backward()
-// declares, and replays every dropout mask from (seed, step, site).
-//
-// Only the first token of the last layer's output reaches the loss (the
-// pooler reads out[:, 0]), so the last layer computes its query, its
-// attention and everything after — the attention output dense layer, both
-// LayerNorms, the MLP — for that token alone: [B, 1, H] instead of [B, L, H].
-// Keys and values still cover every token (the first token attends to all).
-// The loss and every gradient are those of the whole layer (the other
-// tokens' outputs have zero gradient, so their products only add zeros); the
-// dropout masks of the pruned tensors are drawn over their own [B, 1, ·]
-// elements. EngineOptions::last_layer All (--last-layer all) computes the whole layer.
+// bert.cpp: BertForSequenceClassification: the encoder and the sequence
+// classification head run unit by unit — the embeddings (unit 0), each encoder
+// layer (unit 1 + l), the head (unit L + 1) — each unit's weights used (and,
+// under ZeRO stage 3, lent) around its work, its gradients reported final
+// after its backward.
 #include "anatomy/model/bert/bert.h"
 
-#include <cmath>
-#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
-
 
 namespace anatomy {
 
@@ -38,54 +18,18 @@ struct BertForSequenceClassification::Step {
   Tensor dlogits;
 };
 
-namespace {
-
-// Query, key and value: the three [B, L, H] thirds of a [3, B, L, H] tensor.
-std::tuple<Tensor, Tensor, Tensor> split_qkv(const Tensor& qkv) {
-  const Shape one = {qkv.dim(1), qkv.dim(2), qkv.dim(3)};
-  const int64_t n = shape_numel(one);
-  return {qkv.slice(0, one, qkv.name() + "[q]"), qkv.slice(n, one, qkv.name() + "[k]"),
-          qkv.slice(2 * n, one, qkv.name() + "[v]")};
-}
-
-// Key and value: the two [B, L, H] halves of a [2, B, L, H] tensor.
-std::tuple<Tensor, Tensor> split_kv(const Tensor& kv) {
-  const Shape one = {kv.dim(1), kv.dim(2), kv.dim(3)};
-  const int64_t n = shape_numel(one);
-  return {kv.slice(0, one, kv.name() + "[k]"), kv.slice(n, one, kv.name() + "[v]")};
-}
-
-// Dropout sites: each has its own random stream per training step.
-constexpr int64_t kSitesPerLayer = 3;
-int64_t site_embeddings() { return 0; }
-int64_t site_attention_probs(int64_t layer) { return 1 + kSitesPerLayer * layer; }
-int64_t site_attention_output(int64_t layer) { return 2 + kSitesPerLayer * layer; }
-int64_t site_layer_output(int64_t layer) { return 3 + kSitesPerLayer * layer; }
-int64_t site_classifier(int64_t layers) { return 1 + kSitesPerLayer * layers; }
-
-}  // namespace
-
-ActivationKind activation_kind(Activation a) {
-  switch (a) {
-    case Activation::Gelu: return ActivationKind::GeluErf;
-    case Activation::GeluNew: return ActivationKind::GeluTanh;
-    case Activation::Relu: return ActivationKind::Relu;
-  }
-  return ActivationKind::GeluErf;
-}
-
 BertForSequenceClassification::BertForSequenceClassification(Backend& backend, const ModelConfig& config,
                                                              DType compute)
     : Model(backend, config, compute, bert_parameter_specs(config),
             [&config](const ParameterSet& set) { return bert_parameter_units(set, config); }),
-      activation_(activation_kind(config_.hidden_act)) {
-  // The last layer for its first token alone, unless asked otherwise or the
-  // backend's first-query attention does not take the model's head size and
-  // longest sequence (then the whole layer, as with "all").
-  first_token_last_layer_ =
-      backend_.options().last_layer == LastLayer::FirstToken &&
-      config_.num_attention_heads > 0 &&
-      backend_.attention_first_query_supported(config_.head_dim(), config_.max_position_embeddings);
+      encoder_(backend_, config_, compute_, w_, wh_, g_),
+      head_(backend_, config_, compute_, w_, g_, encoder_) {
+  // The head reads the first token only: the last layer for that token alone,
+  // unless asked otherwise or the backend's first-query attention does not
+  // take the model's head size and longest sequence (then the whole layer).
+  encoder_.set_first_token_last_layer(
+      backend_.options().last_layer == LastLayer::FirstToken && config_.num_attention_heads > 0 &&
+      backend_.attention_first_query_supported(config_.head_dim(), config_.max_position_embeddings));
   bind_views(Views::Weights, weights_);
   bind_views(Views::Compute, half_weights_ ? *half_weights_ : weights_);
 }
@@ -111,17 +55,6 @@ void BertForSequenceClassification::bind_views(Views views, const ParameterSet& 
 void BertForSequenceClassification::bind_unit_views(Views views, int64_t unit,
                                                     const std::function<Tensor(const std::string&)>& get) {
   views_of(views).bind_unit(unit, config_, get);
-}
-
-ActivationPlan BertForSequenceClassification::activation_plan() const {
-  ActivationPlan plan{compute_, backend_.attention_saves_probabilities(compute_, config_.head_dim())};
-  plan.attention_keep_bits = dropout_at(config_.attention_probs_dropout_prob, 0).p > 0.0f &&
-                             backend_.attention_keeps_dropout_bits(compute_, config_.head_dim(), L_);
-  return plan;
-}
-
-int64_t BertForSequenceClassification::rows_after_attention(int64_t l) const {
-  return first_token_last_layer_ && l == config_.num_hidden_layers - 1 ? 1 : L_;
 }
 
 bool BertForSequenceClassification::reads_float32_in_mixed_precision(const std::string& name) const {
@@ -160,54 +93,19 @@ int64_t BertForSequenceClassification::zero_row_on_init(const ParamSpec& spec) c
 
 BertForSequenceClassification::~BertForSequenceClassification() = default;
 
-DropoutSpec BertForSequenceClassification::dropout_at(double p, int64_t site) const {
-  DropoutSpec spec;
-  spec.p = options_.training ? static_cast<float>(p) : 0.0f;
-  spec.seed = options_.seed;
-  spec.stream = (options_.step << 16) | static_cast<uint64_t>(site);
-  return spec;
-}
-
-Tensor BertForSequenceClassification::temporary(Shape shape, const std::string& name, DType dtype) {
-  return Tensor::empty(backend_.ledger(), std::move(shape), dtype, Category::Temporary, name);
-}
-
-void BertForSequenceClassification::prepare_inputs(const ModelInputs& in) {
-  ANATOMY_CHECK(in.input_ids.defined() && in.input_ids.rank() == 2 && in.input_ids.dtype() == DType::I64,
-                "input_ids must be int64 [batch, seq]");
-  const int64_t B = in.input_ids.dim(0), L = in.input_ids.dim(1);
-  Ledger& ledger = backend_.ledger();
-  ids_ = in.input_ids;
-  if (B != B_ || L != L_ || !positions_.defined()) {
-    std::vector<int64_t> host(B * L);
-    for (int64_t i = 0; i < B * L; ++i) host[i] = i % L;
-    positions_ = Tensor::empty(ledger, {B, L}, DType::I64, Category::Data, "position_ids");
-    backend_.copy_from_host(positions_, host.data());
-    B_ = B;
-    L_ = L;
-  }
-  if (in.token_type_ids.defined()) {
-    token_types_ = in.token_type_ids;
-  } else {
-    token_types_ = Tensor::empty(ledger, {B, L}, DType::I64, Category::Data, "token_type_ids");
-    backend_.zero(token_types_);
-  }
-  mask_ = in.attention_mask;
-}
-
 ForwardOutput BertForSequenceClassification::forward(const ModelInputs& inputs, const ForwardOptions& options) {
-  options_ = options;
-  prepare_inputs(inputs);
+  encoder_.prepare_inputs(inputs, options);
+  const int64_t B = encoder_.batch(), L = encoder_.length();
   const Category kept = options.save_for_backward ? Category::Activations : Category::Temporary;
   Ledger& ledger = backend_.ledger();
   auto step = std::make_unique<Step>();
 
   ledger.set_phase("forward embeddings");
-  const ActivationPlan plan = activation_plan();
-  step->embeddings = SavedTensors(backend_, saved_for_backward(LayerKind::Embeddings, config_, B_, L_, plan), kept,
+  const ActivationPlan plan = encoder_.activation_plan();
+  step->embeddings = SavedTensors(backend_, saved_for_backward(LayerKind::Embeddings, config_, B, L, plan), kept,
                                   "embeddings.");
   use_unit_weights(0, 1);
-  embeddings_forward(step->embeddings);
+  encoder_.embeddings_forward(step->embeddings);
   drop_unit_weights(0);
   const Tensor* hidden = &step->embeddings["out"];
   SavedTensors previous;  // inference keeps only the layer before
@@ -216,15 +114,16 @@ ForwardOutput BertForSequenceClassification::forward(const ModelInputs& inputs, 
   const bool checkpointing = options.save_for_backward && options.gradient_checkpointing;
   std::set<std::string> checkpoint = {"out"};
   if (options.selective_checkpointing)
-    for (const SavedSpec& spec : saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, plan))
+    for (const SavedSpec& spec : saved_for_backward(LayerKind::EncoderLayer, config_, B, L, plan))
       if (selective_recomputed().count(spec.name) == 0) checkpoint.insert(spec.name);
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     ledger.set_phase(fmt::format("forward layer {}", l));
     SavedTensors layer(backend_,
-                       saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, plan, rows_after_attention(l)),
+                       saved_for_backward(LayerKind::EncoderLayer, config_, B, L, plan,
+                                          encoder_.rows_after_attention(l)),
                        kept, fmt::format("layer.{}.", l), checkpointing ? &checkpoint : nullptr);
     use_unit_weights(1 + l, 2 + l);
-    encoder_forward(l, *hidden, layer);
+    encoder_.layer_forward(l, *hidden, layer);
     drop_unit_weights(1 + l);
     if (checkpointing) layer.keep_only(checkpoint);
     if (options.save_for_backward) {
@@ -236,9 +135,9 @@ ForwardOutput BertForSequenceClassification::forward(const ModelInputs& inputs, 
     }
   }
   ledger.set_phase("forward head");
-  step->head = SavedTensors(backend_, saved_for_backward(LayerKind::Head, config_, B_, 1, plan), kept, "head.");
+  step->head = SavedTensors(backend_, saved_for_backward(LayerKind::Head, config_, B, 1, plan), kept, "head.");
   use_unit_weights(config_.num_hidden_layers + 1, -1);
-  head_forward(*hidden, step->head);
+  head_.forward(*hidden, step->head);
   drop_unit_weights(config_.num_hidden_layers + 1);
 
   ForwardOutput out;
@@ -247,122 +146,11 @@ ForwardOutput BertForSequenceClassification::forward(const ModelInputs& inputs, 
     out.problem_type = resolve_problem_type(config_, inputs.labels.dtype());
     step->dlogits = Tensor::empty(ledger, out.logits.shape(), DType::F32, Category::Temporary, "dlogits");
     ledger.set_phase("loss");
-    out.loss = loss_forward(out.logits, inputs.labels, out.problem_type, step->dlogits);
+    out.loss = head_.loss(out.logits, inputs.labels, out.problem_type, step->dlogits);
   }
   if (options.save_for_backward) step_ = std::move(step);
   else step_.reset();
   return out;
-}
-
-void BertForSequenceClassification::embeddings_forward(const SavedTensors& s) {
-  const Tensor& sum = s["ln_in"];
-  // The embeddings compute in float32; under mixed precision their output is rounded once for the encoder.
-  const Tensor work = compute_ == DType::F32 ? s["out"] : temporary(sum.shape(), "embeddings_out");
-  backend_.embeddings_layernorm_forward(ids_, positions_, token_types_, w_.word, w_.position, w_.token_type,
-                                        w_.emb_ln_w, w_.emb_ln_b, config_.layer_norm_eps,
-                                        dropout_at(config_.hidden_dropout_prob, site_embeddings()), sum,
-                                        s["ln_mean"], s["ln_rstd"], work, s["out"]);
-}
-
-// Query, key, value and the attention of every token: s["qkv"], s["attn_saved"], s["ctx"].
-void BertForSequenceClassification::attention_part(int64_t l, const Tensor& x, const SavedTensors& s) {
-  const EncoderLayerTensors& w = wh_.layers[l];
-  const auto [q, k, v] = split_qkv(s["qkv"]);
-  backend_.linear_forward_n(x, {w.query_w, w.key_w, w.value_w}, {w.query_b, w.key_b, w.value_b}, {q, k, v});
-  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
-  backend_.attention_forward(q, k, v, mask_, config_.num_attention_heads, scale,
-                             dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l)), s["attn_saved"],
-                             s["ctx"]);
-}
-
-// x's first token's row, [B, 1, H]: the last layer's query input and residual.
-Tensor BertForSequenceClassification::first_token_row(const Tensor& x) {
-  Tensor x0 = temporary({B_, 1, config_.hidden_size}, "input_first_token", compute_);
-  backend_.select_row(x, 0, x0);
-  return x0;
-}
-
-// The first token's query and attention over every token's key and value
-// (x0: first_token_row(x)): s["q_first"], s["kv"], s["attn_saved"], s["ctx"].
-void BertForSequenceClassification::first_query_attention_part(int64_t l, const Tensor& x, const Tensor& x0,
-                                                               const SavedTensors& s) {
-  const EncoderLayerTensors& w = wh_.layers[l];
-  const auto [k, v] = split_kv(s["kv"]);
-  backend_.linear_forward(x0, w.query_w, &w.query_b, s["q_first"]);
-  backend_.linear_forward_n(x, {w.key_w, w.value_w}, {w.key_b, w.value_b}, {k, v});
-  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
-  backend_.attention_first_query_forward(s["q_first"], k, v, mask_, config_.num_attention_heads, scale,
-                                         dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l)),
-                                         s["attn_saved"], s["ctx"]);
-}
-
-void BertForSequenceClassification::encoder_forward(int64_t l, const Tensor& x, const SavedTensors& s) {
-  const EncoderLayerTensors& w = wh_.layers[l];
-  const EncoderLayerTensors& masters = w_.layers[l];  // LayerNorm parameters stay float32
-  const int64_t H = config_.hidden_size;
-  // The rows this layer computes past attention (all, or the first token's).
-  const int64_t R = rows_after_attention(l);
-  Tensor residual = x;
-  if (R == L_) {
-    attention_part(l, x, s);
-  } else {
-    residual = first_token_row(x);
-    first_query_attention_part(l, x, residual, s);
-  }
-  const Tensor& ctx = s["ctx"];
-  Tensor projected = temporary({B_, R, H}, "projected", compute_);
-  backend_.linear_forward(ctx, w.attn_out_w, &w.attn_out_b, projected);
-  backend_.residual_layernorm_forward(projected, residual,
-                                      dropout_at(config_.hidden_dropout_prob, site_attention_output(l)),
-                                      masters.attn_ln_w, masters.attn_ln_b, config_.layer_norm_eps, s["attn_ln_in"],
-                                      s["h1"], s["attn_ln_mean"], s["attn_ln_rstd"]);
-  backend_.linear_forward(s["h1"], w.inter_w, &w.inter_b, s["inter_pre"]);
-  Tensor act = temporary({B_, R, config_.intermediate_size}, "intermediate_act", compute_);
-  backend_.activation_forward(activation_, s["inter_pre"], act);
-  backend_.linear_forward(act, w.out_w, &w.out_b, projected);
-  backend_.residual_layernorm_forward(projected, s["h1"], dropout_at(config_.hidden_dropout_prob, site_layer_output(l)),
-                                      masters.out_ln_w, masters.out_ln_b, config_.layer_norm_eps, s["out_ln_in"],
-                                      s["out"], s["out_ln_mean"], s["out_ln_rstd"]);
-}
-
-void BertForSequenceClassification::head_forward(const Tensor& hidden, const SavedTensors& s) {
-  const int64_t H = config_.hidden_size;
-  if (compute_ == DType::F32) {
-    backend_.select_row(hidden, 0, s["first_token"]);
-  } else {  // the head is small: it runs in float32 from the rounded first token
-    Tensor first = temporary({B_, H}, "first_token_half", compute_);
-    backend_.select_row(hidden, 0, first);
-    backend_.cast(first, s["first_token"]);
-  }
-  Tensor pre = temporary({B_, H}, "pooler_pre");
-  backend_.linear_forward(s["first_token"], w_.pooler_w, &w_.pooler_b, pre);
-  backend_.activation_forward(ActivationKind::Tanh, pre, s["pooled"]);
-  backend_.dropout(s["pooled"], s["classifier_in"],
-                   dropout_at(config_.classifier_dropout_prob(), site_classifier(config_.num_hidden_layers)));
-  backend_.linear_forward(s["classifier_in"], w_.classifier_w, &w_.classifier_b, s["logits"]);
-}
-
-double BertForSequenceClassification::loss_forward(const Tensor& logits, const Tensor& labels, ProblemType type,
-                                                   const Tensor& dlogits) {
-  const int64_t C = config_.num_labels;
-  switch (type) {
-    case ProblemType::SingleLabel:
-      ANATOMY_CHECK(labels.dtype() == DType::I64 && labels.numel() == B_,
-                    "single-label classification needs int64 labels [{}]", B_);
-      return backend_.cross_entropy(logits, labels, dlogits);
-    case ProblemType::Regression:
-      // Hugging Face squeezes both sides when num_labels == 1, else compares [B, C] with [B, C].
-      ANATOMY_CHECK(labels.dtype() == DType::F32 && labels.numel() == B_ * C,
-                    "regression needs float32 labels with {} values", B_ * C);
-      return backend_.mse(logits, labels, dlogits);
-    case ProblemType::MultiLabel:
-      ANATOMY_CHECK(labels.dtype() == DType::F32 && labels.numel() == B_ * C,
-                    "multi-label classification needs float32 labels [{}, {}]", B_, C);
-      return backend_.bce_with_logits(logits, labels, dlogits);
-    case ProblemType::Unset: break;
-  }
-  ANATOMY_CHECK(false, "problem type unresolved");
-  return 0.0;
 }
 
 void BertForSequenceClassification::backward(double loss_scale) {
@@ -370,32 +158,16 @@ void BertForSequenceClassification::backward(double loss_scale) {
   std::unique_ptr<Step> step = std::move(step_);
   if (!lends_gradients()) gradients();
   Ledger& ledger = backend_.ledger();
-  const int64_t H = config_.hidden_size;
+  const ForwardOptions& options = encoder_.options();
   const int64_t head_unit = config_.num_hidden_layers + 1;
 
   ledger.set_phase("backward head");
   use_unit_weights(head_unit, head_unit - 1);
   use_unit_gradients(head_unit);
-  const SavedTensors& head = step->head;
   if (loss_scale != 1.0) backend_.scale(step->dlogits, loss_scale);
-  Tensor d_pooled = temporary({B_, H}, "d_pooled");
-  backend_.linear_backward(step->dlogits, head["classifier_in"], w_.classifier_w, &d_pooled, g_.classifier_w,
-                           &g_.classifier_b);
-  backend_.dropout(d_pooled, d_pooled,
-                   dropout_at(config_.classifier_dropout_prob(), site_classifier(config_.num_hidden_layers)));
-  backend_.activation_backward(ActivationKind::Tanh, head["pooled"], d_pooled, d_pooled);
-  Tensor d_first = temporary({B_, H}, "d_first_token");
-  backend_.linear_backward(d_pooled, head["first_token"], w_.pooler_w, &d_first, g_.pooler_w, &g_.pooler_b);
-  const int64_t last_rows = config_.num_hidden_layers > 0 ? rows_after_attention(config_.num_hidden_layers - 1) : L_;
-  Tensor d_hidden = temporary({B_, last_rows, H}, "d_hidden", compute_);
-  backend_.zero(d_hidden);
-  if (compute_ == DType::F32) {
-    backend_.select_row_backward(d_first, 0, d_hidden);
-  } else {
-    Tensor d_first_half = temporary({B_, H}, "d_first_token_half", compute_);
-    backend_.cast(d_first, d_first_half);
-    backend_.select_row_backward(d_first_half, 0, d_hidden);
-  }
+  // The pooler's gradients stay until the end of backward, as the plan has them.
+  BertClassificationHead::Gradients head_gradients = head_.backward(step->head, step->dlogits);
+  Tensor d_hidden = std::move(head_gradients.d_hidden);
   step->head = SavedTensors();
   drop_unit_weights(head_unit);
   unit_gradients_ready(head_unit);
@@ -405,30 +177,30 @@ void BertForSequenceClassification::backward(double loss_scale) {
     const Tensor& x = l > 0 ? step->layers[l - 1]["out"] : step->embeddings["out"];
     // The layer's weights (lent: gathered) serve its recompute and its backward.
     if (lends_gradients())
-      ledger.set_phase(options_.gradient_checkpointing ? fmt::format("recompute layer {}", l)
-                                                      : fmt::format("backward layer {}", l));
+      ledger.set_phase(options.gradient_checkpointing ? fmt::format("recompute layer {}", l)
+                                                     : fmt::format("backward layer {}", l));
     use_unit_weights(1 + l, l);
     use_unit_gradients(1 + l);
-    if (options_.gradient_checkpointing && options_.selective_checkpointing) {
+    if (options.gradient_checkpointing && options.selective_checkpointing) {
       ledger.set_phase(fmt::format("recompute layer {}", l));
-      recompute_selective(l, x, step->layers[l]);
+      encoder_.recompute_selective(l, x, step->layers[l]);
       ledger.set_phase(fmt::format("backward layer {}", l));
-      d_hidden = encoder_backward(l, x, step->layers[l], d_hidden);
-    } else if (options_.gradient_checkpointing) {
+      d_hidden = encoder_.layer_backward(l, x, step->layers[l], d_hidden);
+    } else if (options.gradient_checkpointing) {
       // The layer's forward again, from its checkpointed input: the same
       // kernels and the same dropout masks (a function of seed, step and
       // site), so the same activations and gradients as without checkpointing.
       ledger.set_phase(fmt::format("recompute layer {}", l));
       SavedTensors layer(backend_,
-                         saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, activation_plan(),
-                                            rows_after_attention(l)),
+                         saved_for_backward(LayerKind::EncoderLayer, config_, encoder_.batch(), encoder_.length(),
+                                            encoder_.activation_plan(), encoder_.rows_after_attention(l)),
                          Category::Activations, fmt::format("layer.{}.", l));
-      encoder_forward(l, x, layer);
+      encoder_.layer_forward(l, x, layer);
       ledger.set_phase(fmt::format("backward layer {}", l));
-      d_hidden = encoder_backward(l, x, layer, d_hidden);
+      d_hidden = encoder_.layer_backward(l, x, layer, d_hidden);
     } else {
       ledger.set_phase(fmt::format("backward layer {}", l));
-      d_hidden = encoder_backward(l, x, step->layers[l], d_hidden);
+      d_hidden = encoder_.layer_backward(l, x, step->layers[l], d_hidden);
     }
     step->layers.pop_back();  // layer l's saved tensors are no longer needed
     drop_unit_weights(1 + l);
@@ -438,122 +210,10 @@ void BertForSequenceClassification::backward(double loss_scale) {
   ledger.set_phase("backward embeddings");
   use_unit_weights(0, -1);
   use_unit_gradients(0);
-  embeddings_backward(step->embeddings, d_hidden);
+  encoder_.embeddings_backward(step->embeddings, d_hidden);
   drop_unit_weights(0);
   unit_gradients_ready(0);
   gradients_ready(nullptr);
-}
-
-void BertForSequenceClassification::recompute_selective(int64_t l, const Tensor& x, SavedTensors& s) {
-  // The same products and attention kernel on the same inputs, with the same
-  // dropout masks: the same bits as the forward computed.
-  std::vector<SavedSpec> specs;
-  for (const SavedSpec& spec :
-       saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, activation_plan(), rows_after_attention(l)))
-    if (selective_recomputed().count(spec.name) != 0) specs.push_back(spec);
-  SavedTensors again(backend_, specs, Category::Activations, fmt::format("layer.{}.", l));
-  const EncoderLayerTensors& w = wh_.layers[l];
-  if (rows_after_attention(l) == L_) {
-    attention_part(l, x, again);
-  } else {
-    first_query_attention_part(l, x, first_token_row(x), again);
-  }
-  backend_.linear_forward(s["h1"], w.inter_w, &w.inter_b, again["inter_pre"]);
-  s.absorb(std::move(again));
-}
-
-Tensor BertForSequenceClassification::encoder_backward(int64_t l, const Tensor& x, const SavedTensors& s,
-                                                       const Tensor& dout) {
-  const EncoderLayerTensors& w = wh_.layers[l];
-  const EncoderLayerTensors& masters = w_.layers[l];
-  const EncoderLayerTensors& g = g_.layers[l];
-  const int64_t H = config_.hidden_size, I = config_.intermediate_size;
-  const DType t = compute_;
-  const int64_t R = rows_after_attention(l);  // the rows past attention (dout's)
-
-  // out = LayerNorm(dropout(output.dense(inter_act)) + h1): d_h1 gets the
-  // residual's share, d_branch the dense layer's (through the dropout mask).
-  Tensor d_h1 = temporary({B_, R, H}, "d_h1", t);
-  Tensor d_branch = temporary({B_, R, H}, "d_branch", t);
-  // The bias gradients of the dense layers are summed inside the passes that
-  // write their output gradients (this one, the activation's, the next LayerNorm's).
-  backend_.residual_layernorm_backward(dout, s["out_ln_in"], s["out_ln_mean"], s["out_ln_rstd"], masters.out_ln_w,
-                                       dropout_at(config_.hidden_dropout_prob, site_layer_output(l)), d_h1, d_branch,
-                                       g.out_ln_w, g.out_ln_b, &g.out_b);
-  // The output dense layer's input act(inter_pre) was not saved: its input
-  // gradient comes first, then one pass recomputes act and applies act' to
-  // that gradient, then the weight gradient reads the recomputed act.
-  Tensor d_inter = temporary({B_, R, I}, "d_intermediate", t);
-  {
-    Tensor act = temporary({B_, R, I}, "intermediate_act", t);
-    backend_.linear_backward(d_branch, act, w.out_w, &d_inter, Tensor(), nullptr);
-    backend_.activation_backward_recompute(activation_, s["inter_pre"], d_inter, d_inter, act, &g.inter_b);
-    backend_.linear_backward(d_branch, act, w.out_w, nullptr, g.out_w, nullptr);
-  }
-  backend_.linear_backward(d_inter, s["h1"], w.inter_w, &d_h1, g.inter_w, nullptr, /*accumulate_dx=*/true);
-  d_inter = Tensor();
-
-  // h1 = LayerNorm(dropout(attention.output.dense(ctx)) + x)
-  Tensor d_x = dout;  // dout is consumed: its buffer now collects the input gradient
-  backend_.residual_layernorm_backward(d_h1, s["attn_ln_in"], s["attn_ln_mean"], s["attn_ln_rstd"], masters.attn_ln_w,
-                                       dropout_at(config_.hidden_dropout_prob, site_attention_output(l)), d_x,
-                                       d_branch, g.attn_ln_w, g.attn_ln_b, &g.attn_out_b);
-  Tensor d_ctx = d_h1;  // d_h1 is consumed too
-  backend_.linear_backward(d_branch, s["ctx"], w.attn_out_w, &d_ctx, g.attn_out_w, nullptr);
-  d_branch = Tensor();
-  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
-  const DropoutSpec probs_dropout = dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l));
-  if (R != L_) {
-    // The first query's attention: the query's gradient reaches the first
-    // token's row of the input (with the residual's share, in d_x), the keys'
-    // and values' every row.
-    const auto [k, v] = split_kv(s["kv"]);
-    Tensor d_q = temporary({B_, 1, H}, "d_q_first", t);
-    const auto [dk, dv] = split_kv(temporary({2, B_, L_, H}, "d_kv", t));
-    backend_.attention_first_query_backward(d_ctx, s["q_first"], k, v, s["attn_saved"], config_.num_attention_heads,
-                                            scale, probs_dropout, d_q, dk, dv);
-    const Tensor x0 = first_token_row(x);
-    backend_.linear_backward(d_q, x0, w.query_w, &d_x, g.query_w, &g.query_b, /*accumulate_dx=*/true);
-    Tensor d_x_all = temporary({B_, L_, H}, "d_x", t);
-    backend_.linear_backward(dk, x, w.key_w, &d_x_all, Tensor(), nullptr);
-    backend_.linear_backward(dv, x, w.value_w, &d_x_all, Tensor(), nullptr, /*accumulate_dx=*/true);
-    backend_.linear_backward_weights_n({dk, dv}, x, {w.key_w, w.value_w}, {g.key_w, g.value_w}, {g.key_b, g.value_b});
-    backend_.select_row_backward(d_x, 0, d_x_all);
-    return d_x_all;
-  }
-  const auto [q, k, v] = split_qkv(s["qkv"]);
-  if (w.qkv_w.defined() && g.qkv_w.defined() && g.qkv_b.defined()) {
-    // Query, key and value lie together: their gradients interleaved per token
-    // make one [T, 3H] matrix, so one product gives the input gradient (the
-    // three added in its depth) and the weight and bias gradients of all three.
-    Tensor d_qkv = temporary({B_, L_, 3 * H}, "d_qkv", t);
-    backend_.attention_backward_interleaved(d_ctx, q, k, v, s["ctx"], s["attn_saved"], mask_,
-                                            config_.num_attention_heads, scale, probs_dropout, d_qkv);
-    backend_.linear_backward(d_qkv, x, w.qkv_w, &d_x, g.qkv_w, &g.qkv_b, /*accumulate_dx=*/true);
-    return d_x;
-  }
-  const auto [dq, dk, dv] = split_qkv(temporary({3, B_, L_, H}, "d_qkv", t));
-  backend_.attention_backward(d_ctx, q, k, v, s["ctx"], s["attn_saved"], mask_, config_.num_attention_heads, scale,
-                              probs_dropout, dq, dk, dv);
-  // The input gradient sums the three products; the weight gradients are one batched product.
-  backend_.linear_backward(dq, x, w.query_w, &d_x, Tensor(), nullptr, /*accumulate_dx=*/true);
-  backend_.linear_backward(dk, x, w.key_w, &d_x, Tensor(), nullptr, /*accumulate_dx=*/true);
-  backend_.linear_backward(dv, x, w.value_w, &d_x, Tensor(), nullptr, /*accumulate_dx=*/true);
-  backend_.linear_backward_weights_n({dq, dk, dv}, x, {w.query_w, w.key_w, w.value_w}, {g.query_w, g.key_w, g.value_w},
-                                     {g.query_b, g.key_b, g.value_b});
-  return d_x;
-}
-
-void BertForSequenceClassification::embeddings_backward(const SavedTensors& s, const Tensor& dout_in) {
-  // Back to float32, where the embeddings computed (in place when the model computes in float32).
-  const Tensor work = compute_ == DType::F32 ? dout_in : temporary(dout_in.shape(), "d_embeddings_out");
-  Tensor d_sum = temporary({B_, L_, config_.hidden_size}, "d_embeddings");
-  backend_.embeddings_layernorm_backward(dout_in, s["ln_in"], s["ln_mean"], s["ln_rstd"], w_.emb_ln_w,
-                                         dropout_at(config_.hidden_dropout_prob, site_embeddings()), work, d_sum,
-                                         g_.emb_ln_w, g_.emb_ln_b);
-  backend_.embedding_backward(ids_, d_sum, g_.word, config_.pad_token_id);
-  backend_.embedding_backward(positions_, d_sum, g_.position, -1);
-  backend_.embedding_backward(token_types_, d_sum, g_.token_type, -1);
 }
 
 }  // namespace anatomy

@@ -1,5 +1,7 @@
-// bert.h: BertForSequenceClassification with Hugging Face semantics, written as
-// an explicit forward and backward per layer over the backend's ops.
+// bert.h: BertForSequenceClassification with Hugging Face semantics: BERT's
+// encoder (bert_encoder.h) and the sequence classification head
+// (bert_classification_head.h) over the model's parameters, run unit by unit
+// (the embeddings, each encoder layer, the head), explicit forward and backward.
 #pragma once
 
 #include <functional>
@@ -11,13 +13,12 @@
 
 #include "anatomy/kernels/backend.h"
 #include "anatomy/model/bert/bert_activations.h"
+#include "anatomy/model/bert/bert_classification_head.h"
+#include "anatomy/model/bert/bert_encoder.h"
 #include "anatomy/model/bert/bert_parameters.h"
 #include "anatomy/model/model.h"
 
 namespace anatomy {
-
-// The backend's activation for the config's hidden_act.
-ActivationKind activation_kind(Activation a);
 
 class BertForSequenceClassification : public Model {
  public:
@@ -30,10 +31,10 @@ class BertForSequenceClassification : public Model {
   ~BertForSequenceClassification() override;
 
   std::string architecture() const override { return "BertForSequenceClassification"; }
-  ActivationPlan activation_plan() const;
+  ActivationPlan activation_plan() const { return encoder_.activation_plan(); }
   // Whether the last encoder layer computes its query, attention and what
   // follows for the first token only (the default; --last-layer all: no).
-  bool first_token_last_layer() const { return first_token_last_layer_ && config_.num_hidden_layers > 0; }
+  bool first_token_last_layer() const { return encoder_.first_token_last_layer(); }
   std::string attention_note() const override;
   // Under mixed precision the encoder's dense layers compute from the 16-bit
   // copy; everything else (the embeddings, every LayerNorm, the pooler and
@@ -56,41 +57,13 @@ class BertForSequenceClassification : public Model {
 
  private:
   struct Step;  // the state one training forward leaves for its backward
-
-  DropoutSpec dropout_at(double p, int64_t site) const;
-  // The tokens of each sequence that encoder layer l computes after attention:
-  // L_, or 1 for the last layer when only its first token's output is read
-  // (the pooler's input; --last-layer all turns this off, and so does a
-  // backend whose first-query attention does not take the model's shape).
-  int64_t rows_after_attention(int64_t l) const;
-  bool first_token_last_layer_ = true;
-  Tensor temporary(Shape shape, const std::string& name, DType dtype = DType::F32);
-  void prepare_inputs(const ModelInputs& inputs);
-
-  void embeddings_forward(const SavedTensors& s);
-  void encoder_forward(int64_t layer, const Tensor& x, const SavedTensors& s);
-  // The layer's attention, of every token or of the first token only (x0: its row of x).
-  void attention_part(int64_t layer, const Tensor& x, const SavedTensors& s);
-  void first_query_attention_part(int64_t layer, const Tensor& x, const Tensor& x0, const SavedTensors& s);
-  Tensor first_token_row(const Tensor& x);
-  void head_forward(const Tensor& hidden, const SavedTensors& s);
-  double loss_forward(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits);
-
-  // Selective checkpointing: recomputes a layer's selective_recomputed() tensors into `s`.
-  void recompute_selective(int64_t layer, const Tensor& x, SavedTensors& s);
-  Tensor encoder_backward(int64_t layer, const Tensor& x, const SavedTensors& s, const Tensor& dout);
-  void embeddings_backward(const SavedTensors& s, const Tensor& dout);
-
   BertTensors& views_of(Views views);
+
   BertTensors w_;   // the float32 weights
   BertTensors wh_;  // the encoder's weights: w_ or the 16-bit copy
-  BertTensors g_;
-  ActivationKind activation_;
-
-  // Per-batch state.
-  int64_t B_ = 0, L_ = 0;
-  ForwardOptions options_;
-  Tensor ids_, token_types_, positions_, mask_;
+  BertTensors g_;   // the gradients (or the units ZeRO lends)
+  BertEncoder encoder_;
+  BertClassificationHead head_;
   std::unique_ptr<Step> step_;
 };
 

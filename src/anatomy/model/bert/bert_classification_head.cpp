@@ -1,0 +1,80 @@
+// bert_classification_head.cpp: pooler, dropout, classifier and loss, per
+// Hugging Face's BertForSequenceClassification:
+//   pooled = tanh(linear(out[:, 0])); logits = linear(dropout(pooled))
+#include "anatomy/model/bert/bert_classification_head.h"
+
+namespace anatomy {
+
+BertClassificationHead::BertClassificationHead(Backend& backend, const ModelConfig& config, DType compute,
+                                               const BertTensors& w, const BertTensors& g, BertEncoder& encoder)
+    : backend_(backend), config_(config), compute_(compute), w_(w), g_(g), encoder_(encoder) {}
+
+void BertClassificationHead::forward(const Tensor& hidden, const SavedTensors& s) {
+  const int64_t B = encoder_.batch(), H = config_.hidden_size;
+  if (compute_ == DType::F32) {
+    backend_.select_row(hidden, 0, s["first_token"]);
+  } else {  // the head is small: it runs in float32 from the rounded first token
+    Tensor first = encoder_.temporary({B, H}, "first_token_half", compute_);
+    backend_.select_row(hidden, 0, first);
+    backend_.cast(first, s["first_token"]);
+  }
+  Tensor pre = encoder_.temporary({B, H}, "pooler_pre");
+  backend_.linear_forward(s["first_token"], w_.pooler_w, &w_.pooler_b, pre);
+  backend_.activation_forward(ActivationKind::Tanh, pre, s["pooled"]);
+  backend_.dropout(s["pooled"], s["classifier_in"],
+                   encoder_.dropout_at(config_.classifier_dropout_prob(), encoder_.dropout_sites()));
+  backend_.linear_forward(s["classifier_in"], w_.classifier_w, &w_.classifier_b, s["logits"]);
+}
+
+double BertClassificationHead::loss(const Tensor& logits, const Tensor& labels, ProblemType type,
+                                    const Tensor& dlogits) {
+  const int64_t B = encoder_.batch(), C = config_.num_labels;
+  switch (type) {
+    case ProblemType::SingleLabel:
+      ANATOMY_CHECK(labels.dtype() == DType::I64 && labels.numel() == B,
+                    "single-label classification needs int64 labels [{}]", B);
+      return backend_.cross_entropy(logits, labels, dlogits);
+    case ProblemType::Regression:
+      // Hugging Face squeezes both sides when num_labels == 1, else compares [B, C] with [B, C].
+      ANATOMY_CHECK(labels.dtype() == DType::F32 && labels.numel() == B * C,
+                    "regression needs float32 labels with {} values", B * C);
+      return backend_.mse(logits, labels, dlogits);
+    case ProblemType::MultiLabel:
+      ANATOMY_CHECK(labels.dtype() == DType::F32 && labels.numel() == B * C,
+                    "multi-label classification needs float32 labels [{}, {}]", B, C);
+      return backend_.bce_with_logits(logits, labels, dlogits);
+    case ProblemType::Unset: break;
+  }
+  ANATOMY_CHECK(false, "problem type unresolved");
+  return 0.0;
+}
+
+BertClassificationHead::Gradients BertClassificationHead::backward(const SavedTensors& head, const Tensor& dlogits) {
+  const int64_t B = encoder_.batch(), H = config_.hidden_size;
+  Gradients out;
+  Tensor& d_pooled = out.d_pooled;
+  d_pooled = encoder_.temporary({B, H}, "d_pooled");
+  backend_.linear_backward(dlogits, head["classifier_in"], w_.classifier_w, &d_pooled, g_.classifier_w,
+                           &g_.classifier_b);
+  backend_.dropout(d_pooled, d_pooled,
+                   encoder_.dropout_at(config_.classifier_dropout_prob(), encoder_.dropout_sites()));
+  backend_.activation_backward(ActivationKind::Tanh, head["pooled"], d_pooled, d_pooled);
+  Tensor& d_first = out.d_first;
+  d_first = encoder_.temporary({B, H}, "d_first_token");
+  backend_.linear_backward(d_pooled, head["first_token"], w_.pooler_w, &d_first, g_.pooler_w, &g_.pooler_b);
+  const int64_t layers = config_.num_hidden_layers;
+  const int64_t last_rows = layers > 0 ? encoder_.rows_after_attention(layers - 1) : encoder_.length();
+  Tensor& d_hidden = out.d_hidden;
+  d_hidden = encoder_.temporary({B, last_rows, H}, "d_hidden", compute_);
+  backend_.zero(d_hidden);
+  if (compute_ == DType::F32) {
+    backend_.select_row_backward(d_first, 0, d_hidden);
+  } else {
+    Tensor d_first_half = encoder_.temporary({B, H}, "d_first_token_half", compute_);
+    backend_.cast(d_first, d_first_half);
+    backend_.select_row_backward(d_first_half, 0, d_hidden);
+  }
+  return out;
+}
+
+}  // namespace anatomy

@@ -1,0 +1,46 @@
+// bert_classification_head.h: BertForSequenceClassification's head over the
+// encoder: the pooler (dense + tanh of the first token's output), dropout,
+// the classifier, and the loss of the problem type (cross-entropy, MSE, or
+// binary cross-entropy with logits), forward and backward. It reads the first
+// token only, so the encoder's last layer may compute past attention for that
+// token alone.
+#pragma once
+
+#include "anatomy/kernels/backend.h"
+#include "anatomy/model/bert/bert_activations.h"
+#include "anatomy/model/bert/bert_encoder.h"
+#include "anatomy/model/bert/bert_parameters.h"
+
+namespace anatomy {
+
+class BertClassificationHead {
+ public:
+  // `w` (float32 weights) and `g` (gradients): the model's handles; the head
+  // computes in float32 under mixed precision too (it is small).
+  BertClassificationHead(Backend& backend, const ModelConfig& config, DType compute, const BertTensors& w,
+                         const BertTensors& g, BertEncoder& encoder);
+
+  // The logits of the encoder's output `hidden` into s["logits"] (s: the head's saved tensors).
+  void forward(const Tensor& hidden, const SavedTensors& s);
+  // The mean loss of `logits` against `labels`, its gradient into `dlogits`.
+  double loss(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits);
+  // From the (scaled) loss gradient: the head's parameter gradients, and the
+  // gradient of the encoder's output, d_hidden: [B, rows of its last layer, H]
+  // in the compute dtype (zero but for the first token). The pooler's
+  // gradients are temporaries the model holds to the end of its backward.
+  struct Gradients {
+    Tensor d_pooled, d_first;
+    Tensor d_hidden;
+  };
+  Gradients backward(const SavedTensors& s, const Tensor& dlogits);
+
+ private:
+  Backend& backend_;
+  const ModelConfig& config_;
+  DType compute_;
+  const BertTensors& w_;
+  const BertTensors& g_;
+  BertEncoder& encoder_;
+};
+
+}  // namespace anatomy
