@@ -2,7 +2,7 @@
 // each rank's ledger peak and its composition at that peak, by category, and
 // the sums over the ranks. Rank 0 prints it at the end of training ("Memory
 // per rank") and writes it to OUTPUT_DIR/ranks.json; the numbers come from
-// every rank through the communicator (cli/memory_report.h gathers them).
+// every rank through the communicator (gather_rank_memory below).
 //
 // The ranks peak at their own moments, so the total of the peaks is an upper
 // bound of what the ranks held at once, not a reading of one moment.

@@ -7,10 +7,13 @@
 
 #include <CLI/CLI.hpp>
 
-#include "anatomy/kernels/backend.h"
-#include "anatomy/kernels/fp32_products.h"
+#include "anatomy/run/device.h"
 
 namespace anatomy::cli {
+
+using run::DeviceChoice;
+using run::choose_device;
+using run::nvml_index_of;
 
 using Command = std::function<int()>;
 
@@ -42,21 +45,5 @@ void line_buffer_if_launched();
 // ("--learning-rate: expected a non-negative number, got -1").
 const CLI::Validator& positive_number();
 const CLI::Validator& non_negative_number();
-
-// The backend for --device (cpu, cuda or auto). `announce` prints why a
-// device was chosen when it was not the one asked for.
-struct DeviceChoice {
-  std::unique_ptr<Backend> backend;
-  bool gpu_present = false;   // an NVIDIA GPU is visible to this process
-  std::string note;           // printed before the run when not empty
-};
-// NVML's index of CUDA device `cuda_index` (matched by PCI bus id, so right
-// under CUDA_VISIBLE_DEVICES, which NVML ignores); `cuda_index` itself when
-// unknown.
-int nvml_index_of(int cuda_index);
-// `fp32_products` other than Float32 (TF32, split TF32) needs a GPU. `gpu`:
-// which GPU (a data-parallel rank's LOCAL_RANK); 0 by default.
-DeviceChoice choose_device(const std::string& flag, Fp32Products fp32_products = Fp32Products::Float32, int gpu = 0,
-                           const EngineOptions& options = {});
 
 }  // namespace anatomy::cli

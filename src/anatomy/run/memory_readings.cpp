@@ -1,5 +1,5 @@
-// memory_report.cpp: NVML readings and the anatomy's files.
-#include "anatomy/cli/memory_report.h"
+// memory_readings.cpp: NVML readings and the anatomy's files.
+#include "anatomy/run/memory_readings.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 
 #include "anatomy/io/files.h"
 
-namespace anatomy::cli {
+namespace anatomy::run {
 
 GpuMemoryProbe::GpuMemoryProbe(int index) : index_(index) {
   if (const auto m = gpu::Nvml::instance().memory(index)) baseline_ = static_cast<int64_t>(m->used);
@@ -52,4 +52,4 @@ void write_memory_reports(const MemoryAnatomy& anatomy, const std::string& dir, 
   fmt::print("Memory anatomy written to {} and {}\n", json_path, html_path);
 }
 
-}  // namespace anatomy::cli
+}  // namespace anatomy::run

@@ -1,6 +1,6 @@
-// memory_report.h: the memory side of a training run at the command line:
-// NVML readings of this process, the anatomy after (and during) training, and
-// its files. (The out-of-memory advice is analysis/out_of_memory.h.)
+// memory_readings.h: the memory side of a training run: NVML readings of
+// this process, the anatomy after (and during) training, and its files. (The
+// out-of-memory advice is analysis/out_of_memory.h.)
 #pragma once
 
 #include <optional>
@@ -14,7 +14,7 @@
 #include "anatomy/gpu/nvml.h"
 #include "anatomy/kernels/backend.h"
 
-namespace anatomy::cli {
+namespace anatomy::run {
 
 // This process's use of one GPU, from NVML: its own entry in the device's
 // process list when NVML lists it (it may not inside a container), else the
@@ -47,4 +47,4 @@ MemoryAnatomy take_memory_anatomy(Backend& backend, const DeviceFacts& facts, in
 void write_memory_reports(const MemoryAnatomy& anatomy, const std::string& dir,
                           const std::string& extra_sections = "");
 
-}  // namespace anatomy::cli
+}  // namespace anatomy::run

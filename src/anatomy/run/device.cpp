@@ -2,7 +2,7 @@
 // the CUDA backend, else the CPU, saying which and why.
 #include <thread>
 
-#include "anatomy/cli/commands.h"
+#include "anatomy/run/device.h"
 #include "anatomy/core/error.h"
 #include "anatomy/gpu/nvml.h"
 
@@ -11,7 +11,7 @@
 #include "anatomy/kernels/cuda/cuda_device.h"
 #endif
 
-namespace anatomy::cli {
+namespace anatomy::run {
 
 namespace {
 int visible_gpus() {
@@ -58,4 +58,4 @@ DeviceChoice choose_device(const std::string& flag, Fp32Products fp32_products, 
   return choice;
 }
 
-}  // namespace anatomy::cli
+}  // namespace anatomy::run
