@@ -22,7 +22,7 @@ enum class AttentionKernels {
   Anatomy,  // our flash kernels (flash_attention.cu), whose dropout masks are the CPU backend's
 };
 
-// BertForSequenceClassification's last encoder layer.
+// The last encoder layer of a model whose head reads the first token only.
 enum class LastLayer {
   FirstToken,  // query, attention and what follows for the first token only (the pooler's input)
   All,         // every token, as Hugging Face computes it
