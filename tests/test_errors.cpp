@@ -329,6 +329,19 @@ TEST_F(CliErrors, ForwardBackwardWithoutLabels) {
   EXPECT_TRUE(nothing_at(output));
 }
 
+// forward reads the engine's choices as train does: a bad ANATOMY_* value is
+// one line, before anything is written.
+TEST_F(CliErrors, ForwardRefusesABadEngineChoice) {
+  const std::string inputs = tmp_.file("inputs.safetensors");
+  test::write_i64_tensors(inputs, test::valid_train_tensors());
+  const std::string output = tmp_.file("forward.safetensors");
+  test::ScopedEnv bad("ANATOMY_LAST_LAYER", "cls");
+  const auto r = test::run_anatomy("forward --model " + model_ + " --inputs " + inputs + " --output " + output +
+                                   " --backward --device cpu");
+  EXPECT_TRUE(failed_cleanly(r, {"ANATOMY_LAST_LAYER=cls", "first-token or all"}));
+  EXPECT_TRUE(nothing_at(output));
+}
+
 TEST_F(CliErrors, ForwardWithoutLabelsAndWithoutBackwardWritesLogits) {
   auto tensors = test::valid_train_tensors();
   tensors.pop_back();  // labels

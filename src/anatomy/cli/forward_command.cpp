@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "anatomy/cli/commands.h"
+#include "anatomy/cli/engine_flags.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/io/safetensors.h"
 #include "anatomy/model/checkpoint.h"
@@ -17,6 +18,7 @@ struct ForwardFlags {
   std::string model, inputs, output, device = "cpu";
   bool backward = false;
   uint64_t seed = 42;
+  EngineFlags engine;
 };
 }  // namespace
 
@@ -31,9 +33,11 @@ Command add_forward_command(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--seed", f->seed, "Seed for a preset's initial weights")
       ->capture_default_str()->check(non_negative_number());
+  add_engine_flags(app, f->engine, /*training=*/false);
 
   return [f]() -> int {
-    DeviceChoice device = choose_device(f->device);
+    // The kernels' choices (and their ANATOMY_* aliases, the last layer's included), as train reads them.
+    DeviceChoice device = choose_device(f->device, Fp32Products::Float32, 0, resolve_engine_options(f->engine));
     Backend& backend = *device.backend;
     const ModelSource source = resolve_model(f->model);
     const Dataset data = load_tensor_dataset(f->inputs);
