@@ -2,7 +2,6 @@
 #include "anatomy/analysis/estimate.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 
@@ -201,28 +200,14 @@ std::string format_estimate(const EstimateRequest& r, const Estimate& e) {
 }
 
 std::string estimate_json(const Estimate& e) {
-  auto categories = [](const CategoryBytes& bytes) {
-    nlohmann::json j = nlohmann::json::object();
-    for (size_t c = 0; c < kCategoryCount; ++c) j[std::string(category_name(static_cast<Category>(c)))] = bytes[c];
-    return j;
-  };
   const MemoryPlan& p = e.plan;
-  const LedgerSnapshot& s = p.ledger;
-  nlohmann::json timeline = nlohmann::json::array();
-  for (const PhaseSample& sample : p.timeline)
-    timeline.push_back({{"phase", sample.phase}, {"step", sample.step}, {"total", sample.total},
-                        {"reserved", sample.reserved}, {"live", categories(sample.live)}});
-  const nlohmann::json j = {
+  const nlohmann::ordered_json j = {
       {"parameters", p.parameters},
       {"fits", p.fits},
       {"out_of_memory", p.out_of_memory},
       {"context_bytes", p.context_bytes},
-      {"ledger",
-       {{"live", categories(s.live)}, {"peak", categories(s.peak)}, {"at_peak", categories(s.at_peak)},
-        {"live_total", s.live_total}, {"peak_total", s.peak_total}, {"peak_phase", s.peak_phase},
-        {"peak_step", s.peak_step}, {"allocations", s.allocations}, {"reserved", s.reserved},
-        {"reserved_peak", s.reserved_peak}, {"reserved_at_peak", s.reserved_at_peak}}},
-      {"timeline", timeline},
+      {"ledger", ledger_json(p.ledger)},
+      {"timeline", timeline_json(p.timeline)},
       {"device_fits", e.fits},
       {"capacity", e.capacity},
       {"largest_batch", e.largest_batch},

@@ -157,9 +157,30 @@ std::string format_memory_table(const MemoryAnatomy& m) {
   return out;
 }
 
+nlohmann::ordered_json ledger_json(const LedgerSnapshot& l) {
+  return {{"live", by_category(l.live)},
+          {"peak", by_category(l.peak)},
+          {"at_peak", by_category(l.at_peak)},
+          {"live_total", l.live_total},
+          {"peak_total", l.peak_total},
+          {"peak_phase", l.peak_phase},
+          {"peak_step", l.peak_step},
+          {"reserved", l.reserved},
+          {"reserved_peak", l.reserved_peak},
+          {"reserved_at_peak", l.reserved_at_peak},
+          {"allocations", l.allocations}};
+}
+
+nlohmann::ordered_json timeline_json(const std::vector<PhaseSample>& timeline) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const PhaseSample& s : timeline)
+    out.push_back({{"phase", s.phase}, {"step", s.step}, {"total", s.total}, {"reserved", s.reserved},
+                   {"live", by_category(s.live)}});
+  return out;
+}
+
 std::string memory_anatomy_json(const MemoryAnatomy& m) {
   using nlohmann::ordered_json;
-  const LedgerSnapshot& l = m.ledger;
   ordered_json j;
   j["device"] = m.device;
   j["device_name"] = m.device_name;
@@ -170,22 +191,8 @@ std::string memory_anatomy_json(const MemoryAnatomy& m) {
     j["rows"].push_back({{"key", r.key}, {"label", r.label}, {"at_peak", r.at_peak}, {"peak", r.peak},
                          {"predicted", r.predicted}});
 
-  j["ledger"] = {{"live", by_category(l.live)},
-                 {"peak", by_category(l.peak)},
-                 {"at_peak", by_category(l.at_peak)},
-                 {"live_total", l.live_total},
-                 {"peak_total", l.peak_total},
-                 {"peak_phase", l.peak_phase},
-                 {"peak_step", l.peak_step},
-                 {"reserved", l.reserved},
-                 {"reserved_peak", l.reserved_peak},
-                 {"reserved_at_peak", l.reserved_at_peak},
-                 {"allocations", l.allocations}};
-
-  j["timeline"] = ordered_json::array();
-  for (const PhaseSample& s : m.timeline)
-    j["timeline"].push_back({{"phase", s.phase}, {"step", s.step}, {"total", s.total}, {"reserved", s.reserved},
-                             {"live", by_category(s.live)}});
+  j["ledger"] = ledger_json(m.ledger);
+  j["timeline"] = timeline_json(m.timeline);
   j["timeline_dropped"] = m.timeline_dropped;
   j["context_bytes"] = m.context_bytes;
   j["nvml_used"] = m.nvml_used;

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "anatomy/core/ledger.h"
 
 namespace anatomy {
@@ -61,6 +63,11 @@ std::vector<MemoryRow> memory_rows(const MemoryAnatomy& m);
 // The terminal table: one line per row with a bar, the totals, the peak's
 // phase and step, and predicted vs measured when there is a prediction.
 std::string format_memory_table(const MemoryAnatomy& m);
+// A ledger snapshot and a timeline as JSON, bytes as integers, categories by
+// category_name(): the parts anatomy.json and `estimate --plan-json` share.
+nlohmann::ordered_json ledger_json(const LedgerSnapshot& ledger);
+nlohmann::ordered_json timeline_json(const std::vector<PhaseSample>& timeline);
+
 // anatomy.json: everything above, bytes as integers.
 std::string memory_anatomy_json(const MemoryAnatomy& m);
 // report.html: self-contained (no network), with inline SVG charts: the

@@ -14,6 +14,7 @@ namespace {
 struct Setting {
   std::string value;
   std::string source;  // "--flag" or "VARIABLE" (for errors)
+  bool from_flag() const { return source.rfind("--", 0) == 0; }
 };
 
 Setting setting(const std::string& flag_value, const char* flag, const char* variable, const EnvLookup& getenv) {
@@ -23,7 +24,7 @@ Setting setting(const std::string& flag_value, const char* flag, const char* var
 }
 
 [[noreturn]] void refuse(const Setting& s, std::string_view expected) {
-  if (s.source.rfind("--", 0) == 0) fail("{} {}: expected {}", s.source, s.value, expected);
+  if (s.from_flag()) fail("{} {}: expected {}", s.source, s.value, expected);
   fail("{}={}: expected {}", s.source, s.value, expected);
 }
 
@@ -31,7 +32,7 @@ Setting setting(const std::string& flag_value, const char* flag, const char* var
 // them); a variable's 1/0, as it always was.
 bool parse_switch(const Setting& s, bool fallback, std::string_view variable_expected) {
   if (s.value.empty()) return fallback;
-  const bool flag = s.source.rfind("--", 0) == 0;
+  const bool flag = s.from_flag();
   if (s.value == "1" || (flag && (s.value == "true" || s.value == "True"))) return true;
   if (s.value == "0" || (flag && (s.value == "false" || s.value == "False"))) return false;
   refuse(s, flag ? std::string_view("true or false") : variable_expected);
@@ -90,7 +91,7 @@ EngineOptions resolve_engine_options(const EngineFlags& f, const EnvLookup& gete
                                     true, "1 or 0 (or unset)");
   {
     const Setting s = setting(f.cudnn_time_plans, "--cudnn-time-plans", "ANATOMY_CUDNN_ATTENTION_PLANS", getenv);
-    if (s.source == "ANATOMY_CUDNN_ATTENTION_PLANS") {
+    if (!s.from_flag()) {
       if (!s.value.empty() && s.value != "time") refuse(s, "time (or unset)");
       o.cudnn_time_plans = s.value == "time";
     } else {

@@ -3,7 +3,6 @@
 #include "anatomy/distributed/environment.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <optional>
 
