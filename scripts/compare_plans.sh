@@ -5,9 +5,13 @@
 #
 # Runs `anatomy estimate --plan-json` for the seed run and for other
 # configurations (gradient checkpointing, full and selective; 8-bit AdamW;
-# fp16; bf16 at batch 32; ZeRO-2 on two ranks; training with evaluation on
-# text data) with each binary, for an H100 (no GPU is needed: the plan runs on
-# the meta backend), and compares the JSON plans and the printed estimates.
+# fp16; bf16 at batch 32; ZeRO-2 on two ranks; each attention path: cuDNN,
+# our flash kernels, an A100 without the Hopper kernels, a head size without
+# fused kernels in bf16 and float32; split TF32 with the whole last layer;
+# Adafactor; training with evaluation on text data) with each binary, for an
+# H100 unless a configuration names another GPU (no GPU is needed: the plan
+# runs on the meta backend), and compares the JSON plans and the printed
+# estimates.
 # Exits non-zero when any differs. A change to the engine that should not move
 # a byte of memory (a refactoring) is checked with it, old binary against new.
 set -euo pipefail
@@ -30,6 +34,13 @@ configs=(
   "fp16|--fp16 --per-device-train-batch-size 8"
   "bf16-b32|--bf16 --tf32 --per-device-train-batch-size 32"
   "zero2-2ranks|--bf16 --per-device-train-batch-size 16 --zero-stage 2 --nproc 2"
+  "cudnn|--attention cudnn --bf16 --per-device-train-batch-size 8"
+  "flash|--attention anatomy --bf16 --per-device-train-batch-size 8"
+  "a100-bf16|--gpu a100-80gb --bf16 --per-device-train-batch-size 8"
+  "split-tf32|--split-tf32 --last-layer all"
+  "adafactor|--optim adafactor --bf16"
+  "head16-bf16|--model $here/tests/fixtures/bert-cls5-wide --bf16 --dummy-seq-len 32"
+  "head16-fp32|--model $here/tests/fixtures/bert-cls5-wide --dummy-seq-len 32"
   "evaluate|--model bert-base-uncased --train-file $text/train.jsonl --validation-file $text/validation.jsonl --vocab $text/vocab.txt --eval-strategy steps --per-device-train-batch-size 16 --bf16"
 )
 
@@ -41,7 +52,9 @@ for entry in "${configs[@]}"; do
     bin=$old
     [ "$side" = new ] && bin=$new
     # shellcheck disable=SC2086
-    "$bin" estimate --gpu h100-80gb $flags --plan-json "$out/$name.$side.json" >"$out/$name.$side.txt" 2>&1 ||
+    gpu=(--gpu h100-80gb)
+    [[ " $flags " == *" --gpu "* ]] && gpu=()
+    "$bin" estimate "${gpu[@]}" $flags --plan-json "$out/$name.$side.json" >"$out/$name.$side.txt" 2>&1 ||
       { echo "$name: $side binary failed (see $out/$name.$side.txt)"; status=1; continue 2; }
   done
   if cmp -s "$out/$name.old.json" "$out/$name.new.json" && cmp -s "$out/$name.old.txt" "$out/$name.new.txt"; then

@@ -31,7 +31,8 @@ struct Profiled {
 
 Profiled profile_tiny(int steps_to_profile) {
   auto cpu = make_cpu_backend(1);
-  ProfilingBackend backend(*cpu);
+  Backend& backend = *cpu;
+  Profiler profiler(backend);
   Profiled out;
   out.config = *model_preset("bert-tiny");
   out.config.max_position_embeddings = 64;
@@ -46,10 +47,10 @@ Profiled profile_tiny(int steps_to_profile) {
   args.progress = false;
   Trainer trainer(backend, model, data, args);
   trainer.set_hooks(StepHooks{[&](int64_t step) {
-                                if (step >= 1) backend.begin_step();
+                                if (step >= 1) profiler.begin_step();
                               },
                               [&](int64_t) {
-                                if (backend.recording()) out.steps.push_back(backend.end_step());
+                                if (profiler.recording()) out.steps.push_back(profiler.end_step());
                               }});
   trainer.train();
   return out;
@@ -220,16 +221,17 @@ TEST(Profile, CeilingsAreMeasuredThenCached) {
 // between steps.
 TEST(Profile, CommunicatorCallsAreTimedAsCommunication) {
   auto cpu = make_cpu_backend(1);
-  ProfilingBackend backend(*cpu);
-  auto comm = distributed::profile_communicator(distributed::make_simulated_communicator(0, 3), backend);
+  Backend& backend = *cpu;
+  Profiler profiler(backend);
+  auto comm = distributed::profile_communicator(distributed::make_simulated_communicator(0, 3), profiler);
   EXPECT_EQ(comm->world_size(), 3);
   const Tensor grads = Tensor::empty(backend.ledger(), {64}, DType::F32, Category::Gradients, "flat");
   comm->all_reduce_sum(grads.slice(0, {32}, "gradient_bucket"));  // not recording: not timed
-  backend.begin_step();
+  profiler.begin_step();
   comm->all_reduce_sum(grads.slice(32, {32}, "gradient_bucket"));
   comm->wait();
   const std::vector<double> sums = comm->sum_host({1.5, 2.0});
-  const StepTiming step = backend.end_step();
+  const StepTiming step = profiler.end_step();
   EXPECT_EQ(sums, (std::vector<double>{4.5, 6.0}));
   ASSERT_EQ(step.ops.size(), 3u);
   EXPECT_EQ(step.ops[0].op, "all_reduce");

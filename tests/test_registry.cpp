@@ -61,6 +61,29 @@ TEST(Registry, AnUnknownFamilyOrTaskNamesWhatIsSupported) {
   EXPECT_EQ(task, "model_type \"bert\" has no question-answering head (it has: sequence-classification)");
 }
 
+// config.json's architectures choose the head where no task is asked for and
+// the engine has the class it names; a pre-training checkpoint's class
+// (BertForMaskedLM, as bert-base-uncased's) is fine-tuned as the seed does,
+// for sequence classification; a task asked for wins.
+TEST(Registry, ArchitecturesInConfigJsonChooseTheHead) {
+  const std::string sizes = R"("hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+      "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 32)";
+  const ModelConfig named =
+      parse_model_config(R"({"architectures": ["BertForSequenceClassification"], )" + sizes + "}", "config.json");
+  EXPECT_EQ(model_task(named), kSequenceClassification);
+  EXPECT_EQ(model_architecture(named).name, "BertForSequenceClassification");
+  const ModelConfig pretraining =
+      parse_model_config(R"({"architectures": ["BertForMaskedLM"], )" + sizes + "}", "config.json");
+  EXPECT_EQ(model_task(pretraining), kSequenceClassification);
+  EXPECT_EQ(model_task(pretraining, "question-answering"), "question-answering");
+  EXPECT_EQ(error_of([&] { model_architecture(pretraining, "question-answering"); }),
+            "model_type \"bert\" has no question-answering head (it has: sequence-classification)");
+  EXPECT_EQ(error_of([] { parse_model_config(R"({"architectures": "BertModel"})", "dir/config.json"); }),
+            "dir/config.json: 'architectures' must be a list of class names, got \"BertModel\"");
+  EXPECT_EQ(error_of([] { parse_model_config(R"({"architectures": [1]})", "dir/config.json"); }),
+            "dir/config.json: 'architectures' must be a list of class names, got [1]");
+}
+
 TEST(Registry, PresetsComeFromTheFamilies) {
   const std::vector<std::string> names = model_preset_names();
   ASSERT_FALSE(names.empty());

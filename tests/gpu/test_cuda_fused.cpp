@@ -736,8 +736,8 @@ TEST(CudaBackendEmbeddings, FusedLayerNormBlockMatchesTheOpsAndTheCpu) {
             b.embeddings_layernorm_forward(tids, tpos, ttypes, tw, tp, ty, tg, tb, 1e-12, drop, sum, mean, rstd, work,
                                            out);
           else
-            b.Backend::embeddings_layernorm_forward(tids, tpos, ttypes, tw, tp, ty, tg, tb, 1e-12, drop, sum, mean,
-                                                    rstd, work, out);
+            b.embeddings_layernorm_forward_unfused(tids, tpos, ttypes, tw, tp, ty, tg, tb, 1e-12, drop, sum, mean,
+                                                   rstd, work, out);
           Outs o;
           o.sum = download(b, sum);
           o.mean = download(b, mean);
@@ -755,7 +755,7 @@ TEST(CudaBackendEmbeddings, FusedLayerNormBlockMatchesTheOpsAndTheCpu) {
           if (which == 0)
             b.embeddings_layernorm_backward(tdout, sum, m2, r2, tg, drop, bwork, d_sum, dg, db);
           else
-            b.Backend::embeddings_layernorm_backward(tdout, sum, m2, r2, tg, drop, bwork, d_sum, dg, db);
+            b.embeddings_layernorm_backward_unfused(tdout, sum, m2, r2, tg, drop, bwork, d_sum, dg, db);
           o.work = download(b, bwork);
           o.d_sum = download(b, d_sum);
           o.dgamma = download(b, dg);

@@ -97,7 +97,7 @@ TEST_P(CudaPackedAttention, SameBitsAsEachSequenceAlone) {
   const Tensor alone = Tensor::empty(ledger, {T, width}, dtype, Category::Temporary, "alone");
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   backend->attention_forward_packed(q, k, v, offsets_dev, offsets, heads, scale, packed);
-  backend->Backend::attention_forward_packed(q, k, v, offsets_dev, offsets, heads, scale, alone);
+  backend->attention_forward_packed_one_by_one(q, k, v, offsets_dev, offsets, heads, scale, alone);
   auto widened = [&](const Tensor& t) {  // exact: comparing the floats compares the 16-bit values
     Tensor f = Tensor::empty(ledger, t.shape(), DType::F32, Category::Temporary, "widened");
     backend->cast(t, f);

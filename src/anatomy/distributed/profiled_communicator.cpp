@@ -8,7 +8,7 @@ namespace {
 
 class ProfiledCommunicator final : public Communicator {
  public:
-  ProfiledCommunicator(std::unique_ptr<Communicator> inner, ProfilingBackend& profiler)
+  ProfiledCommunicator(std::unique_ptr<Communicator> inner, Profiler& profiler)
       : inner_(std::move(inner)), profiler_(profiler) {}
 
   int rank() const override { return inner_->rank(); }
@@ -46,12 +46,12 @@ class ProfiledCommunicator final : public Communicator {
   }
 
   std::unique_ptr<Communicator> inner_;
-  ProfilingBackend& profiler_;
+  Profiler& profiler_;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> profile_communicator(std::unique_ptr<Communicator> inner, ProfilingBackend& profiler) {
+std::unique_ptr<Communicator> profile_communicator(std::unique_ptr<Communicator> inner, Profiler& profiler) {
   return std::make_unique<ProfiledCommunicator>(std::move(inner), profiler);
 }
 

@@ -20,6 +20,6 @@
 
 namespace anatomy::distributed {
 
-std::unique_ptr<Communicator> profile_communicator(std::unique_ptr<Communicator> inner, ProfilingBackend& profiler);
+std::unique_ptr<Communicator> profile_communicator(std::unique_ptr<Communicator> inner, Profiler& profiler);
 
 }  // namespace anatomy::distributed

@@ -10,10 +10,16 @@
 // Backward ops *accumulate* (+=) into parameter gradients, so that gradient
 // accumulation over micro-batches needs nothing special, and *write* (=) input
 // gradients.
+//
+// Each op is a public function that describes the op to the backend's hook
+// (the profiler), when one records, and calls the backend's implementation,
+// the protected do_ function of the same name: one place where every op is
+// watched, and one description of each op's cost (backend.cpp).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "anatomy/core/engine_options.h"
@@ -105,6 +111,36 @@ constexpr int64_t kAdam8bitBlock = 256;
 // rounded up to 128 (Backend::attention_keeps_dropout_bits).
 constexpr int64_t attention_keep_words(int64_t L) { return (L + 127) / 128 * 4; }
 
+// What an op is, as a profiler reports it: the op ("linear_forward"), the
+// operand it works on, its class in the sense of "Data Movement Is All You
+// Need" (tensor contraction, statistical normalisation, element-wise, ...),
+// and the floating-point operations it executes and the bytes it reads and
+// writes, both counted from the shapes (backend.cpp says how).
+enum class OpClass { Contraction, Normalization, Elementwise, Optimizer, Communication, Data };
+constexpr int kOpClassCount = 6;
+const char* op_class_name(OpClass c);
+struct OpInfo {
+  const char* op = "";
+  std::string operand;
+  OpClass op_class = OpClass::Elementwise;
+  double flops = 0.0;
+  double bytes = 0.0;
+};
+// A parameter's or buffer's name without prefixes and layer indices:
+// "half.bert.encoder.layer.3.attention.self.query.weight" -> "attention.self.query".
+std::string operand_name(const std::string& tensor_name);
+
+// Watches a backend's ops (the profiler, kernels/profiling.h). While
+// recording() it is told of each op before it runs (begin) and after it
+// returns (end); an op that throws gets no end. Otherwise ops run untouched.
+class OpHook {
+ public:
+  virtual ~OpHook() = default;
+  virtual bool recording() const = 0;
+  virtual void begin(OpInfo info) = 0;
+  virtual void end() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -115,9 +151,12 @@ class Backend {
   // communicators read them here too.
   const EngineOptions& options() const { return options_; }
   virtual void set_options(const EngineOptions& options) { options_ = options; }
+  // The hook every op goes through (nullptr: none), which outlives its use.
+  void set_hook(OpHook* hook) { hook_ = hook; }
+  OpHook* hook() const { return hook_; }
 
   // --- memory ---
-  virtual void zero(const Tensor& t) = 0;
+  void zero(const Tensor& t);
   // Asynchronous input upload, for a loader that copies the next batch while
   // the current one computes. upload_async queues a copy of dst.nbytes() host
   // bytes from src into dst on a copy queue of its own, through pinned staging
@@ -128,44 +167,40 @@ class Backend {
   // uploaded into the set batch k − 1 used while batch k computes. dst must not
   // be memory that the compute queue may still reuse (fixed buffers, not
   // temporaries).
-  virtual void upload_async(const Tensor& dst, const void* src) = 0;
+  void upload_async(const Tensor& dst, const void* src);
   virtual void upload_wait() = 0;
-  virtual void copy_from_host(const Tensor& dst, const void* src) = 0;
-  virtual void copy_to_host(const Tensor& src, void* dst) = 0;
-  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  void copy_from_host(const Tensor& dst, const void* src);
+  void copy_to_host(const Tensor& src, void* dst);
+  void copy(const Tensor& dst, const Tensor& src);
   // dst = src converted between F32 and BF16/F16 (round to nearest even); equal element counts.
-  virtual void cast(const Tensor& src, const Tensor& dst) = 0;
+  void cast(const Tensor& src, const Tensor& dst);
 
   // --- products ---
   // y[M,N] = x[M,K] · w[N,K]^T (+ b[N]). Mixed precision: x, w, b and y all
   // 16-bit of one type, products accumulated in float32.
-  virtual void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) = 0;
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y);
   // dx = dy · w (when dx is given; dx += dy · w with accumulate_dx); dw += dy^T · x
   // (when dw is defined); db += Σ_rows dy (when db is given). Mixed precision:
   // dy, x, w, dx 16-bit; dw and db float32.
-  virtual void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx,
-                               const Tensor& dw, const Tensor* db, bool accumulate_dx = false) = 0;
+  void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor& dw,
+                       const Tensor* db, bool accumulate_dx = false);
 
   // n products of one input whose weights, biases and outputs each lie at one
   // constant stride in memory (query, key and value): y_i = x · w_i^T + b_i.
   // A backend may run them as one batched product; by default they run one by one.
-  virtual void linear_forward_n(const Tensor& x, const std::vector<Tensor>& w, const std::vector<Tensor>& b,
-                                const std::vector<Tensor>& y) {
-    for (size_t i = 0; i < w.size(); ++i) linear_forward(x, w[i], &b[i], y[i]);
-  }
+  void linear_forward_n(const Tensor& x, const std::vector<Tensor>& w, const std::vector<Tensor>& b,
+                        const std::vector<Tensor>& y);
   // Their weight and bias gradients: dw_i += dy_i^T · x and db_i += Σ_rows dy_i.
-  virtual void linear_backward_weights_n(const std::vector<Tensor>& dy, const Tensor& x, const std::vector<Tensor>& w,
-                                         const std::vector<Tensor>& dw, const std::vector<Tensor>& db) {
-    for (size_t i = 0; i < dy.size(); ++i) linear_backward(dy[i], x, w[i], nullptr, dw[i], &db[i]);
-  }
+  void linear_backward_weights_n(const std::vector<Tensor>& dy, const Tensor& x, const std::vector<Tensor>& w,
+                                 const std::vector<Tensor>& dw, const std::vector<Tensor>& db);
 
   // --- embeddings ---
   // out[t] (+)= table[ids[t]] for every row t; ids are int64; `accumulate` adds instead of writing.
   // out is float32; the table float32, or BF16/F16 (inference's 16-bit weights;
   // also a gather of rows of 16-bit activations), converted exactly to float.
-  virtual void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) = 0;
+  void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate);
   // dtable[ids[t]] += dout[t], skipping rows whose id equals padding_idx (pass -1 for none).
-  virtual void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx) = 0;
+  void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx);
 
   // The embeddings block, forward: sum = word[ids] + position[positions] +
   // token_type[token_types] (float32 tables, added in that order, as three
@@ -174,64 +209,62 @@ class Backend {
   // where y is kept before the dropout and the rounding (out itself when out
   // is float32). The default runs those ops; a backend may fuse them (and then
   // need not touch work).
-  virtual void embeddings_layernorm_forward(const Tensor& ids, const Tensor& positions, const Tensor& token_types,
-                                            const Tensor& word, const Tensor& position, const Tensor& token_type,
-                                            const Tensor& gamma, const Tensor& beta, double eps,
-                                            const DropoutSpec& dropout, const Tensor& sum, const Tensor& mean,
-                                            const Tensor& rstd, const Tensor& work, const Tensor& out);
+  void embeddings_layernorm_forward(const Tensor& ids, const Tensor& positions, const Tensor& token_types,
+                                    const Tensor& word, const Tensor& position, const Tensor& token_type,
+                                    const Tensor& gamma, const Tensor& beta, double eps, const DropoutSpec& dropout,
+                                    const Tensor& sum, const Tensor& mean, const Tensor& rstd, const Tensor& work,
+                                    const Tensor& out);
   // Its backward up to the sum: work = dropout(float32(dout)) (written; work
   // may be dout itself when dout is float32), d_sum = LayerNorm's input
   // gradient from work (written), dgamma and dbeta accumulate. The default runs
   // cast, dropout and layernorm_backward.
-  virtual void embeddings_layernorm_backward(const Tensor& dout, const Tensor& sum, const Tensor& mean,
-                                             const Tensor& rstd, const Tensor& gamma, const DropoutSpec& dropout,
-                                             const Tensor& work, const Tensor& d_sum, const Tensor& dgamma,
-                                             const Tensor& dbeta);
+  void embeddings_layernorm_backward(const Tensor& dout, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
+                                     const Tensor& gamma, const DropoutSpec& dropout, const Tensor& work,
+                                     const Tensor& d_sum, const Tensor& dgamma, const Tensor& dbeta);
 
   // --- normalisation ---
   // y = (x - mean) * rstd * gamma + beta over the last dimension; saves mean and rstd [rows].
-  virtual void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
-                                 const Tensor& y, const Tensor& mean, const Tensor& rstd) = 0;
+  void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
+                         const Tensor& mean, const Tensor& rstd);
   // dx = ∂/∂x (written); dgamma, dbeta += .
-  virtual void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                                  const Tensor& gamma, const Tensor& dx, const Tensor& dgamma,
-                                  const Tensor& dbeta) = 0;
+  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                          const Tensor& gamma, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
 
   // The residual connection of a transformer layer, fused:
   // sum = dropout(x) + residual; y = LayerNorm(sum) (saves mean and rstd).
   // x, residual, sum and y share one dtype (16-bit under mixed precision: sum is
   // rounded to it before the statistics); gamma, beta, mean, rstd float32.
-  virtual void residual_layernorm_forward(const Tensor& x, const Tensor& residual, const DropoutSpec& dropout,
-                                          const Tensor& gamma, const Tensor& beta, double eps, const Tensor& sum,
-                                          const Tensor& y, const Tensor& mean, const Tensor& rstd) = 0;
+  void residual_layernorm_forward(const Tensor& x, const Tensor& residual, const DropoutSpec& dropout,
+                                  const Tensor& gamma, const Tensor& beta, double eps, const Tensor& sum,
+                                  const Tensor& y, const Tensor& mean, const Tensor& rstd);
   // Its backward: d_residual = ∂/∂sum (written; may be dy itself), d_x =
   // dropout(d_residual) (written), dgamma and dbeta accumulate. With d_bias
   // (float32 [H]), d_bias += Σ_rows d_x as well: the bias gradient of the
   // product whose output x is, which a backend can sum in the same pass.
-  virtual void residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean,
-                                           const Tensor& rstd, const Tensor& gamma, const DropoutSpec& dropout,
-                                           const Tensor& d_residual, const Tensor& d_x, const Tensor& dgamma,
-                                           const Tensor& dbeta, const Tensor* d_bias = nullptr) = 0;
+  void residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& gamma, const DropoutSpec& dropout, const Tensor& d_residual,
+                                   const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta,
+                                   const Tensor* d_bias = nullptr);
 
   // --- element-wise ---
-  virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;  // out = a + b
-  virtual void add_inplace(const Tensor& dst, const Tensor& src) = 0;         // dst += src
-  virtual void activation_forward(ActivationKind kind, const Tensor& x, const Tensor& y) = 0;
+  void add(const Tensor& a, const Tensor& b, const Tensor& out);  // out = a + b
+  void add_inplace(const Tensor& dst, const Tensor& src);         // dst += src
+  void activation_forward(ActivationKind kind, const Tensor& x, const Tensor& y);
   // dx = dy * f'(x) where `saved` is x (for GELU, ReLU) or y = f(x) (for tanh).
-  virtual void activation_backward(ActivationKind kind, const Tensor& saved, const Tensor& dy, const Tensor& dx) = 0;
+  void activation_backward(ActivationKind kind, const Tensor& saved, const Tensor& dy, const Tensor& dx);
   // Backward that recomputes the forward in the same pass: y = f(x) and
   // dx = dy * f'(x), x the saved input (not for Tanh, which saves its output).
   // dx may be dy. Lets a layer keep only x and rebuild f(x) when backward needs it.
   // With d_bias (float32, x's last dimension), d_bias += Σ_rows dx as well: the
   // bias gradient of the product whose output x is.
-  virtual void activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy,
-                                             const Tensor& dx, const Tensor& y, const Tensor* d_bias = nullptr) = 0;
+  void activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                                     const Tensor& y, const Tensor* d_bias = nullptr);
   // y = x * keep / (1 - p); in place allowed. Backward is the same call on dy.
-  virtual void dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) = 0;
+  void dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec);
   // out[b, :] = x[b, row, :] for every batch entry b (x is [B, L, H], out [B, H]).
-  virtual void select_row(const Tensor& x, int64_t row, const Tensor& out) = 0;
+  void select_row(const Tensor& x, int64_t row, const Tensor& out);
   // dx[b, row, :] += dout[b, :].
-  virtual void select_row_backward(const Tensor& dout, int64_t row, const Tensor& dx) = 0;
+  void select_row_backward(const Tensor& dout, int64_t row, const Tensor& dx);
 
   // --- attention ---
   // Multi-head scaled dot-product attention. q, k, v, ctx: [B, L, heads*d] with
@@ -255,30 +288,27 @@ class Backend {
     (void)L;
     return false;
   }
-  virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                                 int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& saved,
-                                 const Tensor& ctx) = 0;
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
+                         double scale, const DropoutSpec& dropout, const Tensor& saved, const Tensor& ctx);
   // Inference attention over packed sequences of different lengths (no
   // padding, no dropout, nothing saved): q, k, v, ctx [T, heads*d], sequence b
   // is rows offsets[b] .. offsets[b+1] of them. `offsets` is int64 [B + 1] on
   // the device, `host_offsets` the same numbers on the host. By default each
   // sequence runs through attention_forward as a batch of one.
-  virtual void attention_forward_packed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& offsets,
-                                        const std::vector<int64_t>& host_offsets, int64_t heads, double scale,
-                                        const Tensor& ctx);
-  virtual void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& ctx, const Tensor& saved, const Tensor& key_mask, int64_t heads,
-                                  double scale, const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,
-                                  const Tensor& dv) = 0;
+  void attention_forward_packed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& offsets,
+                                const std::vector<int64_t>& host_offsets, int64_t heads, double scale,
+                                const Tensor& ctx);
+  void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx,
+                          const Tensor& saved, const Tensor& key_mask, int64_t heads, double scale,
+                          const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk, const Tensor& dv);
   // The same, with the three input gradients interleaved per token: dqkv is
   // [B, L, 3·heads·d] (q's dtype), row t holding dq, dk and dv of token t one
   // after another (columns 0, H and 2H). That is the layout of one product
   // [B·L, 3H]·[3H, H] for their input gradient, and of one [3H, B·L]·[B·L, H]
   // for their weight gradients, when the three weights lie adjacent. Written (=).
-  virtual void attention_backward_interleaved(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                              const Tensor& ctx, const Tensor& saved, const Tensor& key_mask,
-                                              int64_t heads, double scale, const DropoutSpec& dropout,
-                                              const Tensor& dqkv) = 0;
+  void attention_backward_interleaved(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& ctx, const Tensor& saved, const Tensor& key_mask, int64_t heads,
+                                      double scale, const DropoutSpec& dropout, const Tensor& dqkv);
 
   // Attention of the first token only (query row 0) over all L keys: what the
   // last encoder layer needs when only its first token's output is read.
@@ -289,14 +319,13 @@ class Backend {
   // to all L keys. The dropout mask of key j is the reference's mask of
   // attention_forward's row 0 (element (b·heads + h)·L·L + j of the stream,
   // core/random.h), the CPU backend's and our flash kernels' bit for bit.
-  virtual void attention_first_query_forward(const Tensor& q0, const Tensor& k, const Tensor& v,
-                                             const Tensor& key_mask, int64_t heads, double scale,
-                                             const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx0) = 0;
+  void attention_first_query_forward(const Tensor& q0, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                     int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& probs,
+                                     const Tensor& ctx0);
   // Its backward: dq0 [B, 1, heads*d], dk and dv [B, L, heads*d], written (=).
-  virtual void attention_first_query_backward(const Tensor& dctx0, const Tensor& q0, const Tensor& k,
-                                              const Tensor& v, const Tensor& probs, int64_t heads, double scale,
-                                              const DropoutSpec& dropout, const Tensor& dq0, const Tensor& dk,
-                                              const Tensor& dv) = 0;
+  void attention_first_query_backward(const Tensor& dctx0, const Tensor& q0, const Tensor& k, const Tensor& v,
+                                      const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
+                                      const Tensor& dq0, const Tensor& dk, const Tensor& dv);
   // Whether the two above take this head size and key count (the CUDA kernels have
   // limits: cuda_memory.h). Where they do not, the model computes its whole
   // last layer.
@@ -308,46 +337,58 @@ class Backend {
 
   // --- losses: return the mean loss and write dlogits = ∂loss/∂logits ---
   // Cross-entropy over classes; labels int64 [B]; label -100 is ignored, as torch does.
-  virtual double cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) = 0;
+  double cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits);
   // Mean squared error; logits and targets of equal element count.
-  virtual double mse(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) = 0;
+  double mse(const Tensor& logits, const Tensor& targets, const Tensor& dlogits);
   // Binary cross-entropy with logits, mean over all elements.
-  virtual double bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) = 0;
+  double bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor& dlogits);
 
   // --- optimizer ---
-  virtual double sum_of_squares(const Tensor& t) = 0;
-  virtual void scale(const Tensor& t, double factor) = 0;
+  double sum_of_squares(const Tensor& t);
+  void scale(const Tensor& t, double factor);
   // torch.optim.AdamW on one parameter tensor: decoupled weight decay, bias-corrected moments.
-  virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                          const AdamWHyper& hyper) = 0;
+  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                  const AdamWHyper& hyper);
 
   // The same over flat buffers of one layout, in one pass: each segment is
   // updated with hyper.weight_decay when it decays and 0 otherwise (elements
   // outside every segment are left alone). With half_copy (BF16/F16, same
   // layout) the updated parameters are also written into it, rounded.
-  virtual void adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                               const Tensor& exp_avg_sq, const std::vector<ParamSegment>& segments,
-                               const AdamWHyper& hyper, const Tensor* half_copy) = 0;
+  void adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                       const std::vector<ParamSegment>& segments, const AdamWHyper& hyper, const Tensor* half_copy);
 
   // torch.optim.SGD over the flat buffers (segments as adamw_step_flat's;
   // momentum_buf undefined when hyper.momentum == 0).
-  virtual void sgd_step_flat(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                             const std::vector<ParamSegment>& segments, const SgdHyper& hyper,
-                             const Tensor* half_copy) = 0;
+  void sgd_step_flat(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                     const std::vector<ParamSegment>& segments, const SgdHyper& hyper, const Tensor* half_copy);
   // Adafactor on one parameter tensor. A matrix [rows, cols] keeps factored
   // second moments row_state [rows] and col_state [cols] (v_state undefined);
   // anything else keeps v_state [n] (row and col undefined). All float32;
   // half_copy the tensor's 16-bit view, refreshed.
-  virtual void adafactor_step(const Tensor& param, const Tensor& grad, const Tensor& row_state,
-                              const Tensor& col_state, const Tensor& v_state, const AdafactorHyper& hyper,
-                              const Tensor* half_copy) = 0;
+  void adafactor_step(const Tensor& param, const Tensor& grad, const Tensor& row_state, const Tensor& col_state,
+                      const Tensor& v_state, const AdafactorHyper& hyper, const Tensor* half_copy);
   // 8-bit AdamW on one parameter tensor of n elements: state1/state2 U8 [n],
   // absmax1/absmax2 F32 [ceil(n / kAdam8bitBlock)], qmap1/qmap2 F32 [256]
   // (the signed and unsigned dynamic maps), dequantized, updated as AdamW and
   // quantized back per block.
-  virtual void adamw8bit_step(const Tensor& param, const Tensor& grad, const Tensor& state1, const Tensor& state2,
-                              const Tensor& absmax1, const Tensor& absmax2, const Tensor& qmap1, const Tensor& qmap2,
-                              const AdamWHyper& hyper, const Tensor* half_copy) = 0;
+  void adamw8bit_step(const Tensor& param, const Tensor& grad, const Tensor& state1, const Tensor& state2,
+                      const Tensor& absmax1, const Tensor& absmax2, const Tensor& qmap1, const Tensor& qmap2,
+                      const AdamWHyper& hyper, const Tensor* half_copy);
+
+  // The sequences of ops the optional ops above run by default, for a backend
+  // that falls back to them where it cannot fuse, and for tests that compare.
+  void embeddings_layernorm_forward_unfused(const Tensor& ids, const Tensor& positions, const Tensor& token_types,
+                                            const Tensor& word, const Tensor& position, const Tensor& token_type,
+                                            const Tensor& gamma, const Tensor& beta, double eps,
+                                            const DropoutSpec& dropout, const Tensor& sum, const Tensor& mean,
+                                            const Tensor& rstd, const Tensor& work, const Tensor& out);
+  void embeddings_layernorm_backward_unfused(const Tensor& dout, const Tensor& sum, const Tensor& mean,
+                                             const Tensor& rstd, const Tensor& gamma, const DropoutSpec& dropout,
+                                             const Tensor& work, const Tensor& d_sum, const Tensor& dgamma,
+                                             const Tensor& dbeta);
+  void attention_forward_packed_one_by_one(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& offsets,
+                                           const std::vector<int64_t>& host_offsets, int64_t heads, double scale,
+                                           const Tensor& ctx);
 
   // Waits for queued work (no-op on the CPU).
   virtual void synchronize() {}
@@ -372,8 +413,109 @@ class Backend {
   virtual double marker_elapsed_ms(int64_t from, int64_t to) = 0;
   virtual void clear_markers() = 0;
 
+ protected:
+  // The ops above as each backend implements them, called through the public
+  // op, which describes the op to the hook (below) and calls this. The
+  // defaulted ones run other ops (the declarations above say how).
+  virtual void do_zero(const Tensor& t) = 0;
+  virtual void do_upload_async(const Tensor& dst, const void* src) = 0;
+  virtual void do_copy_from_host(const Tensor& dst, const void* src) = 0;
+  virtual void do_copy_to_host(const Tensor& src, void* dst) = 0;
+  virtual void do_copy(const Tensor& dst, const Tensor& src) = 0;
+  virtual void do_cast(const Tensor& src, const Tensor& dst) = 0;
+  virtual void do_linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) = 0;
+  virtual void do_linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx,
+                                  const Tensor& dw, const Tensor* db, bool accumulate_dx) = 0;
+  virtual void do_linear_forward_n(const Tensor& x, const std::vector<Tensor>& w, const std::vector<Tensor>& b,
+                                   const std::vector<Tensor>& y);
+  virtual void do_linear_backward_weights_n(const std::vector<Tensor>& dy, const Tensor& x,
+                                            const std::vector<Tensor>& w, const std::vector<Tensor>& dw,
+                                            const std::vector<Tensor>& db);
+  virtual void do_embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) = 0;
+  virtual void do_embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable,
+                                     int64_t padding_idx) = 0;
+  virtual void do_embeddings_layernorm_forward(const Tensor& ids, const Tensor& positions, const Tensor& token_types,
+                                               const Tensor& word, const Tensor& position, const Tensor& token_type,
+                                               const Tensor& gamma, const Tensor& beta, double eps,
+                                               const DropoutSpec& dropout, const Tensor& sum, const Tensor& mean,
+                                               const Tensor& rstd, const Tensor& work, const Tensor& out);
+  virtual void do_embeddings_layernorm_backward(const Tensor& dout, const Tensor& sum, const Tensor& mean,
+                                                const Tensor& rstd, const Tensor& gamma, const DropoutSpec& dropout,
+                                                const Tensor& work, const Tensor& d_sum, const Tensor& dgamma,
+                                                const Tensor& dbeta);
+  virtual void do_layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
+                                    const Tensor& y, const Tensor& mean, const Tensor& rstd) = 0;
+  virtual void do_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                     const Tensor& gamma, const Tensor& dx, const Tensor& dgamma,
+                                     const Tensor& dbeta) = 0;
+  virtual void do_residual_layernorm_forward(const Tensor& x, const Tensor& residual, const DropoutSpec& dropout,
+                                             const Tensor& gamma, const Tensor& beta, double eps, const Tensor& sum,
+                                             const Tensor& y, const Tensor& mean, const Tensor& rstd) = 0;
+  virtual void do_residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean,
+                                              const Tensor& rstd, const Tensor& gamma, const DropoutSpec& dropout,
+                                              const Tensor& d_residual, const Tensor& d_x, const Tensor& dgamma,
+                                              const Tensor& dbeta, const Tensor* d_bias) = 0;
+  virtual void do_add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  virtual void do_add_inplace(const Tensor& dst, const Tensor& src) = 0;
+  virtual void do_activation_forward(ActivationKind kind, const Tensor& x, const Tensor& y) = 0;
+  virtual void do_activation_backward(ActivationKind kind, const Tensor& saved, const Tensor& dy, const Tensor& dx) = 0;
+  virtual void do_activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy,
+                                                const Tensor& dx, const Tensor& y, const Tensor* d_bias) = 0;
+  virtual void do_dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) = 0;
+  virtual void do_select_row(const Tensor& x, int64_t row, const Tensor& out) = 0;
+  virtual void do_select_row_backward(const Tensor& dout, int64_t row, const Tensor& dx) = 0;
+  virtual void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                    int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& saved,
+                                    const Tensor& ctx) = 0;
+  virtual void do_attention_forward_packed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& offsets,
+                                           const std::vector<int64_t>& host_offsets, int64_t heads, double scale,
+                                           const Tensor& ctx);
+  virtual void do_attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& ctx, const Tensor& saved, const Tensor& key_mask, int64_t heads,
+                                     double scale, const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,
+                                     const Tensor& dv) = 0;
+  virtual void do_attention_backward_interleaved(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const Tensor& ctx, const Tensor& saved, const Tensor& key_mask,
+                                                 int64_t heads, double scale, const DropoutSpec& dropout,
+                                                 const Tensor& dqkv) = 0;
+  virtual void do_attention_first_query_forward(const Tensor& q0, const Tensor& k, const Tensor& v,
+                                                const Tensor& key_mask, int64_t heads, double scale,
+                                                const DropoutSpec& dropout, const Tensor& probs,
+                                                const Tensor& ctx0) = 0;
+  virtual void do_attention_first_query_backward(const Tensor& dctx0, const Tensor& q0, const Tensor& k,
+                                                 const Tensor& v, const Tensor& probs, int64_t heads, double scale,
+                                                 const DropoutSpec& dropout, const Tensor& dq0, const Tensor& dk,
+                                                 const Tensor& dv) = 0;
+  virtual double do_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) = 0;
+  virtual double do_mse(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) = 0;
+  virtual double do_bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) = 0;
+  virtual double do_sum_of_squares(const Tensor& t) = 0;
+  virtual void do_scale(const Tensor& t, double factor) = 0;
+  virtual void do_adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                             const AdamWHyper& hyper) = 0;
+  virtual void do_adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                                  const Tensor& exp_avg_sq, const std::vector<ParamSegment>& segments,
+                                  const AdamWHyper& hyper, const Tensor* half_copy) = 0;
+  virtual void do_sgd_step_flat(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                                const std::vector<ParamSegment>& segments, const SgdHyper& hyper,
+                                const Tensor* half_copy) = 0;
+  virtual void do_adafactor_step(const Tensor& param, const Tensor& grad, const Tensor& row_state,
+                                 const Tensor& col_state, const Tensor& v_state, const AdafactorHyper& hyper,
+                                 const Tensor* half_copy) = 0;
+  virtual void do_adamw8bit_step(const Tensor& param, const Tensor& grad, const Tensor& state1, const Tensor& state2,
+                                 const Tensor& absmax1, const Tensor& absmax2, const Tensor& qmap1, const Tensor& qmap2,
+                                 const AdamWHyper& hyper, const Tensor* half_copy) = 0;
+
  private:
+  // Runs `call`, the op, and where a hook records, tells it what `describe`
+  // says the op is, around it. An op that a backend runs as other ops is one
+  // op: ops called while one runs are not described.
+  template <typename Describe, typename Call>
+  auto run_op(Describe&& describe, Call&& call);
+
   EngineOptions options_;
+  OpHook* hook_ = nullptr;
+  bool in_op_ = false;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);

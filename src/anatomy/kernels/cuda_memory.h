@@ -13,6 +13,9 @@
 //     fills the scratch cannot disagree;
 //   - which attention and LayerNorm cases are fused (the unfused ones take
 //     other paths, with other temporaries);
+//   - each op's path where it has several with different memory (the
+//     *_choice and *_path functions, with the scratch and the temporaries'
+//     names of each path): both backends act on the one decision;
 //   - AdamW's multi-tensor chunk table.
 //
 // Kernel sources keep their compile-time tile constants and static_assert
@@ -210,8 +213,109 @@ constexpr size_t flash_f32_delta_bytes(int64_t bh, int64_t L) {
 constexpr size_t flash_attention_f32_scratch_bytes(int64_t B, int64_t L, int64_t heads, int64_t D) {
   const int64_t bh = B * heads;
   if (bh <= 0 || L <= 0 || D <= 0) return 0;
-  return flash_f32_delta_bytes(bh, L) + static_cast<size_t>(flash_f32_backward_splits(bh, L) * bh * L * D) * sizeof(float);
+  return flash_f32_delta_bytes(bh, L) +
+         static_cast<size_t>(flash_f32_backward_splits(bh, L) * bh * L * D) * sizeof(float);
 }
+
+// ---- the attention ops' paths: one decision, for the CUDA and the meta backend ----
+
+// The paths the CUDA backend's attention takes (cuda_backend.cu), in the order
+// it tries them.
+enum class AttentionPath {
+  Float32Copies,  // 16-bit data whose head size has no fused kernel: the float32 path on float32 copies
+  FlashF32,       // the float32 flash kernels
+  Hopper,         // the Hopper (sm_90a) kernels
+  Cudnn,          // cuDNN's fused attention
+  Flash,          // our 16-bit flash kernels
+  Materialised,   // float32, probabilities materialised (attention.cu)
+};
+// What decides the path besides the shapes: whether the device runs the
+// Hopper kernels for this shape and the options select them, whether cuDNN
+// would take it (asked only where it matters: the CUDA backend loads cuDNN
+// the first time), and, with dropout, whether `saved` has room for the
+// Hopper kernels' mask bits.
+struct AttentionCall {
+  DType dtype = DType::F32;
+  int64_t B = 0, L = 0, heads = 1, D = 0;
+  float dropout = 0.0f;
+  bool saved_keeps_bits = false;
+  bool hopper = false;
+};
+// Whether the Hopper kernels run this attention: the shape fits, the options
+// select them, and the device runs them (asked last: the CUDA backend probes
+// the device the first time).
+template <typename DeviceRuns>
+bool hopper_attention_runs(DType dtype, int64_t head_dim, int64_t L, const EngineOptions& options,
+                           DeviceRuns&& device_runs) {
+  return hopper_attention_shape(dtype, head_dim, L) && hopper_attention_selected(options) && device_runs();
+}
+// The call as attention_forward and attention_backward receive it: q
+// [B, L, heads·D], `saved` the tensor the model sized for the backward.
+inline AttentionCall attention_call(const Tensor& q, const Tensor& saved, int64_t heads, float dropout, bool hopper) {
+  AttentionCall c;
+  c.dtype = q.dtype();
+  c.B = q.dim(0);
+  c.L = q.dim(1);
+  c.heads = heads;
+  c.D = q.dim(2) / heads;
+  c.dropout = dropout;
+  c.saved_keeps_bits = saved.defined() && saved.numel() == c.B * heads * c.L * (attention_keep_words(c.L) + 1);
+  c.hopper = hopper;
+  return c;
+}
+template <typename CudnnTakes>
+AttentionPath attention_forward_path(const AttentionCall& c, bool saved_defined, CudnnTakes&& cudnn_takes) {
+  if (c.dtype != DType::F32 && !fused_attention(c.dtype, c.D)) return AttentionPath::Float32Copies;
+  if (c.dtype == DType::F32 && fused_attention(DType::F32, c.D)) return AttentionPath::FlashF32;
+  // With dropout the Hopper forward where `saved` has room for its mask bits;
+  // without dropout cuDNN's forward is the faster, and either backward reads
+  // its log-sum-exp.
+  if (saved_defined && c.dropout > 0.0f && c.hopper && c.saved_keeps_bits) return AttentionPath::Hopper;
+  if (c.dtype != DType::F32) return cudnn_takes() ? AttentionPath::Cudnn : AttentionPath::Flash;
+  return AttentionPath::Materialised;
+}
+template <typename CudnnTakes>
+AttentionPath attention_backward_path(const AttentionCall& c, CudnnTakes&& cudnn_takes) {
+  if (c.dtype != DType::F32 && !fused_attention(c.dtype, c.D)) return AttentionPath::Float32Copies;
+  if (c.dtype == DType::F32 && fused_attention(DType::F32, c.D)) return AttentionPath::FlashF32;
+  if (c.hopper && (c.dropout == 0.0f || c.saved_keeps_bits)) return AttentionPath::Hopper;
+  if (c.dtype != DType::F32) return cudnn_takes() ? AttentionPath::Cudnn : AttentionPath::Flash;
+  return AttentionPath::Materialised;
+}
+// The kernel scratch a path plans for (Float32Copies: none of its own; the
+// float32 call it makes plans its own). cuDNN gets the larger of this and
+// what it asks, which its test checks is never more.
+constexpr size_t attention_forward_scratch_bytes(AttentionPath path, const AttentionCall& c) {
+  switch (path) {
+    case AttentionPath::Cudnn: return cudnn_attention_forward_scratch_bytes(c.B);
+    case AttentionPath::Materialised: return attention_scratch_bytes(c.B, c.heads, c.L);
+    default: return 0;
+  }
+}
+constexpr size_t attention_backward_scratch_bytes(AttentionPath path, const AttentionCall& c) {
+  switch (path) {
+    case AttentionPath::FlashF32: return flash_attention_f32_scratch_bytes(c.B, c.L, c.heads, c.D);
+    case AttentionPath::Hopper: return hopper_attention_scratch_bytes(c.B, c.L, c.heads);
+    case AttentionPath::Cudnn: return cudnn_attention_backward_scratch_bytes(c.B, c.L, c.heads);
+    case AttentionPath::Flash: return flash_attention_scratch_bytes(c.B, c.L, c.heads, c.D);
+    case AttentionPath::Materialised: return attention_scratch_bytes(c.B, c.heads, c.L);
+    default: return 0;
+  }
+}
+// The backward paths that write dq, dk and dv at any row stride, and so write
+// attention_backward_interleaved's gradients in place; the others write three
+// temporaries of q's shape and dtype, kInterleavedTemporaries, which are then
+// interleaved.
+constexpr bool attention_backward_strided(AttentionPath path) {
+  return path == AttentionPath::FlashF32 || path == AttentionPath::Hopper || path == AttentionPath::Cudnn;
+}
+inline constexpr const char* kInterleavedTemporaries[] = {"dq", "dk", "dv"};
+// Float32Copies' temporaries (category temporary, float32, in this order,
+// freed together): the forward's ctx (empty), q, k, v (casts); the
+// backward's dq, dk, dv (empty), dctx, q, k, v (casts).
+inline constexpr const char* kForwardFloat32Copies[] = {"ctx_f32", "q_f32", "k_f32", "v_f32"};
+inline constexpr const char* kBackwardFloat32Copies[] = {"dq_f32", "dk_f32", "dv_f32", "dctx_f32",
+                                                         "q_f32",  "k_f32",  "v_f32"};
 
 // ---- LayerNorm ----
 
@@ -279,6 +383,51 @@ constexpr size_t column_sums_scratch_bytes(int64_t rows, int64_t N) {
   return static_cast<size_t>(fused_partial_chunks(rows) * N) * sizeof(float);
 }
 
+// ---- the normalisation and bias ops' paths: one decision each ----
+
+// An op's path on the CUDA backend with the kernel scratch it takes there.
+template <typename Path>
+struct OpChoice {
+  Path path;
+  size_t scratch = 0;
+};
+
+// The bias gradient db += Σ_rows dy (dy [rows, N], db float32 [N]): float32
+// column sums; 16-bit through the fast kernel (scratch: float partials); or
+// 16-bit through the kernel without scratch.
+enum class BiasGradientPath { Float32, HalfFast, Half };
+inline OpChoice<BiasGradientPath> bias_gradient_choice(const Tensor& dy, const Tensor& db) {
+  const int64_t N = db.numel(), M = N > 0 ? dy.numel() / N : 0;
+  if (dy.dtype() == DType::F32) return {BiasGradientPath::Float32};
+  if (column_sums_half_supported(N, dy.raw())) return {BiasGradientPath::HalfFast, column_sums_scratch_bytes(M, N)};
+  return {BiasGradientPath::Half};
+}
+
+// residual_layernorm_backward: fused (scratch: its partial sums), or the
+// plain LayerNorm backward, a copy, the dropout and the bias gradient, each
+// taking its own.
+enum class ResidualLayerNormPath { Fused, Unfused };
+inline OpChoice<ResidualLayerNormPath> residual_layernorm_backward_choice(const Tensor& dy, const Tensor& sum,
+                                                                          const Tensor& d_residual, const Tensor& d_x,
+                                                                          bool bias) {
+  const int64_t H = sum.dim(-1);
+  if (!fused_layernorm_supported(H, {dy.raw(), sum.raw(), d_residual.raw(), d_x.raw()}))
+    return {ResidualLayerNormPath::Unfused};
+  return {ResidualLayerNormPath::Fused, residual_layernorm_backward_scratch_bytes(sum.numel() / H, H, bias)};
+}
+
+// activation_backward_recompute: with a bias gradient, the pass that also
+// sums it (scratch: column sums' partials) where the rows allow; otherwise the
+// recomputing backward, then (with a bias) bias_gradient.
+enum class RecomputePath { WithBias, Plain };
+inline OpChoice<RecomputePath> activation_backward_recompute_choice(const Tensor& x, const Tensor& dy,
+                                                                    const Tensor& dx, const Tensor& y, bool bias) {
+  const int64_t N = x.dim(-1);
+  if (bias && recompute_bias_supported(N, {x.raw(), dy.raw(), dx.raw(), y.raw()}))
+    return {RecomputePath::WithBias, column_sums_scratch_bytes(x.numel() / N, N)};
+  return {RecomputePath::Plain};
+}
+
 // The constant stride, in elements, between consecutive tensors of `ts` (all
 // of one dtype and shape, at increasing addresses), or nullopt: when the CUDA
 // backend batches the products of linear_forward_n and
@@ -328,6 +477,22 @@ inline bool batched_bias_sums(const std::vector<Tensor>& dy, const std::vector<T
 inline size_t batched_bias_sums_scratch_bytes(const std::vector<Tensor>& dy, const std::vector<Tensor>& db) {
   const int64_t N = db[0].numel();
   return dy.size() * column_sums_scratch_bytes(dy[0].numel() / N, N);
+}
+
+// linear_backward_weights_n: the weight gradients as one batched product
+// with the bias sums in one launch (scratch: every plane's partials), or the
+// batched product with one bias gradient at a time, or (Separate) one
+// linear_backward at a time (Backend's default). The CUDA backend falls back
+// to Separate where cuBLASLt finds no batched algorithm (not seen on an H100).
+enum class WeightGradientsPath { BatchedWithBiasSums, BatchedThenBiases, Separate };
+inline OpChoice<WeightGradientsPath> linear_backward_weights_n_choice(const std::vector<Tensor>& dy, const Tensor& x,
+                                                                      const std::vector<Tensor>& w,
+                                                                      const std::vector<Tensor>& dw,
+                                                                      const std::vector<Tensor>& db) {
+  if (!batched_weight_gradients(dy, x, w, dw, db)) return {WeightGradientsPath::Separate};
+  if (batched_bias_sums(dy, db))
+    return {WeightGradientsPath::BatchedWithBiasSums, batched_bias_sums_scratch_bytes(dy, db)};
+  return {WeightGradientsPath::BatchedThenBiases};
 }
 
 // ---- split-TF32 float32 products (split_tf32.cu, Fp32Products::SplitTf32) ----

@@ -1,445 +1,70 @@
-// profiling.cpp: ProfilingBackend, and the FLOP and byte counts of each op.
-// FLOPs count multiply-adds as two and element-wise maps as one per output
-// element (a handful for LayerNorm and AdamW); bytes are the sizes of the
-// tensors an op reads plus those it writes, each once: what an ideal fused
-// kernel moves.
+// profiling.cpp: Profiler. What each op costs is the backend's description
+// (backend.cpp); this keeps the markers and the records.
 #include "anatomy/kernels/profiling.h"
 
-#include <fmt/format.h>
-
-#include <cctype>
-#include <type_traits>
 #include <utility>
+
+#include "anatomy/core/error.h"
 
 namespace anatomy {
 
-const char* op_class_name(OpClass c) {
-  switch (c) {
-    case OpClass::Contraction: return "tensor contraction";
-    case OpClass::Normalization: return "statistical normalization";
-    case OpClass::Elementwise: return "element-wise";
-    case OpClass::Optimizer: return "optimizer";
-    case OpClass::Communication: return "communication";
-    case OpClass::Data: return "data";
-  }
-  return "?";
+Profiler::Profiler(Backend& backend) : backend_(backend), previous_(backend.hook()) { backend_.set_hook(this); }
+
+Profiler::~Profiler() {
+  if (backend_.hook() == this) backend_.set_hook(previous_);
 }
 
-namespace {
-
-bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+void Profiler::begin(OpInfo info) {
+  open_ = Pending{};
+  open_.record.op = info.op;
+  open_.record.operand = std::move(info.operand);
+  open_.record.phase = backend_.ledger().phase();
+  open_.record.op_class = info.op_class;
+  open_.record.flops = info.flops;
+  open_.record.bytes = info.bytes;
+  const std::string range =
+      open_.record.operand.empty() ? open_.record.op : open_.record.op + " " + open_.record.operand;
+  backend_.range_push(range.c_str());
+  open_.begin = backend_.record_marker();
 }
 
-// What follows the last ".<digits>." of `s` (a layer's index, "layer.12."), or npos.
-size_t after_last_index(const std::string& s) {
-  size_t found = std::string::npos;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '.' || i + 1 >= s.size() || !std::isdigit(static_cast<unsigned char>(s[i + 1]))) continue;
-    size_t j = i + 1;
-    while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
-    if (j < s.size() && s[j] == '.') found = j + 1;
-  }
-  return found;
+void Profiler::end() {
+  open_.end = backend_.record_marker();
+  backend_.range_pop();
+  pending_.push_back(std::move(open_));
 }
 
-double bytes_of(const Tensor& t) { return t.defined() ? static_cast<double>(t.nbytes()) : 0.0; }
-double bytes_of(const Tensor* t) { return t ? bytes_of(*t) : 0.0; }
-double numel_of(const Tensor& t) { return static_cast<double>(t.numel()); }
-
-const char* activation_name(ActivationKind kind) {
-  switch (kind) {
-    case ActivationKind::GeluErf: return "gelu";
-    case ActivationKind::GeluTanh: return "gelu_new";
-    case ActivationKind::Relu: return "relu";
-    case ActivationKind::Tanh: return "tanh";
-  }
-  return "activation";
-}
-
-}  // namespace
-
-std::string operand_name(const std::string& tensor_name) {
-  std::string s = tensor_name;
-  for (const char* prefix : {"half.", "grad.", "exp_avg_sq.", "exp_avg."})
-    if (starts_with(s, prefix)) s = s.substr(std::string(prefix).size());
-  for (const char* suffix : {".weight", ".bias"})
-    if (ends_with(s, suffix)) s = s.substr(0, s.size() - std::string(suffix).size());
-  // A layer's parameter: what follows its index. Else the name without the
-  // model's own prefix (Hugging Face's base_model_prefix: "bert.", "roberta.")
-  // when one precedes a module and its tensor.
-  if (const size_t at = after_last_index(s); at != std::string::npos) return s.substr(at);
-  const size_t first = s.find('.');
-  if (first != std::string::npos && s.find('.', first + 1) != std::string::npos) return s.substr(first + 1);
-  return s;
-}
-
-template <typename F>
-auto ProfilingBackend::timed(const char* op, std::string operand, OpClass c, double flops, double bytes, F&& call) {
+void Profiler::time_call(const char* op, std::string operand, OpClass c, const std::function<void()>& call) {
   if (!recording_) return call();
-  Pending p;
-  p.record.op = op;
-  p.record.operand = std::move(operand);
-  p.record.phase = inner_.ledger().phase();
-  p.record.op_class = c;
-  p.record.flops = flops;
-  p.record.bytes = bytes;
-  const std::string range = p.record.operand.empty() ? p.record.op : p.record.op + " " + p.record.operand;
-  inner_.range_push(range.c_str());
-  p.begin = inner_.record_marker();
-  if constexpr (std::is_void_v<decltype(call())>) {
-    call();
-    p.end = inner_.record_marker();
-    inner_.range_pop();
-    pending_.push_back(std::move(p));
-  } else {
-    auto result = call();
-    p.end = inner_.record_marker();
-    inner_.range_pop();
-    pending_.push_back(std::move(p));
-    return result;
-  }
+  begin(OpInfo{op, std::move(operand), c, 0.0, 0.0});
+  call();
+  end();
 }
 
-void ProfilingBackend::time_call(const char* op, std::string operand, OpClass c, const std::function<void()>& call) {
-  timed(op, std::move(operand), c, 0.0, 0.0, call);
-}
-
-void ProfilingBackend::begin_step() {
-  inner_.clear_markers();
+void Profiler::begin_step() {
+  backend_.clear_markers();
   pending_.clear();
   recording_ = true;
-  inner_.range_push("anatomy step");
-  step_begin_ = inner_.record_marker();
+  backend_.range_push("anatomy step");
+  step_begin_ = backend_.record_marker();
 }
 
-StepTiming ProfilingBackend::end_step() {
+StepTiming Profiler::end_step() {
   ANATOMY_CHECK(recording_, "end_step without begin_step");
-  const int64_t step_end = inner_.record_marker();
-  inner_.range_pop();
+  const int64_t step_end = backend_.record_marker();
+  backend_.range_pop();
   recording_ = false;
   StepTiming timing;
-  timing.step_ms = inner_.marker_elapsed_ms(step_begin_, step_end);
+  timing.step_ms = backend_.marker_elapsed_ms(step_begin_, step_end);
   timing.ops.reserve(pending_.size());
   for (Pending& p : pending_) {
-    p.record.start_ms = inner_.marker_elapsed_ms(step_begin_, p.begin);
-    p.record.ms = inner_.marker_elapsed_ms(p.begin, p.end);
+    p.record.start_ms = backend_.marker_elapsed_ms(step_begin_, p.begin);
+    p.record.ms = backend_.marker_elapsed_ms(p.begin, p.end);
     timing.ops.push_back(std::move(p.record));
   }
   pending_.clear();
-  inner_.clear_markers();
+  backend_.clear_markers();
   return timing;
-}
-
-void ProfilingBackend::zero(const Tensor& t) {
-  timed("zero", operand_name(t.name()), OpClass::Elementwise, 0.0, bytes_of(t), [&] { inner_.zero(t); });
-}
-void ProfilingBackend::upload_async(const Tensor& dst, const void* src) {
-  timed("upload_async", operand_name(dst.name()), OpClass::Data, 0.0, bytes_of(dst),
-        [&] { inner_.upload_async(dst, src); });
-}
-void ProfilingBackend::copy_from_host(const Tensor& dst, const void* src) {
-  timed("copy_from_host", operand_name(dst.name()), OpClass::Data, 0.0, bytes_of(dst),
-        [&] { inner_.copy_from_host(dst, src); });
-}
-void ProfilingBackend::copy_to_host(const Tensor& src, void* dst) {
-  timed("copy_to_host", operand_name(src.name()), OpClass::Data, 0.0, bytes_of(src),
-        [&] { inner_.copy_to_host(src, dst); });
-}
-void ProfilingBackend::copy(const Tensor& dst, const Tensor& src) {
-  timed("copy", operand_name(dst.name()), OpClass::Elementwise, 0.0, bytes_of(dst) + bytes_of(src),
-        [&] { inner_.copy(dst, src); });
-}
-void ProfilingBackend::cast(const Tensor& src, const Tensor& dst) {
-  timed("cast", operand_name(dst.name()), OpClass::Elementwise, numel_of(dst), bytes_of(dst) + bytes_of(src),
-        [&] { inner_.cast(src, dst); });
-}
-
-void ProfilingBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) {
-  const double M = numel_of(x) / static_cast<double>(x.dim(-1)), K = static_cast<double>(x.dim(-1)),
-               N = static_cast<double>(w.dim(0));
-  timed("linear_forward", operand_name(w.name()), OpClass::Contraction, 2.0 * M * N * K + (b ? M * N : 0.0),
-        bytes_of(x) + bytes_of(w) + bytes_of(b) + bytes_of(y), [&] { inner_.linear_forward(x, w, b, y); });
-}
-void ProfilingBackend::linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx,
-                                       const Tensor& dw, const Tensor* db, bool accumulate_dx) {
-  const double M = numel_of(x) / static_cast<double>(x.dim(-1)), K = static_cast<double>(x.dim(-1)),
-               N = static_cast<double>(w.dim(0));
-  const double flops = 2.0 * M * N * K * ((dx ? 1.0 : 0.0) + (dw.defined() ? 1.0 : 0.0)) + (db ? M * N : 0.0);
-  const double bytes = bytes_of(dy) * ((dx ? 1.0 : 0.0) + (dw.defined() || db ? 1.0 : 0.0)) +
-                       (dw.defined() ? bytes_of(x) : 0.0) + bytes_of(dx) * (accumulate_dx ? 2.0 : 1.0) +
-                       (dx ? bytes_of(w) : 0.0) + 2.0 * bytes_of(dw) + 2.0 * bytes_of(db);
-  timed("linear_backward", operand_name(w.name()), OpClass::Contraction, flops, bytes,
-        [&] { inner_.linear_backward(dy, x, w, dx, dw, db, accumulate_dx); });
-}
-void ProfilingBackend::residual_layernorm_forward(const Tensor& x, const Tensor& residual, const DropoutSpec& dropout,
-                                                  const Tensor& gamma, const Tensor& beta, double eps,
-                                                  const Tensor& sum, const Tensor& y, const Tensor& mean,
-                                                  const Tensor& rstd) {
-  timed("residual_layernorm_forward", operand_name(gamma.name()), OpClass::Normalization, 10.0 * numel_of(y),
-        bytes_of(x) + bytes_of(residual) + bytes_of(sum) + bytes_of(y) + bytes_of(gamma) + bytes_of(beta) +
-            bytes_of(mean) + bytes_of(rstd),
-        [&] { inner_.residual_layernorm_forward(x, residual, dropout, gamma, beta, eps, sum, y, mean, rstd); });
-}
-void ProfilingBackend::residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean,
-                                                   const Tensor& rstd, const Tensor& gamma, const DropoutSpec& dropout,
-                                                   const Tensor& d_residual, const Tensor& d_x, const Tensor& dgamma,
-                                                   const Tensor& dbeta, const Tensor* d_bias) {
-  timed("residual_layernorm_backward", operand_name(gamma.name()), OpClass::Normalization,
-        (d_bias ? 15.0 : 14.0) * numel_of(sum),
-        bytes_of(dy) + bytes_of(sum) + bytes_of(mean) + bytes_of(rstd) + bytes_of(gamma) + bytes_of(d_residual) +
-            bytes_of(d_x) + 2.0 * (bytes_of(dgamma) + bytes_of(dbeta) + bytes_of(d_bias)),
-        [&] {
-          inner_.residual_layernorm_backward(dy, sum, mean, rstd, gamma, dropout, d_residual, d_x, dgamma, dbeta,
-                                             d_bias);
-        });
-}
-// The batched products are one op each; the operand names the first's layer
-// ("attention.self.query") with the count ("x3").
-void ProfilingBackend::linear_forward_n(const Tensor& x, const std::vector<Tensor>& w, const std::vector<Tensor>& b,
-                                        const std::vector<Tensor>& y) {
-  const double M = numel_of(x) / static_cast<double>(x.dim(-1)), K = static_cast<double>(x.dim(-1));
-  double flops = 0, bytes = bytes_of(x);
-  for (size_t i = 0; i < w.size(); ++i) {
-    const double N = static_cast<double>(w[i].dim(0));
-    flops += 2.0 * M * N * K + M * N;
-    bytes += bytes_of(w[i]) + bytes_of(b[i]) + bytes_of(y[i]);
-  }
-  timed("linear_forward", fmt::format("{} x{}", operand_name(w[0].name()), w.size()), OpClass::Contraction, flops,
-        bytes, [&] { inner_.linear_forward_n(x, w, b, y); });
-}
-void ProfilingBackend::linear_backward_weights_n(const std::vector<Tensor>& dy, const Tensor& x,
-                                                 const std::vector<Tensor>& w, const std::vector<Tensor>& dw,
-                                                 const std::vector<Tensor>& db) {
-  const double M = numel_of(x) / static_cast<double>(x.dim(-1)), K = static_cast<double>(x.dim(-1));
-  double flops = 0, bytes = bytes_of(x);
-  for (size_t i = 0; i < dy.size(); ++i) {
-    const double N = static_cast<double>(w[i].dim(0));
-    flops += 2.0 * M * N * K + M * N;
-    bytes += bytes_of(dy[i]) + 2.0 * bytes_of(dw[i]) + 2.0 * bytes_of(db[i]);
-  }
-  timed("linear_backward_weights", fmt::format("{} x{}", operand_name(w[0].name()), w.size()),
-        OpClass::Contraction, flops, bytes, [&] { inner_.linear_backward_weights_n(dy, x, w, dw, db); });
-}
-void ProfilingBackend::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) {
-  timed("embedding_forward", operand_name(table.name()), OpClass::Elementwise, accumulate ? numel_of(out) : 0.0,
-        bytes_of(ids) + bytes_of(out) * (accumulate ? 3.0 : 2.0), [&] {
-          inner_.embedding_forward(ids, table, out, accumulate);
-        });
-}
-void ProfilingBackend::embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable,
-                                          int64_t padding_idx) {
-  timed("embedding_backward", operand_name(dtable.name()), OpClass::Elementwise, numel_of(dout),
-        bytes_of(ids) + 3.0 * bytes_of(dout), [&] { inner_.embedding_backward(ids, dout, dtable, padding_idx); });
-}
-void ProfilingBackend::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
-                                         const Tensor& y, const Tensor& mean, const Tensor& rstd) {
-  timed("layernorm_forward", operand_name(gamma.name()), OpClass::Normalization, 8.0 * numel_of(x),
-        bytes_of(x) + bytes_of(y) + bytes_of(gamma) + bytes_of(beta) + bytes_of(mean) + bytes_of(rstd),
-        [&] { inner_.layernorm_forward(x, gamma, beta, eps, y, mean, rstd); });
-}
-// The embeddings block is one op each way, named after its LayerNorm. The
-// bytes are what it must move at least: the gathered word rows, the position
-// and token-type tables, sum and out written (forward); dout and sum read,
-// work and d_sum written (backward).
-void ProfilingBackend::embeddings_layernorm_forward(const Tensor& ids, const Tensor& positions,
-                                                    const Tensor& token_types, const Tensor& word,
-                                                    const Tensor& position, const Tensor& token_type,
-                                                    const Tensor& gamma, const Tensor& beta, double eps,
-                                                    const DropoutSpec& dropout, const Tensor& sum, const Tensor& mean,
-                                                    const Tensor& rstd, const Tensor& work, const Tensor& out) {
-  timed("embeddings_layernorm_forward", operand_name(gamma.name()), OpClass::Normalization, 12.0 * numel_of(sum),
-        bytes_of(ids) + bytes_of(positions) + bytes_of(token_types) + 2.0 * bytes_of(sum) + bytes_of(position) +
-            bytes_of(token_type) + bytes_of(out) + bytes_of(mean) + bytes_of(rstd) + bytes_of(gamma) + bytes_of(beta),
-        [&] {
-          inner_.embeddings_layernorm_forward(ids, positions, token_types, word, position, token_type, gamma, beta,
-                                              eps, dropout, sum, mean, rstd, work, out);
-        });
-}
-void ProfilingBackend::embeddings_layernorm_backward(const Tensor& dout, const Tensor& sum, const Tensor& mean,
-                                                     const Tensor& rstd, const Tensor& gamma,
-                                                     const DropoutSpec& dropout, const Tensor& work,
-                                                     const Tensor& d_sum, const Tensor& dgamma, const Tensor& dbeta) {
-  timed("embeddings_layernorm_backward", operand_name(gamma.name()), OpClass::Normalization, 14.0 * numel_of(sum),
-        bytes_of(dout) + bytes_of(sum) + bytes_of(work) + bytes_of(d_sum) +
-            bytes_of(mean) + bytes_of(rstd) + bytes_of(gamma) + 2.0 * (bytes_of(dgamma) + bytes_of(dbeta)),
-        [&] { inner_.embeddings_layernorm_backward(dout, sum, mean, rstd, gamma, dropout, work, d_sum, dgamma, dbeta); });
-}
-void ProfilingBackend::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                                          const Tensor& gamma, const Tensor& dx, const Tensor& dgamma,
-                                          const Tensor& dbeta) {
-  timed("layernorm_backward", operand_name(gamma.name()), OpClass::Normalization, 12.0 * numel_of(x),
-        bytes_of(dy) + bytes_of(x) + bytes_of(dx) + bytes_of(mean) + bytes_of(rstd) + bytes_of(gamma) +
-            2.0 * (bytes_of(dgamma) + bytes_of(dbeta)),
-        [&] { inner_.layernorm_backward(dy, x, mean, rstd, gamma, dx, dgamma, dbeta); });
-}
-void ProfilingBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
-  timed("add", operand_name(out.name()), OpClass::Elementwise, numel_of(out), bytes_of(a) + bytes_of(b) + bytes_of(out),
-        [&] { inner_.add(a, b, out); });
-}
-void ProfilingBackend::add_inplace(const Tensor& dst, const Tensor& src) {
-  timed("add_inplace", operand_name(dst.name()), OpClass::Elementwise, numel_of(dst),
-        2.0 * bytes_of(dst) + bytes_of(src), [&] { inner_.add_inplace(dst, src); });
-}
-void ProfilingBackend::activation_forward(ActivationKind kind, const Tensor& x, const Tensor& y) {
-  timed("activation_forward", activation_name(kind), OpClass::Elementwise, numel_of(y), bytes_of(x) + bytes_of(y),
-        [&] { inner_.activation_forward(kind, x, y); });
-}
-void ProfilingBackend::activation_backward(ActivationKind kind, const Tensor& saved, const Tensor& dy,
-                                           const Tensor& dx) {
-  timed("activation_backward", activation_name(kind), OpClass::Elementwise, numel_of(dx),
-        bytes_of(saved) + bytes_of(dy) + bytes_of(dx), [&] { inner_.activation_backward(kind, saved, dy, dx); });
-}
-void ProfilingBackend::activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy,
-                                                     const Tensor& dx, const Tensor& y, const Tensor* d_bias) {
-  timed("activation_backward", activation_name(kind), OpClass::Elementwise, (d_bias ? 3.0 : 2.0) * numel_of(dx),
-        bytes_of(x) + bytes_of(dy) + bytes_of(dx) + bytes_of(y) + 2.0 * bytes_of(d_bias),
-        [&] { inner_.activation_backward_recompute(kind, x, dy, dx, y, d_bias); });
-}
-void ProfilingBackend::dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) {
-  timed("dropout", operand_name(y.name()), OpClass::Elementwise, numel_of(y), bytes_of(x) + bytes_of(y),
-        [&] { inner_.dropout(x, y, spec); });
-}
-void ProfilingBackend::select_row(const Tensor& x, int64_t row, const Tensor& out) {
-  timed("select_row", operand_name(out.name()), OpClass::Elementwise, 0.0, 2.0 * bytes_of(out),
-        [&] { inner_.select_row(x, row, out); });
-}
-void ProfilingBackend::select_row_backward(const Tensor& dout, int64_t row, const Tensor& dx) {
-  timed("select_row_backward", operand_name(dx.name()), OpClass::Elementwise, numel_of(dout), 3.0 * bytes_of(dout),
-        [&] { inner_.select_row_backward(dout, row, dx); });
-}
-
-// Attention FLOPs: scores Q·Kᵀ and context P·V, 2·B·heads·L²·d each. Backward
-// computes dV, dP, dQ and dK (four more) and, when the forward kept no
-// probabilities, recomputes the scores (a fifth).
-void ProfilingBackend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                                         int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& saved,
-                                         const Tensor& ctx) {
-  const double B = static_cast<double>(q.dim(0)), L = static_cast<double>(q.dim(1)),
-               hd = static_cast<double>(q.dim(2));
-  timed("attention_forward", "attention", OpClass::Contraction, 4.0 * B * L * L * hd,
-        bytes_of(q) + bytes_of(k) + bytes_of(v) + bytes_of(key_mask) + bytes_of(saved) + bytes_of(ctx),
-        [&] { inner_.attention_forward(q, k, v, key_mask, heads, scale, dropout, saved, ctx); });
-}
-// attention_backward's FLOPs (the fused kernels recompute the probabilities)
-// and the bytes it reads besides the gradients it writes; the interleaved
-// variant is the same operation, timed under the same name.
-static double attention_backward_flops(const Backend& inner, const Tensor& q, int64_t heads) {
-  const double B = static_cast<double>(q.dim(0)), L = static_cast<double>(q.dim(1)),
-               hd = static_cast<double>(q.dim(2));
-  return (inner.attention_saves_probabilities(q.dtype(), q.dim(2) / heads) ? 8.0 : 10.0) * B * L * L * hd;
-}
-static double attention_backward_input_bytes(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                             const Tensor& ctx, const Tensor& saved, const Tensor& key_mask) {
-  return bytes_of(dctx) + bytes_of(q) + bytes_of(k) + bytes_of(v) + bytes_of(ctx) + bytes_of(saved) +
-         bytes_of(key_mask);
-}
-void ProfilingBackend::attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                          const Tensor& ctx, const Tensor& saved, const Tensor& key_mask,
-                                          int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& dq,
-                                          const Tensor& dk, const Tensor& dv) {
-  timed("attention_backward", "attention", OpClass::Contraction, attention_backward_flops(inner_, q, heads),
-        attention_backward_input_bytes(dctx, q, k, v, ctx, saved, key_mask) + bytes_of(dq) + bytes_of(dk) +
-            bytes_of(dv),
-        [&] { inner_.attention_backward(dctx, q, k, v, ctx, saved, key_mask, heads, scale, dropout, dq, dk, dv); });
-}
-void ProfilingBackend::attention_backward_interleaved(const Tensor& dctx, const Tensor& q, const Tensor& k,
-                                                      const Tensor& v, const Tensor& ctx, const Tensor& saved,
-                                                      const Tensor& key_mask, int64_t heads, double scale,
-                                                      const DropoutSpec& dropout, const Tensor& dqkv) {
-  timed("attention_backward", "attention", OpClass::Contraction, attention_backward_flops(inner_, q, heads),
-        attention_backward_input_bytes(dctx, q, k, v, ctx, saved, key_mask) + bytes_of(dqkv), [&] {
-          inner_.attention_backward_interleaved(dctx, q, k, v, ctx, saved, key_mask, heads, scale, dropout, dqkv);
-        });
-}
-
-// The first query's attention: scores and context, 2·B·L·H each; backward
-// dP, dQ, dK and dV, four more.
-void ProfilingBackend::attention_first_query_forward(const Tensor& q0, const Tensor& k, const Tensor& v,
-                                                     const Tensor& key_mask, int64_t heads, double scale,
-                                                     const DropoutSpec& dropout, const Tensor& probs,
-                                                     const Tensor& ctx0) {
-  timed("attention_forward", "attention (first query)", OpClass::Contraction, 4.0 * numel_of(k),
-        bytes_of(q0) + bytes_of(k) + bytes_of(v) + bytes_of(key_mask) + bytes_of(probs) + bytes_of(ctx0),
-        [&] { inner_.attention_first_query_forward(q0, k, v, key_mask, heads, scale, dropout, probs, ctx0); });
-}
-void ProfilingBackend::attention_first_query_backward(const Tensor& dctx0, const Tensor& q0, const Tensor& k,
-                                                      const Tensor& v, const Tensor& probs, int64_t heads,
-                                                      double scale, const DropoutSpec& dropout, const Tensor& dq0,
-                                                      const Tensor& dk, const Tensor& dv) {
-  timed("attention_backward", "attention (first query)", OpClass::Contraction, 8.0 * numel_of(k),
-        bytes_of(dctx0) + bytes_of(q0) + bytes_of(k) + bytes_of(v) + bytes_of(probs) + bytes_of(dq0) + bytes_of(dk) +
-            bytes_of(dv),
-        [&] { inner_.attention_first_query_backward(dctx0, q0, k, v, probs, heads, scale, dropout, dq0, dk, dv); });
-}
-
-double ProfilingBackend::cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) {
-  return timed("cross_entropy", "loss", OpClass::Normalization, 6.0 * numel_of(logits),
-               bytes_of(logits) + bytes_of(labels) + bytes_of(dlogits),
-               [&] { return inner_.cross_entropy(logits, labels, dlogits); });
-}
-double ProfilingBackend::mse(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) {
-  return timed("mse", "loss", OpClass::Elementwise, 4.0 * numel_of(logits),
-               bytes_of(logits) + bytes_of(targets) + bytes_of(dlogits),
-               [&] { return inner_.mse(logits, targets, dlogits); });
-}
-double ProfilingBackend::bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) {
-  return timed("bce_with_logits", "loss", OpClass::Elementwise, 8.0 * numel_of(logits),
-               bytes_of(logits) + bytes_of(targets) + bytes_of(dlogits),
-               [&] { return inner_.bce_with_logits(logits, targets, dlogits); });
-}
-double ProfilingBackend::sum_of_squares(const Tensor& t) {
-  return timed("sum_of_squares", operand_name(t.name()), OpClass::Optimizer, 2.0 * numel_of(t), bytes_of(t),
-               [&] { return inner_.sum_of_squares(t); });
-}
-void ProfilingBackend::scale(const Tensor& t, double factor) {
-  timed("scale", operand_name(t.name()), OpClass::Optimizer, numel_of(t), 2.0 * bytes_of(t),
-        [&] { inner_.scale(t, factor); });
-}
-void ProfilingBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                                  const Tensor& exp_avg_sq, const AdamWHyper& hyper) {
-  timed("adamw_step", "adamw", OpClass::Optimizer, 12.0 * numel_of(param),
-        2.0 * (bytes_of(param) + bytes_of(exp_avg) + bytes_of(exp_avg_sq)) + bytes_of(grad),
-        [&] { inner_.adamw_step(param, grad, exp_avg, exp_avg_sq, hyper); });
-}
-
-void ProfilingBackend::adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                                       const Tensor& exp_avg_sq, const std::vector<ParamSegment>& segments,
-                                       const AdamWHyper& hyper, const Tensor* half_copy) {
-  double n = 0.0;
-  for (const ParamSegment& seg : segments) n += static_cast<double>(seg.count);
-  timed("adamw_step", "adamw", OpClass::Optimizer, 12.0 * n, n * (4.0 * 7.0 + (half_copy ? 2.0 : 0.0)),
-        [&] { inner_.adamw_step_flat(param, grad, exp_avg, exp_avg_sq, segments, hyper, half_copy); });
-}
-
-void ProfilingBackend::sgd_step_flat(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                                     const std::vector<ParamSegment>& segments, const SgdHyper& hyper,
-                                     const Tensor* half_copy) {
-  double n = 0.0;
-  for (const ParamSegment& seg : segments) n += static_cast<double>(seg.count);
-  const double words = momentum_buf.defined() ? 5.0 : 3.0;  // p read+write, g read, buffer read+write
-  timed("sgd_step", "sgd", OpClass::Optimizer, 5.0 * n, n * (4.0 * words + (half_copy ? 2.0 : 0.0)),
-        [&] { inner_.sgd_step_flat(param, grad, momentum_buf, segments, hyper, half_copy); });
-}
-
-void ProfilingBackend::adafactor_step(const Tensor& param, const Tensor& grad, const Tensor& row_state,
-                                      const Tensor& col_state, const Tensor& v_state, const AdafactorHyper& hyper,
-                                      const Tensor* half_copy) {
-  const auto n = static_cast<double>(param.numel());
-  // grad read twice (statistics, then the update), param read and written.
-  timed("adafactor_step", param.name(), OpClass::Optimizer, 10.0 * n, n * (4.0 * 4.0 + (half_copy ? 2.0 : 0.0)),
-        [&] { inner_.adafactor_step(param, grad, row_state, col_state, v_state, hyper, half_copy); });
-}
-
-void ProfilingBackend::adamw8bit_step(const Tensor& param, const Tensor& grad, const Tensor& state1,
-                                      const Tensor& state2, const Tensor& absmax1, const Tensor& absmax2,
-                                      const Tensor& qmap1, const Tensor& qmap2, const AdamWHyper& hyper,
-                                      const Tensor* half_copy) {
-  const auto n = static_cast<double>(param.numel());
-  // p read and written, g read, two one-byte states read and written.
-  timed("adamw8bit_step", param.name(), OpClass::Optimizer, 16.0 * n, n * (4.0 * 3.0 + 4.0 + (half_copy ? 2.0 : 0.0)),
-        [&] { inner_.adamw8bit_step(param, grad, state1, state2, absmax1, absmax2, qmap1, qmap2, hyper, half_copy); });
 }
 
 }  // namespace anatomy

@@ -45,6 +45,14 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
     if (!j["model_type"].is_string()) fail("{}: 'model_type' must be a string, got {}", source, j["model_type"].dump());
     model_type = j["model_type"].get<std::string>();
   }
+  // Hugging Face's class names for the checkpoint (the registry reads them: model/registry.h).
+  if (j.contains("architectures")) {
+    const json& named = j["architectures"];
+    bool names = named.is_array();
+    for (const json& name : names ? named : json::array()) names = names && name.is_string();
+    if (!names && !named.is_null())
+      fail("{}: 'architectures' must be a list of class names, got {}", source, named.dump());
+  }
   return model_family(model_type, source).parse_config(j, source);
 }
 

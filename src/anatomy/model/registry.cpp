@@ -49,7 +49,19 @@ const ModelFamily& model_family(const std::string& model_type, const std::string
   fail("{}: model_type \"{}\" is not supported (supported: {})", source, model_type, joined(types));
 }
 
-const ModelArchitecture& model_architecture(const ModelConfig& config, const std::string& task) {
+std::string model_task(const ModelConfig& config, const std::string& requested) {
+  if (!requested.empty()) return requested;
+  const auto named = config.extra.find("architectures");
+  if (named != config.extra.end() && named->is_array())
+    for (const nlohmann::json& name : *named)
+      for (const ModelArchitecture& a : model_architectures())
+        if (name.is_string() && a.name == name.get_ref<const std::string&>() && a.model_type == config.model_type)
+          return a.task;
+  return kSequenceClassification;
+}
+
+const ModelArchitecture& model_architecture(const ModelConfig& config, const std::string& requested) {
+  const std::string task = model_task(config, requested);
   std::vector<std::string> offered;
   for (const ModelArchitecture& a : model_architectures()) {
     if (a.model_type == config.model_type && a.task == task) return a;

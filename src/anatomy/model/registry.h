@@ -1,6 +1,6 @@
 // registry.h: which model families and architectures the engine has, and the
-// one place that maps a config.json (its model_type) and a task to the class
-// that implements them. Everything above model/ makes its models here.
+// one place that maps a config.json (its model_type and architectures) and a
+// task to the class that implements them. Everything above model/ makes its models here.
 //
 // A family (model_type "bert", ...) reads and writes its config.json and has
 // built-in sizes; an architecture (Hugging Face's class name, e.g.
@@ -50,18 +50,22 @@ const std::vector<ModelArchitecture>& model_architectures();
 
 // The family of `model_type`; an unknown one fails, naming `source` and the supported types.
 const ModelFamily& model_family(const std::string& model_type, const std::string& source);
-// The architecture of `config`'s family for `task`; fails naming what is supported.
-const ModelArchitecture& model_architecture(const ModelConfig& config, const std::string& task = kSequenceClassification);
+// The task a model of `config` is built for: `requested` when given; else
+// the task of the first class config.json's "architectures" names that the
+// engine has for the family; else sequence classification (a pre-training
+// checkpoint, e.g. BertForMaskedLM, fine-tuned as the seed does).
+std::string model_task(const ModelConfig& config, const std::string& requested = "");
+// The architecture of `config`'s family for model_task(config, task); fails naming what is supported.
+const ModelArchitecture& model_architecture(const ModelConfig& config, const std::string& task = "");
 
-// A trainable model of `config`'s architecture for `task`, its weights zeroed
-// (model/checkpoint.h initialises or loads them); `compute` as Model's.
+// A trainable model of `config`'s architecture for `task` (as above), its
+// weights zeroed (model/checkpoint.h initialises or loads them); `compute` as Model's.
 std::unique_ptr<Model> make_model(Backend& backend, const ModelConfig& config, DType compute = DType::F32,
-                                  const std::string& task = kSequenceClassification);
+                                  const std::string& task = "");
 // The same architecture for inference only, its weights in `dtype`.
 std::unique_ptr<InferenceModel> make_inference_model(Backend& backend, const ModelConfig& config, DType dtype,
-                                                     const std::string& task = kSequenceClassification);
+                                                     const std::string& task = "");
 // The architecture's parameters, without allocating them (the plan of a model that does not fit).
-std::vector<ParamSpec> model_parameter_specs(const ModelConfig& config,
-                                             const std::string& task = kSequenceClassification);
+std::vector<ParamSpec> model_parameter_specs(const ModelConfig& config, const std::string& task = "");
 
 }  // namespace anatomy

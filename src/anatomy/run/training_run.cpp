@@ -92,7 +92,7 @@ void print_gpu_memory(const Backend& backend) {
 // What one attempt at training needs besides the flags.
 struct RunContext {
   Backend& backend;
-  ProfilingBackend* profiler;
+  Profiler* profiler;
   const ModelSource& source;
   const Dataset& data;
   const Dataset* eval;  // the validation set, or null
@@ -288,9 +288,9 @@ int run_training(const TrainingRequest& flags) {
   if (probe) gpu::warn_if_gpu_busy(nvml_index);  // before our context, which NVML would list too
   const Fp32Products fp32_products = flags.fp32_products;
   DeviceChoice device = choose_device(flags.device, fp32_products, gpu_index, options);
-  std::unique_ptr<ProfilingBackend> profiler;
-  if (flags.profile_steps > 0) profiler = std::make_unique<ProfilingBackend>(*device.backend);
-  Backend& backend = profiler ? static_cast<Backend&>(*profiler) : *device.backend;
+  Backend& backend = *device.backend;
+  std::unique_ptr<Profiler> profiler;
+  if (flags.profile_steps > 0) profiler = std::make_unique<Profiler>(backend);
   if ((args.bf16 || args.fp16) && backend.device().is_cpu())
     fail("--{}: mixed precision runs on the GPU; this run is on the CPU", args.bf16 ? "bf16" : "fp16");
   if (!device.note.empty()) fmt::print("{}\n", device.note);

@@ -42,17 +42,17 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::cpu(); }
   Ledger& ledger() override { return ledger_; }
 
-  void zero(const Tensor& t) override { std::memset(t.raw(), 0, t.nbytes()); }
-  void upload_async(const Tensor& dst, const void* src) override { std::memcpy(dst.raw(), src, dst.nbytes()); }
+  void do_zero(const Tensor& t) override { std::memset(t.raw(), 0, t.nbytes()); }
+  void do_upload_async(const Tensor& dst, const void* src) override { std::memcpy(dst.raw(), src, dst.nbytes()); }
   void upload_wait() override {}
-  void copy_from_host(const Tensor& dst, const void* src) override { std::memcpy(dst.raw(), src, dst.nbytes()); }
-  void copy_to_host(const Tensor& src, void* dst) override { std::memcpy(dst, src.raw(), src.nbytes()); }
-  void copy(const Tensor& dst, const Tensor& src) override {
+  void do_copy_from_host(const Tensor& dst, const void* src) override { std::memcpy(dst.raw(), src, dst.nbytes()); }
+  void do_copy_to_host(const Tensor& src, void* dst) override { std::memcpy(dst, src.raw(), src.nbytes()); }
+  void do_copy(const Tensor& dst, const Tensor& src) override {
     ANATOMY_CHECK(dst.nbytes() == src.nbytes(), "copy: {} and {} differ in size", dst.name(), src.name());
     std::memmove(dst.raw(), src.raw(), src.nbytes());
   }
 
-  void cast(const Tensor& src, const Tensor& dst) override {
+  void do_cast(const Tensor& src, const Tensor& dst) override {
     expect_same_numel(src, dst, "cast");
     const int64_t n = src.numel();
     auto convert_out = [&](auto to_half) {
@@ -73,7 +73,7 @@ class CpuBackend final : public Backend {
     else ANATOMY_CHECK(false, "cast from {} to {}", dtype_name(src.dtype()), dtype_name(dst.dtype()));
   }
 
-  void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) override {
+  void do_linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) override {
     expect_f32(x, "linear_forward");
     const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
     ANATOMY_CHECK(w.dim(1) == K && y.numel() == M * N, "linear_forward: shapes of {} {} {}", x.name(), w.name(),
@@ -87,8 +87,8 @@ class CpuBackend final : public Backend {
                 b ? 1.0f : 0.0f, out, N);
   }
 
-  void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor& dw,
-                       const Tensor* db, bool accumulate_dx) override {
+  void do_linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor& dw,
+                          const Tensor* db, bool accumulate_dx) override {
     const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
     ANATOMY_CHECK(dy.numel() == M * N && (!dw.defined() || dw.numel() == N * K), "linear_backward: shapes of {} {}",
                   dy.name(), dw.name());
@@ -114,7 +114,7 @@ class CpuBackend final : public Backend {
     for (int64_t n = 0; n < N; ++n) out[n] += static_cast<float>(sums[n]);
   }
 
-  void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) override {
+  void do_embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) override {
     const int64_t H = table.dim(1), V = table.dim(0), T = ids.numel();
     ANATOMY_CHECK(out.numel() == T * H, "embedding_forward: {} does not fit {} rows of {}", out.name(), T, H);
     expect_f32(out, "embedding_forward");
@@ -145,7 +145,8 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx) override {
+  void do_embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable,
+                             int64_t padding_idx) override {
     const int64_t H = dtable.dim(1), T = ids.numel();
     const int64_t* id = ids.data<int64_t>();
     const float* g = dout.data<float>();
@@ -156,8 +157,8 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
-                         const Tensor& mean, const Tensor& rstd) override {
+  void do_layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
+                            const Tensor& mean, const Tensor& rstd) override {
     const int64_t H = x.dim(-1), R = rows_of(x);
     const float *in = x.data<float>(), *g = gamma.data<float>(), *b = beta.data<float>();
     float *out = y.data<float>(), *mu = mean.data<float>(), *rs = rstd.data<float>();
@@ -176,8 +177,9 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                          const Tensor& gamma, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) override {
+  void do_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                             const Tensor& gamma, const Tensor& dx, const Tensor& dgamma,
+                             const Tensor& dbeta) override {
     const int64_t H = x.dim(-1), R = rows_of(x);
     const float *in = x.data<float>(), *g = gamma.data<float>(), *grad = dy.data<float>();
     const float *mu = mean.data<float>(), *rs = rstd.data<float>();
@@ -210,18 +212,18 @@ class CpuBackend final : public Backend {
   }
 
   // The fused residual LayerNorm, as the plain ops it stands for.
-  void residual_layernorm_forward(const Tensor& x, const Tensor& residual, const DropoutSpec& dropout,
-                                  const Tensor& gamma, const Tensor& beta, double eps, const Tensor& sum,
-                                  const Tensor& y, const Tensor& mean, const Tensor& rstd) override {
+  void do_residual_layernorm_forward(const Tensor& x, const Tensor& residual, const DropoutSpec& dropout,
+                                     const Tensor& gamma, const Tensor& beta, double eps, const Tensor& sum,
+                                     const Tensor& y, const Tensor& mean, const Tensor& rstd) override {
     expect_same_numel(x, sum, "residual_layernorm_forward");
     this->dropout(x, sum, dropout);
     add(sum, residual, sum);
     layernorm_forward(sum, gamma, beta, eps, y, mean, rstd);
   }
-  void residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
-                                   const Tensor& gamma, const DropoutSpec& dropout, const Tensor& d_residual,
-                                   const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta,
-                                   const Tensor* d_bias) override {
+  void do_residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
+                                      const Tensor& gamma, const DropoutSpec& dropout, const Tensor& d_residual,
+                                      const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta,
+                                      const Tensor* d_bias) override {
     // Into d_x first: d_residual may be dy.
     layernorm_backward(dy, sum, mean, rstd, gamma, d_x, dgamma, dbeta);
     copy(d_residual, d_x);
@@ -229,7 +231,7 @@ class CpuBackend final : public Backend {
     if (d_bias) column_sums_accumulate(d_x, *d_bias);
   }
 
-  void add(const Tensor& a, const Tensor& b, const Tensor& out) override {
+  void do_add(const Tensor& a, const Tensor& b, const Tensor& out) override {
     expect_same_numel(a, b, "add");
     expect_same_numel(a, out, "add");
     const float *x = a.data<float>(), *y = b.data<float>();
@@ -237,14 +239,14 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0, n = a.numel(); i < n; ++i) o[i] = x[i] + y[i];
   }
 
-  void add_inplace(const Tensor& dst, const Tensor& src) override {
+  void do_add_inplace(const Tensor& dst, const Tensor& src) override {
     expect_same_numel(dst, src, "add_inplace");
     float* d = dst.data<float>();
     const float* s = src.data<float>();
     for (int64_t i = 0, n = dst.numel(); i < n; ++i) d[i] += s[i];
   }
 
-  void activation_forward(ActivationKind kind, const Tensor& x, const Tensor& y) override {
+  void do_activation_forward(ActivationKind kind, const Tensor& x, const Tensor& y) override {
     expect_same_numel(x, y, "activation_forward");
     const float* in = x.data<float>();
     float* out = y.data<float>();
@@ -252,16 +254,24 @@ class CpuBackend final : public Backend {
       const double v = in[i];
       double r = 0.0;
       switch (kind) {
-        case ActivationKind::GeluErf: r = 0.5 * v * (1.0 + std::erf(v * kSqrt1_2)); break;
-        case ActivationKind::GeluTanh: r = 0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v))); break;
-        case ActivationKind::Relu: r = v > 0.0 ? v : 0.0; break;
-        case ActivationKind::Tanh: r = std::tanh(v); break;
+        case ActivationKind::GeluErf:
+          r = 0.5 * v * (1.0 + std::erf(v * kSqrt1_2));
+          break;
+        case ActivationKind::GeluTanh:
+          r = 0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v)));
+          break;
+        case ActivationKind::Relu:
+          r = v > 0.0 ? v : 0.0;
+          break;
+        case ActivationKind::Tanh:
+          r = std::tanh(v);
+          break;
       }
       out[i] = static_cast<float>(r);
     }
   }
 
-  void activation_backward(ActivationKind kind, const Tensor& saved, const Tensor& dy, const Tensor& dx) override {
+  void do_activation_backward(ActivationKind kind, const Tensor& saved, const Tensor& dy, const Tensor& dx) override {
     expect_same_numel(saved, dy, "activation_backward");
     expect_same_numel(saved, dx, "activation_backward");
     const float *s = saved.data<float>(), *g = dy.data<float>();
@@ -285,15 +295,15 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy, const Tensor& dx,
-                                     const Tensor& y, const Tensor* d_bias) override {
+  void do_activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                                        const Tensor& y, const Tensor* d_bias) override {
     ANATOMY_CHECK(kind != ActivationKind::Tanh, "activation_backward_recompute: tanh saves its output, not its input");
     activation_forward(kind, x, y);  // y first: dx may be dy, never x or y
     activation_backward(kind, x, dy, dx);
     if (d_bias) column_sums_accumulate(dx, *d_bias);
   }
 
-  void dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) override {
+  void do_dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) override {
     expect_same_numel(x, y, "dropout");
     const float* in = x.data<float>();
     float* out = y.data<float>();
@@ -307,14 +317,14 @@ class CpuBackend final : public Backend {
       out[i] = dropout_keep(spec.seed, spec.stream, static_cast<uint64_t>(i), spec.p) ? in[i] * scale : 0.0f;
   }
 
-  void select_row(const Tensor& x, int64_t row, const Tensor& out) override {
+  void do_select_row(const Tensor& x, int64_t row, const Tensor& out) override {
     const int64_t B = x.dim(0), L = x.dim(1), H = x.dim(2);
     ANATOMY_CHECK(row < L && out.numel() == B * H, "select_row: shapes of {} {}", x.name(), out.name());
     for (int64_t b = 0; b < B; ++b)
       std::memcpy(out.data<float>() + b * H, x.data<float>() + (b * L + row) * H, H * sizeof(float));
   }
 
-  void select_row_backward(const Tensor& dout, int64_t row, const Tensor& dx) override {
+  void do_select_row_backward(const Tensor& dout, int64_t row, const Tensor& dx) override {
     const int64_t B = dx.dim(0), L = dx.dim(1), H = dx.dim(2);
     for (int64_t b = 0; b < B; ++b) {
       float* d = dx.data<float>() + (b * L + row) * H;
@@ -325,8 +335,8 @@ class CpuBackend final : public Backend {
 
   bool attention_saves_probabilities(DType, int64_t) const override { return true; }
 
-  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
-                         double scale, const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) override {
+  void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
+                            double scale, const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) override {
     const int64_t B = q.dim(0), L = q.dim(1), H = q.dim(2), D = H / heads;
     ANATOMY_CHECK(probs.numel() == B * heads * L * L, "attention_forward: {} has the wrong size", probs.name());
     const int64_t* mask = key_mask.defined() ? key_mask.data<int64_t>() : nullptr;
@@ -351,15 +361,16 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx,
-                          const Tensor& probs, const Tensor& key_mask, int64_t heads, double scale,
-                          const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
+  void do_attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx,
+                             const Tensor& probs, const Tensor& key_mask, int64_t heads, double scale,
+                             const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,
+                             const Tensor& dv) override {
     attention_backward_into(dctx, q, k, v, probs, heads, scale, dropout, dq.data<float>(), dk.data<float>(),
                             dv.data<float>(), q.dim(2));
   }
-  void attention_backward_interleaved(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const Tensor& ctx, const Tensor& probs, const Tensor& key_mask, int64_t heads,
-                                      double scale, const DropoutSpec& dropout, const Tensor& dqkv) override {
+  void do_attention_backward_interleaved(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const Tensor& ctx, const Tensor& probs, const Tensor& key_mask, int64_t heads,
+                                         double scale, const DropoutSpec& dropout, const Tensor& dqkv) override {
     (void)ctx;
     (void)key_mask;
     check_interleaved_gradients(dqkv, q);
@@ -368,9 +379,9 @@ class CpuBackend final : public Backend {
     attention_backward_into(dctx, q, k, v, probs, heads, scale, dropout, d, d + H, d + 2 * H, 3 * H);
   }
 
-  void attention_first_query_forward(const Tensor& q0, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                                     int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& probs,
-                                     const Tensor& ctx0) override {
+  void do_attention_first_query_forward(const Tensor& q0, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                        int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& probs,
+                                        const Tensor& ctx0) override {
     const int64_t B = k.dim(0), L = k.dim(1), H = k.dim(2), D = H / heads;
     ANATOMY_CHECK(q0.numel() == B * H && ctx0.numel() == B * H && probs.numel() == B * heads * L,
                   "attention_first_query_forward: shapes of {}, {}, {}", q0.name(), probs.name(), ctx0.name());
@@ -397,9 +408,9 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void attention_first_query_backward(const Tensor& dctx0, const Tensor& q0, const Tensor& k, const Tensor& v,
-                                      const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
-                                      const Tensor& dq0, const Tensor& dk, const Tensor& dv) override {
+  void do_attention_first_query_backward(const Tensor& dctx0, const Tensor& q0, const Tensor& k, const Tensor& v,
+                                         const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
+                                         const Tensor& dq0, const Tensor& dk, const Tensor& dv) override {
     const int64_t B = k.dim(0), L = k.dim(1), H = k.dim(2), D = H / heads;
     std::vector<float> weights(L), ds(L);
     for (int64_t b = 0; b < B; ++b) {
@@ -478,7 +489,7 @@ class CpuBackend final : public Backend {
 
  public:
 
-  double cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) override {
+  double do_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) override {
     const int64_t B = logits.dim(0), C = logits.dim(1);
     const float* x = logits.data<float>();
     const int64_t* y = labels.data<int64_t>();
@@ -507,7 +518,7 @@ class CpuBackend final : public Backend {
     return counted ? total / counted : NAN;
   }
 
-  double mse(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) override {
+  double do_mse(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) override {
     expect_same_numel(logits, targets, "mse");
     const int64_t n = logits.numel();
     const float *x = logits.data<float>(), *t = targets.data<float>();
@@ -521,7 +532,7 @@ class CpuBackend final : public Backend {
     return total / n;
   }
 
-  double bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) override {
+  double do_bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) override {
     expect_same_numel(logits, targets, "bce_with_logits");
     const int64_t n = logits.numel();
     const float *x = logits.data<float>(), *t = targets.data<float>();
@@ -536,44 +547,44 @@ class CpuBackend final : public Backend {
     return total / n;
   }
 
-  double sum_of_squares(const Tensor& t) override {
+  double do_sum_of_squares(const Tensor& t) override {
     const float* x = t.data<float>();
     double total = 0.0;
     for (int64_t i = 0, n = t.numel(); i < n; ++i) total += static_cast<double>(x[i]) * x[i];
     return total;
   }
 
-  void scale(const Tensor& t, double factor) override {
+  void do_scale(const Tensor& t, double factor) override {
     float* x = t.data<float>();
     const float f = static_cast<float>(factor);
     for (int64_t i = 0, n = t.numel(); i < n; ++i) x[i] *= f;
   }
 
-  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                  const AdamWHyper& hp) override {
+  void do_adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                     const AdamWHyper& hp) override {
     expect_same_numel(param, grad, "adamw_step");
     adamw_loop(param.data<float>(), grad.data<float>(), exp_avg.data<float>(), exp_avg_sq.data<float>(),
                param.numel(), hp);
   }
 
-  void sgd_step_flat(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                     const std::vector<ParamSegment>& segments, const SgdHyper& hyper,
-                     const Tensor* half_copy) override {
+  void do_sgd_step_flat(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                        const std::vector<ParamSegment>& segments, const SgdHyper& hyper,
+                        const Tensor* half_copy) override {
     cpu::sgd_step_flat(param, grad, momentum_buf, segments, hyper, half_copy);
   }
-  void adafactor_step(const Tensor& param, const Tensor& grad, const Tensor& row_state, const Tensor& col_state,
-                      const Tensor& v_state, const AdafactorHyper& hyper, const Tensor* half_copy) override {
+  void do_adafactor_step(const Tensor& param, const Tensor& grad, const Tensor& row_state, const Tensor& col_state,
+                         const Tensor& v_state, const AdafactorHyper& hyper, const Tensor* half_copy) override {
     cpu::adafactor_step(param, grad, row_state, col_state, v_state, hyper, half_copy);
   }
-  void adamw8bit_step(const Tensor& param, const Tensor& grad, const Tensor& state1, const Tensor& state2,
-                      const Tensor& absmax1, const Tensor& absmax2, const Tensor& qmap1, const Tensor& qmap2,
-                      const AdamWHyper& hyper, const Tensor* half_copy) override {
+  void do_adamw8bit_step(const Tensor& param, const Tensor& grad, const Tensor& state1, const Tensor& state2,
+                         const Tensor& absmax1, const Tensor& absmax2, const Tensor& qmap1, const Tensor& qmap2,
+                         const AdamWHyper& hyper, const Tensor* half_copy) override {
     cpu::adamw8bit_step(param, grad, state1, state2, absmax1, absmax2, qmap1, qmap2, hyper, half_copy);
   }
 
-  void adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                       const std::vector<ParamSegment>& segments, const AdamWHyper& hp,
-                       const Tensor* half_copy) override {
+  void do_adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                          const std::vector<ParamSegment>& segments, const AdamWHyper& hp,
+                          const Tensor* half_copy) override {
     expect_same_numel(param, grad, "adamw_step_flat");
     expect_same_numel(param, exp_avg, "adamw_step_flat");
     expect_same_numel(param, exp_avg_sq, "adamw_step_flat");

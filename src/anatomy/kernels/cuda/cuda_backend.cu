@@ -7,10 +7,12 @@
 //
 // The meta backend (kernels/meta/meta_backend.cpp) runs the model without
 // computing and allocates, through its ledger, exactly what this backend
-// allocates for itself: every allocation here marked "MIRRORED" has its twin
-// there (same size from cuda_memory.h, name, category, order and lifetime).
-// Change one, change the other; tests/gpu/test_meta_backend_cuda.cpp compares
-// the two ledgers.
+// allocates for itself. Each op's path and the memory that path takes are
+// decided once, in kernels/cuda_memory.h (the *_choice and *_path functions,
+// the sizes, the temporaries' names), and both backends act on that decision;
+// what is left to keep in step by hand is the order of an op's allocations
+// and the ops an unfused path calls (tests/gpu/test_meta_backend_cuda.cpp
+// compares the two ledgers).
 #include "anatomy/kernels/cuda/cuda_backend.h"
 
 #include <cublasLt.h>
@@ -84,7 +86,7 @@ class CudaBackend final : public Backend {
     ANATOMY_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
     ANATOMY_CUBLAS_CHECK(cublasSetMathMode(cublas_, fp32_products == Fp32Products::Tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                                                          : CUBLAS_DEFAULT_MATH));
-    // MIRRORED (meta backend's constructor): the cuBLAS workspace, then the results slot.
+    // The cuBLAS workspace, then the results slot (as the meta backend's constructor).
     workspace_ = Tensor::empty(ledger_, {static_cast<int64_t>(kCublasWorkspaceBytes / 4)}, DType::F32,
                                Category::Workspace, "cublas_workspace");
     ANATOMY_CUBLAS_CHECK(cublasSetWorkspace(cublas_, workspace_.raw(), kCublasWorkspaceBytes));
@@ -120,11 +122,11 @@ class CudaBackend final : public Backend {
   Ledger& ledger() override { return ledger_; }
   int64_t plans_tuned() const { return plans_tuned_; }
 
-  void zero(const Tensor& t) override { ANATOMY_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), stream_)); }
+  void do_zero(const Tensor& t) override { ANATOMY_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), stream_)); }
 
   // Uploads go through a ring of pinned staging buffers on copy_stream_; a
   // buffer is refilled only after the copy that last used it has completed.
-  void upload_async(const Tensor& dst, const void* src) override {
+  void do_upload_async(const Tensor& dst, const void* src) override {
     const size_t bytes = dst.nbytes();
     if (bytes == 0) return;
     if (!copy_stream_) {
@@ -156,15 +158,15 @@ class CudaBackend final : public Backend {
     uploads_pending_ = false;
     ANATOMY_CUDA_CHECK(cudaEventRecord(compute_mark_, stream_));
   }
-  void copy_from_host(const Tensor& dst, const void* src) override {
+  void do_copy_from_host(const Tensor& dst, const void* src) override {
     ANATOMY_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
     ANATOMY_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host buffer may go away after return
   }
-  void copy_to_host(const Tensor& src, void* dst) override {
+  void do_copy_to_host(const Tensor& src, void* dst) override {
     ANATOMY_CUDA_CHECK(cudaMemcpyAsync(dst, src.raw(), src.nbytes(), cudaMemcpyDeviceToHost, stream_));
     ANATOMY_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
-  void copy(const Tensor& dst, const Tensor& src) override {
+  void do_copy(const Tensor& dst, const Tensor& src) override {
     ANATOMY_CHECK(dst.nbytes() == src.nbytes(), "copy: {} and {} differ in size", dst.name(), src.name());
     ANATOMY_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
   }
@@ -172,7 +174,7 @@ class CudaBackend final : public Backend {
   // Row-major y[M,N] = x[M,K] · w[N,K]ᵀ is column-major yᵀ = w · xᵀ. The
   // bias is cuBLASLt's epilogue (added in float32 before the output is
   // rounded), else a broadcast that the product accumulates onto.
-  void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) override {
+  void do_linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) override {
     const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
     ANATOMY_CHECK(w.dim(1) == K && y.numel() == M * N, "linear_forward: shapes of {} {} {}", x.name(), w.name(),
                   y.name());
@@ -195,8 +197,8 @@ class CudaBackend final : public Backend {
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, w.raw(), t, K, x.raw(), t, K, beta, y.raw(), t, N);
   }
 
-  void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor& dw,
-                       const Tensor* db, bool accumulate_dx) override {
+  void do_linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor& dw,
+                          const Tensor* db, bool accumulate_dx) override {
     const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
     ANATOMY_CHECK(dy.numel() == M * N && (!dw.defined() || dw.numel() == N * K), "linear_backward: shapes of {} {}",
                   dy.name(), dw.name());
@@ -221,17 +223,20 @@ class CudaBackend final : public Backend {
     const int64_t N = db.numel(), M = N > 0 ? dy.numel() / N : 0;
     ANATOMY_CHECK(M * N == dy.numel() && db.dtype() == DType::F32, "bias gradient: {} is not rows of {} ({})",
                   dy.name(), N, db.name());
-    // MIRRORED (MetaBackend::bias_gradient): the scratch of the fast 16-bit column sums.
-    if (dy.dtype() == DType::F32) column_sums_accumulate(stream_, dy.data<float>(), M, N, db.data<float>());
-    else if (column_sums_half_supported(N, dy.raw()))
-      column_sums_accumulate_half_fast(stream_, half_type(dy.dtype()), dy.raw(), M, N, db.data<float>(),
-                                       scratch_bytes(column_sums_scratch_bytes(M, N)));
-    else column_sums_accumulate_half(stream_, half_type(dy.dtype()), dy.raw(), M, N, db.data<float>());
+    const auto choice = bias_gradient_choice(dy, db);
+    switch (choice.path) {
+      case BiasGradientPath::Float32: return column_sums_accumulate(stream_, dy.data<float>(), M, N, db.data<float>());
+      case BiasGradientPath::HalfFast:
+        return column_sums_accumulate_half_fast(stream_, half_type(dy.dtype()), dy.raw(), M, N, db.data<float>(),
+                                                scratch_bytes(choice.scratch));
+      case BiasGradientPath::Half:
+        return column_sums_accumulate_half(stream_, half_type(dy.dtype()), dy.raw(), M, N, db.data<float>());
+    }
   }
 
-  void residual_layernorm_forward(const Tensor& x, const Tensor& residual, const DropoutSpec& dropout,
-                                  const Tensor& gamma, const Tensor& beta, double eps, const Tensor& sum,
-                                  const Tensor& y, const Tensor& mean, const Tensor& rstd) override {
+  void do_residual_layernorm_forward(const Tensor& x, const Tensor& residual, const DropoutSpec& dropout,
+                                     const Tensor& gamma, const Tensor& beta, double eps, const Tensor& sum,
+                                     const Tensor& y, const Tensor& mean, const Tensor& rstd) override {
     ANATOMY_CHECK(x.numel() == sum.numel() && residual.numel() == sum.numel() && y.numel() == sum.numel() &&
                       x.dtype() == sum.dtype() && residual.dtype() == sum.dtype() && y.dtype() == sum.dtype(),
                   "residual_layernorm_forward: {} {} {} {} differ in size or dtype", x.name(), residual.name(),
@@ -246,10 +251,10 @@ class CudaBackend final : public Backend {
     layernorm_forward(sum, gamma, beta, eps, y, mean, rstd);
   }
 
-  void residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
-                                   const Tensor& gamma, const DropoutSpec& dropout, const Tensor& d_residual,
-                                   const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta,
-                                   const Tensor* d_bias) override {
+  void do_residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
+                                      const Tensor& gamma, const DropoutSpec& dropout, const Tensor& d_residual,
+                                      const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta,
+                                      const Tensor* d_bias) override {
     ANATOMY_CHECK(dy.numel() == sum.numel() && d_residual.numel() == sum.numel() && d_x.numel() == sum.numel() &&
                       dy.dtype() == sum.dtype() && d_residual.dtype() == sum.dtype() && d_x.dtype() == sum.dtype(),
                   "residual_layernorm_backward: {} {} {} {} differ in size or dtype", dy.name(), sum.name(),
@@ -257,9 +262,9 @@ class CudaBackend final : public Backend {
     const int64_t H = sum.dim(-1);
     ANATOMY_CHECK(!d_bias || (d_bias->numel() == H && d_bias->dtype() == DType::F32),
                   "residual_layernorm_backward: {} is not float32 [{}]", d_bias ? d_bias->name() : "", H);
-    if (fused_layernorm_supported(H, {dy.raw(), sum.raw(), d_residual.raw(), d_x.raw()})) {
-      // MIRRORED: the fused backward's scratch, else the plain LayerNorm backward's.
-      void* scratch = scratch_bytes(residual_layernorm_backward_scratch_bytes(rows_of(sum), H, d_bias != nullptr));
+    if (const auto choice = residual_layernorm_backward_choice(dy, sum, d_residual, d_x, d_bias != nullptr);
+        choice.path == ResidualLayerNormPath::Fused) {
+      void* scratch = scratch_bytes(choice.scratch);
       return residual_layernorm_backward_fused(stream_, sum.dtype(), dy.raw(), sum.raw(),
                                               mean.data<float>(), rstd.data<float>(), gamma.data<float>(), dropout,
                                               d_residual.raw(), d_x.raw(), dgamma.data<float>(),
@@ -272,8 +277,8 @@ class CudaBackend final : public Backend {
     if (d_bias) bias_gradient(d_x, *d_bias);
   }
 
-  void linear_forward_n(const Tensor& x, const std::vector<Tensor>& w, const std::vector<Tensor>& b,
-                        const std::vector<Tensor>& y) override {
+  void do_linear_forward_n(const Tensor& x, const std::vector<Tensor>& w, const std::vector<Tensor>& b,
+                           const std::vector<Tensor>& y) override {
     const auto sw = constant_stride(w), sb = constant_stride(b), sy = constant_stride(y);
     const int64_t K = x.dim(-1), M = rows_of(x);
     const DType t = x.dtype();
@@ -290,26 +295,25 @@ class CudaBackend final : public Backend {
     }
     // Split TF32: x, the products' shared B operand, is split once.
     const SharedSplit shared(*this, t == DType::F32 ? SharedOperand::B : SharedOperand::None);
-    Backend::linear_forward_n(x, w, b, y);
+    Backend::do_linear_forward_n(x, w, b, y);
   }
 
-  void linear_backward_weights_n(const std::vector<Tensor>& dy, const Tensor& x, const std::vector<Tensor>& w,
-                                 const std::vector<Tensor>& dw, const std::vector<Tensor>& db) override {
+  void do_linear_backward_weights_n(const std::vector<Tensor>& dy, const Tensor& x, const std::vector<Tensor>& w,
+                                    const std::vector<Tensor>& dw, const std::vector<Tensor>& db) override {
     const int64_t K = x.dim(-1), M = rows_of(x);
     const DType t = x.dtype();
-    if (batched_weight_gradients(dy, x, w, dw, db)) {
+    if (const auto choice = linear_backward_weights_n_choice(dy, x, w, dw, db);
+        choice.path != WeightGradientsPath::Separate) {
       const int64_t N = w[0].dim(0);
       Batch batch{static_cast<int>(dy.size()), 0, *constant_stride(dy), *constant_stride(dw), 0};
       if (lt_gemm(CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, x.raw(), t, K, dy[0].raw(), N, 1.0f, dw[0].raw(), DType::F32, K,
                   nullptr, batch)) {
-        // MIRRORED (MetaBackend::linear_backward_weights_n): the bias sums'
-        // scratch, all planes at once or one bias at a time.
-        if (batched_bias_sums(dy, db)) {
+        if (choice.path == WeightGradientsPath::BatchedWithBiasSums) {
           const int64_t bias = db[0].numel(), rows = dy[0].numel() / bias;
           const int planes = static_cast<int>(dy.size());
           column_sums_accumulate_half_fast(stream_, half_type(t), dy[0].raw(), rows, bias, db[0].data<float>(),
-                                           scratch_bytes(batched_bias_sums_scratch_bytes(dy, db)), planes,
-                                           *constant_stride(dy), *constant_stride(db));
+                                           scratch_bytes(choice.scratch), planes, *constant_stride(dy),
+                                           *constant_stride(db));
         } else {
           for (size_t i = 0; i < dy.size(); ++i) linear_backward(dy[i], x, w[i], nullptr, Tensor(), &db[i], false);
         }
@@ -318,10 +322,10 @@ class CudaBackend final : public Backend {
     }
     // Split TF32: x, the weight gradients' shared A operand, is split once.
     const SharedSplit shared(*this, t == DType::F32 ? SharedOperand::A : SharedOperand::None);
-    Backend::linear_backward_weights_n(dy, x, w, dw, db);
+    Backend::do_linear_backward_weights_n(dy, x, w, dw, db);
   }
 
-  void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) override {
+  void do_embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) override {
     ANATOMY_CHECK(out.dtype() == DType::F32 && out.numel() == ids.numel() * table.dim(1),
                   "embedding_forward: {} is not float32 rows of {} for {} ids", out.name(), table.name(), ids.numel());
     if (table.dtype() != DType::F32)
@@ -330,19 +334,22 @@ class CudaBackend final : public Backend {
     cuda::embedding_forward(stream_, ids.data<int64_t>(), table.data<float>(), out.data<float>(), ids.numel(),
                             table.dim(1), accumulate);
   }
-  void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx) override {
-    // MIRRORED: the sort's and the partial sums' scratch.
+  void do_embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable,
+                             int64_t padding_idx) override {
     void* scratch = scratch_bytes(embedding_backward_scratch_bytes(ids.numel()));
     cuda::embedding_backward(stream_, ids.data<int64_t>(), dout.data<float>(), dtable.data<float>(), ids.numel(),
                              dtable.dim(1), dtable.dim(0), padding_idx, scratch);
   }
 
-  void cast(const Tensor& src, const Tensor& dst) override {
+  void do_cast(const Tensor& src, const Tensor& dst) override {
     ANATOMY_CHECK(src.numel() == dst.numel(), "cast: {} and {} differ in size", src.name(), dst.name());
     if (src.dtype() == dst.dtype()) return copy(dst, src);
-    if (src.dtype() == DType::F32) cast_f32_to_half(stream_, half_type(dst.dtype()), src.data<float>(), dst.raw(), src.numel());
-    else if (dst.dtype() == DType::F32) cast_half_to_f32(stream_, half_type(src.dtype()), src.raw(), dst.data<float>(), src.numel());
-    else ANATOMY_CHECK(false, "cast from {} to {}", dtype_name(src.dtype()), dtype_name(dst.dtype()));
+    if (src.dtype() == DType::F32)
+      cast_f32_to_half(stream_, half_type(dst.dtype()), src.data<float>(), dst.raw(), src.numel());
+    else if (dst.dtype() == DType::F32)
+      cast_half_to_f32(stream_, half_type(src.dtype()), src.raw(), dst.data<float>(), src.numel());
+    else
+      ANATOMY_CHECK(false, "cast from {} to {}", dtype_name(src.dtype()), dtype_name(dst.dtype()));
   }
 
   // The embeddings block in one kernel each way where the shapes allow
@@ -357,11 +364,11 @@ class CudaBackend final : public Backend {
   static bool stats_fit(const Tensor& mean, const Tensor& rstd, int64_t rows) {
     return mean.dtype() == DType::F32 && rstd.dtype() == DType::F32 && mean.numel() == rows && rstd.numel() == rows;
   }
-  void embeddings_layernorm_forward(const Tensor& ids, const Tensor& positions, const Tensor& token_types,
-                                    const Tensor& word, const Tensor& position, const Tensor& token_type,
-                                    const Tensor& gamma, const Tensor& beta, double eps, const DropoutSpec& dropout,
-                                    const Tensor& sum, const Tensor& mean, const Tensor& rstd, const Tensor& work,
-                                    const Tensor& out) override {
+  void do_embeddings_layernorm_forward(const Tensor& ids, const Tensor& positions, const Tensor& token_types,
+                                       const Tensor& word, const Tensor& position, const Tensor& token_type,
+                                       const Tensor& gamma, const Tensor& beta, double eps, const DropoutSpec& dropout,
+                                       const Tensor& sum, const Tensor& mean, const Tensor& rstd, const Tensor& work,
+                                       const Tensor& out) override {
     const int64_t H = sum.dim(-1), rows = rows_of(sum);
     const bool fused =
         word.dtype() == DType::F32 && position.dtype() == DType::F32 && token_type.dtype() == DType::F32 &&
@@ -372,7 +379,7 @@ class CudaBackend final : public Backend {
         stats_fit(mean, rstd, rows) &&
         embeddings_layernorm_fused_supported(H, {word.raw(), position.raw(), token_type.raw(), sum.raw(), out.raw()});
     if (!fused)
-      return Backend::embeddings_layernorm_forward(ids, positions, token_types, word, position, token_type, gamma,
+      return embeddings_layernorm_forward_unfused(ids, positions, token_types, word, position, token_type, gamma,
                                                    beta, eps, dropout, sum, mean, rstd, work, out);
     cuda::embeddings_layernorm_forward_fused(stream_, out.dtype(), ids.data<int64_t>(), positions.data<int64_t>(),
                                              token_types.data<int64_t>(), word.data<float>(), position.data<float>(),
@@ -380,9 +387,9 @@ class CudaBackend final : public Backend {
                                              dropout, sum.data<float>(), out.raw(), mean.data<float>(),
                                              rstd.data<float>(), rows, H);
   }
-  void embeddings_layernorm_backward(const Tensor& dout, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
-                                     const Tensor& gamma, const DropoutSpec& dropout, const Tensor& work,
-                                     const Tensor& d_sum, const Tensor& dgamma, const Tensor& dbeta) override {
+  void do_embeddings_layernorm_backward(const Tensor& dout, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
+                                        const Tensor& gamma, const DropoutSpec& dropout, const Tensor& work,
+                                        const Tensor& d_sum, const Tensor& dgamma, const Tensor& dbeta) override {
     const int64_t H = sum.dim(-1), rows = rows_of(sum);
     const bool fused = sum.dtype() == DType::F32 && work.dtype() == DType::F32 && d_sum.dtype() == DType::F32 &&
                        floating(dout) &&
@@ -391,9 +398,9 @@ class CudaBackend final : public Backend {
                        stats_fit(mean, rstd, rows) &&
                        embeddings_layernorm_fused_supported(H, {dout.raw(), sum.raw(), work.raw(), d_sum.raw()});
     if (!fused)
-      return Backend::embeddings_layernorm_backward(dout, sum, mean, rstd, gamma, dropout, work, d_sum, dgamma,
+      return embeddings_layernorm_backward_unfused(dout, sum, mean, rstd, gamma, dropout, work, d_sum, dgamma,
                                                     dbeta);
-    // MIRRORED (through Backend's sequence, whose layernorm_backward asks the same): the partial sums' scratch.
+    // The plain path's scratch too (Backend's sequence, whose layernorm_backward asks the same).
     void* scratch = scratch_bytes(layernorm_backward_scratch_bytes(rows, H));
     cuda::embeddings_layernorm_backward_fused(stream_, dout.dtype(), dout.raw(), sum.data<float>(), mean.data<float>(),
                                               rstd.data<float>(), gamma.data<float>(), dropout, work.data<float>(),
@@ -401,8 +408,8 @@ class CudaBackend final : public Backend {
                                               scratch);
   }
 
-  void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
-                         const Tensor& mean, const Tensor& rstd) override {
+  void do_layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
+                            const Tensor& mean, const Tensor& rstd) override {
     if (x.dtype() != DType::F32) {
       ANATOMY_CHECK(y.dtype() == x.dtype(), "layernorm_forward: {} and {} differ in dtype", x.name(), y.name());
       return cuda::layernorm_forward_half(stream_, half_type(x.dtype()), x.raw(), gamma.data<float>(),
@@ -412,9 +419,9 @@ class CudaBackend final : public Backend {
     cuda::layernorm_forward(stream_, x.data<float>(), gamma.data<float>(), beta.data<float>(), eps, y.data<float>(),
                             mean.data<float>(), rstd.data<float>(), rows_of(x), x.dim(-1));
   }
-  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                          const Tensor& gamma, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) override {
-    // MIRRORED: the partial sums' scratch.
+  void do_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                             const Tensor& gamma, const Tensor& dx, const Tensor& dgamma,
+                             const Tensor& dbeta) override {
     void* scratch = scratch_bytes(layernorm_backward_scratch_bytes(rows_of(x), x.dim(-1)));
     if (x.dtype() != DType::F32)
       return cuda::layernorm_backward_half(stream_, half_type(x.dtype()), dy.raw(), x.raw(), mean.data<float>(),
@@ -425,30 +432,30 @@ class CudaBackend final : public Backend {
                              rows_of(x), x.dim(-1), scratch);
   }
 
-  void add(const Tensor& a, const Tensor& b, const Tensor& out) override {
+  void do_add(const Tensor& a, const Tensor& b, const Tensor& out) override {
     if (a.dtype() != DType::F32) return add_half(stream_, half_type(a.dtype()), a.raw(), b.raw(), out.raw(), a.numel());
     cuda::add(stream_, a.data<float>(), b.data<float>(), out.data<float>(), a.numel());
   }
-  void add_inplace(const Tensor& dst, const Tensor& src) override {
+  void do_add_inplace(const Tensor& dst, const Tensor& src) override {
     if (dst.dtype() != DType::F32)
       return add_inplace_half(stream_, half_type(dst.dtype()), dst.raw(), src.raw(), dst.numel());
     cuda::add_inplace(stream_, dst.data<float>(), src.data<float>(), dst.numel());
   }
-  void activation_forward(ActivationKind kind, const Tensor& x, const Tensor& y) override {
+  void do_activation_forward(ActivationKind kind, const Tensor& x, const Tensor& y) override {
     if (x.dtype() != DType::F32 && (kind == ActivationKind::GeluErf || kind == ActivationKind::GeluTanh))
       return gelu_forward_half(stream_, half_type(x.dtype()), kind, x.raw(), y.raw(), x.numel());
     if (x.dtype() != DType::F32)
       return activation_forward_half(stream_, half_type(x.dtype()), kind, x.raw(), y.raw(), x.numel());
     cuda::activation_forward(stream_, kind, x.data<float>(), y.data<float>(), x.numel());
   }
-  void activation_backward(ActivationKind kind, const Tensor& saved, const Tensor& dy, const Tensor& dx) override {
+  void do_activation_backward(ActivationKind kind, const Tensor& saved, const Tensor& dy, const Tensor& dx) override {
     if (saved.dtype() != DType::F32)
       return activation_backward_half(stream_, half_type(saved.dtype()), kind, saved.raw(), dy.raw(), dx.raw(),
                                       saved.numel());
     cuda::activation_backward(stream_, kind, saved.data<float>(), dy.data<float>(), dx.data<float>(), saved.numel());
   }
-  void activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy, const Tensor& dx,
-                                     const Tensor& y, const Tensor* d_bias) override {
+  void do_activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                                        const Tensor& y, const Tensor* d_bias) override {
     ANATOMY_CHECK(kind != ActivationKind::Tanh, "activation_backward_recompute: tanh saves its output, not its input");
     ANATOMY_CHECK(x.numel() == dy.numel() && x.numel() == dx.numel() && x.numel() == y.numel() &&
                       dy.dtype() == x.dtype() && dx.dtype() == x.dtype() && y.dtype() == x.dtype(),
@@ -457,11 +464,10 @@ class CudaBackend final : public Backend {
     const int64_t N = x.dim(-1);
     ANATOMY_CHECK(!d_bias || (d_bias->numel() == N && d_bias->dtype() == DType::F32),
                   "activation_backward_recompute: {} is not float32 [{}]", d_bias ? d_bias->name() : "", N);
-    // MIRRORED: the fused pass's partials, else the separate bias gradient's scratch.
-    if (d_bias && recompute_bias_supported(N, {x.raw(), dy.raw(), dx.raw(), y.raw()}))
+    if (const auto choice = activation_backward_recompute_choice(x, dy, dx, y, d_bias != nullptr);
+        choice.path == RecomputePath::WithBias)
       return activation_backward_recompute_bias(stream_, x.dtype(), kind, x.raw(), dy.raw(), dx.raw(), y.raw(),
-                                                rows_of(x), N, d_bias->data<float>(),
-                                                scratch_bytes(column_sums_scratch_bytes(rows_of(x), N)));
+                                                rows_of(x), N, d_bias->data<float>(), scratch_bytes(choice.scratch));
     if (x.dtype() != DType::F32) {
       activation_backward_recompute_half(stream_, half_type(x.dtype()), kind, x.raw(), dy.raw(), dx.raw(), y.raw(),
                                          x.numel());
@@ -472,16 +478,16 @@ class CudaBackend final : public Backend {
     if (d_bias) bias_gradient(dx, *d_bias);
   }
 
-  void dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) override {
+  void do_dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) override {
     if (x.dtype() != DType::F32) return dropout_half(stream_, half_type(x.dtype()), x.raw(), y.raw(), x.numel(), spec);
     cuda::dropout(stream_, x.data<float>(), y.data<float>(), x.numel(), spec);
   }
-  void select_row(const Tensor& x, int64_t row, const Tensor& out) override {
+  void do_select_row(const Tensor& x, int64_t row, const Tensor& out) override {
     if (x.dtype() != DType::F32)
       return select_row_half(stream_, half_type(x.dtype()), x.raw(), x.dim(0), x.dim(1), x.dim(2), row, out.raw());
     cuda::select_row(stream_, x.data<float>(), x.dim(0), x.dim(1), x.dim(2), row, out.data<float>());
   }
-  void select_row_backward(const Tensor& dout, int64_t row, const Tensor& dx) override {
+  void do_select_row_backward(const Tensor& dout, int64_t row, const Tensor& dx) override {
     if (dx.dtype() != DType::F32)
       return select_row_backward_half(stream_, half_type(dx.dtype()), dout.raw(), dx.dim(0), dx.dim(1), dx.dim(2), row,
                                       dx.raw());
@@ -499,8 +505,7 @@ class CudaBackend final : public Backend {
   // device runs them (sm_90a) and the shape fits, come before cuDNN; with
   // dropout they keep the forward's mask as bits in `saved`.
   bool hopper_attention(DType dtype, int64_t head_dim, int64_t L) const {
-    return hopper_attention_shape(dtype, head_dim, L) && hopper_attention_selected(options()) &&
-           hopper_attention_available(head_dim);
+    return hopper_attention_runs(dtype, head_dim, L, options(), [&] { return hopper_attention_available(head_dim); });
   }
   bool attention_keeps_dropout_bits(DType dtype, int64_t head_dim, int64_t L) const override {
     return hopper_attention(dtype, head_dim, L);
@@ -527,64 +532,100 @@ class CudaBackend final : public Backend {
     cast(t, out);
     return out;
   }
+  Tensor f32_like(const Tensor& t, const char* name) {
+    return Tensor::empty(ledger_, t.shape(), DType::F32, Category::Temporary, name);
+  }
 
-  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
-                         double scale, const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) override {
-    const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
-    if (q.dtype() != DType::F32 && !fused_attention(q.dtype(), D)) {
-      // MIRRORED: float32 ctx, q, k, v (in this order, named so that the order
-      // is not left to the compiler's order of evaluating arguments), freed together.
-      Tensor ctx32 = Tensor::empty(ledger_, ctx.shape(), DType::F32, Category::Temporary, "ctx_f32");
-      Tensor q32 = as_f32(q, "q_f32");
-      Tensor k32 = as_f32(k, "k_f32");
-      Tensor v32 = as_f32(v, "v_f32");
-      attention_forward(q32, k32, v32, key_mask, heads, scale, dropout, probs, ctx32);
-      return cast(ctx32, ctx);
-    }
-    if (fused_attention(DType::F32, D) && q.dtype() == DType::F32)
-      return flash_attention_f32_forward(stream_, q.data<float>(), k.data<float>(), v.data<float>(),
-                                         key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
-                                         static_cast<float>(scale), dropout, ctx.data<float>(), probs.data<float>());
-    // With dropout the Hopper forward, where `saved` has room for its mask
-    // bits (its own mask, attention_keep8 of core/random.h, which only the
-    // Hopper backward replays); without dropout cuDNN's forward is the faster,
-    // and either backward reads its log-sum-exp.
-    if (probs.defined() && dropout.p > 0.0f && hopper_attention(q.dtype(), D, L) &&
-        hopper_saved(probs, B, heads, L).bits != nullptr) {
-      const HopperSaved saved = hopper_saved(probs, B, heads, L);
-      return hopper_attention_forward(stream_, attn_type(q.dtype()), q.raw(), k.raw(), v.raw(),
-                                      key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
-                                      static_cast<float>(scale), dropout, ctx.raw(), saved.lse, saved.bits);
-    }
+  AttentionCall call_of(const Tensor& q, const Tensor& saved, int64_t heads, const DropoutSpec& dropout) const {
+    return attention_call(q, saved, heads, dropout.p, hopper_attention(q.dtype(), q.dim(2) / heads, q.dim(1)));
+  }
+  // cuDNN's fused attention for this call, or nullptr (attention_*_path asks
+  // only where it matters). With training, the backward's shape, its
+  // gradients `grad_row_stride` elements a row.
+  struct CudnnPick {
 #ifdef ANATOMY_HAVE_CUDNN
-    if (q.dtype() != DType::F32) {
-      const CudnnAttentionShape s = cudnn_shape(q, key_mask, heads, scale, dropout, probs.defined());
-      if (CudnnAttention* c = cudnn_for(s)) {
-        // MIRRORED: the larger of the planned scratch and what cuDNN asks.
-        void* scratch = scratch_bytes(std::max(cudnn_attention_forward_scratch_bytes(s.B), c->forward_scratch_bytes(s)));
-        return c->forward(s, q.raw(), k.raw(), v.raw(), key_mask.defined() ? key_mask.data<int64_t>() : nullptr,
-                          dropout, ctx.raw(), probs.defined() ? probs.data<float>() : nullptr, scratch);
+    CudnnAttention* attention = nullptr;
+    CudnnAttentionShape shape;
+#endif
+  };
+  bool cudnn_takes(CudnnPick& pick, const Tensor& q, const Tensor& key_mask, int64_t heads, double scale,
+                   const DropoutSpec& dropout, bool training, int64_t grad_row_stride) {
+#ifdef ANATOMY_HAVE_CUDNN
+    pick.shape = cudnn_shape(q, key_mask, heads, scale, dropout, training);
+    if (grad_row_stride > 0) {
+      pick.shape.interleaved_grads = grad_row_stride != q.dim(2);
+      ANATOMY_CHECK(grad_row_stride == (pick.shape.interleaved_grads ? 3 : 1) * q.dim(2),
+                    "attention_backward: cuDNN writes gradient rows {} or {} apart, not {}", q.dim(2), 3 * q.dim(2),
+                    grad_row_stride);
+    }
+    pick.attention = cudnn_for(pick.shape);
+    return pick.attention != nullptr;
+#else
+    (void)pick, (void)q, (void)key_mask, (void)heads, (void)scale, (void)dropout, (void)training, (void)grad_row_stride;
+    return false;
+#endif
+  }
+
+  void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
+                            double scale, const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) override {
+    const AttentionCall c = call_of(q, probs, heads, dropout);
+    const int64_t B = c.B, L = c.L, D = c.D;
+    const int64_t* mask = key_mask.defined() ? key_mask.data<int64_t>() : nullptr;
+    CudnnPick cudnn;
+    const AttentionPath path = attention_forward_path(
+        c, probs.defined(), [&] { return cudnn_takes(cudnn, q, key_mask, heads, scale, dropout, probs.defined(), 0); });
+    switch (path) {
+      case AttentionPath::Float32Copies: {
+        // ctx, q, k, v in kForwardFloat32Copies' order (named statements, so
+        // that the order is not left to the compiler's order of evaluating
+        // arguments), freed together.
+        Tensor ctx32 = f32_like(ctx, kForwardFloat32Copies[0]);
+        Tensor q32 = as_f32(q, kForwardFloat32Copies[1]);
+        Tensor k32 = as_f32(k, kForwardFloat32Copies[2]);
+        Tensor v32 = as_f32(v, kForwardFloat32Copies[3]);
+        attention_forward(q32, k32, v32, key_mask, heads, scale, dropout, probs, ctx32);
+        return cast(ctx32, ctx);
+      }
+      case AttentionPath::FlashF32:
+        return flash_attention_f32_forward(stream_, q.data<float>(), k.data<float>(), v.data<float>(), mask, B, L,
+                                           heads, D, static_cast<float>(scale), dropout, ctx.data<float>(),
+                                           probs.data<float>());
+      case AttentionPath::Hopper: {
+        // Its own mask (attention_keep8 of core/random.h), which only the Hopper backward replays.
+        const HopperSaved saved = hopper_saved(probs, B, heads, L);
+        return hopper_attention_forward(stream_, attn_type(q.dtype()), q.raw(), k.raw(), v.raw(), mask, B, L, heads,
+                                        D, static_cast<float>(scale), dropout, ctx.raw(), saved.lse, saved.bits);
+      }
+      case AttentionPath::Cudnn: {
+#ifdef ANATOMY_HAVE_CUDNN
+        // The larger of the planned scratch and what cuDNN asks.
+        void* scratch = scratch_bytes(
+            std::max(attention_forward_scratch_bytes(path, c), cudnn.attention->forward_scratch_bytes(cudnn.shape)));
+        return cudnn.attention->forward(cudnn.shape, q.raw(), k.raw(), v.raw(), mask, dropout, ctx.raw(),
+                                        probs.defined() ? probs.data<float>() : nullptr, scratch);
+#else
+        break;
+#endif
+      }
+      case AttentionPath::Flash:
+        return flash_attention_forward(stream_, attn_type(q.dtype()), q.raw(), k.raw(), v.raw(), mask, B, L, heads, D,
+                                       static_cast<float>(scale), dropout, ctx.raw(), probs.data<float>());
+      case AttentionPath::Materialised: {
+        void* scratch = scratch_bytes(attention_forward_scratch_bytes(path, c));
+        return cuda::attention_forward(stream_, cublas_, q.data<float>(), k.data<float>(), v.data<float>(), mask, B,
+                                       L, heads, D, scale, dropout, probs.data<float>(), ctx.data<float>(), scratch);
       }
     }
-#endif
-    if (q.dtype() != DType::F32)
-      return flash_attention_forward(stream_, attn_type(q.dtype()), q.raw(), k.raw(), v.raw(),
-                                     key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
-                                     static_cast<float>(scale), dropout, ctx.raw(), probs.data<float>());
-    // MIRRORED: the materialised attention's scratch.
-    void* scratch = scratch_bytes(attention_scratch_bytes(B, heads, L));
-    cuda::attention_forward(stream_, cublas_, q.data<float>(), k.data<float>(), v.data<float>(),
-                            key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D, scale, dropout,
-                            probs.data<float>(), ctx.data<float>(), scratch);
+    fail("attention_forward: no path for {} head size {}", dtype_name(q.dtype()), D);
   }
   // Packed sequences: one launch of the flash forward over every sequence
   // where the head size has a 16-bit kernel; otherwise one sequence at a time.
-  void attention_forward_packed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& offsets,
-                                const std::vector<int64_t>& host_offsets, int64_t heads, double scale,
-                                const Tensor& ctx) override {
+  void do_attention_forward_packed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& offsets,
+                                   const std::vector<int64_t>& host_offsets, int64_t heads, double scale,
+                                   const Tensor& ctx) override {
     const int64_t D = q.rank() == 2 && heads > 0 ? q.dim(1) / heads : 0;
     if (q.dtype() == DType::F32 || !fused_attention(q.dtype(), D))
-      return Backend::attention_forward_packed(q, k, v, offsets, host_offsets, heads, scale, ctx);
+      return attention_forward_packed_one_by_one(q, k, v, offsets, host_offsets, heads, scale, ctx);
     ANATOMY_CHECK(k.shape() == q.shape() && v.shape() == q.shape() && ctx.shape() == q.shape() &&
                       k.dtype() == q.dtype() && v.dtype() == q.dtype() && ctx.dtype() == q.dtype(),
                   "attention_forward_packed: q, k, v and ctx differ");
@@ -598,105 +639,117 @@ class CudaBackend final : public Backend {
                                    static_cast<int64_t>(host_offsets.size()) - 1, longest, q.dim(0), heads, D,
                                    static_cast<float>(scale), ctx.raw());
   }
-  // The backward paths that write dq, dk and dv at any row stride (elements
-  // from one token's row to the next: H, or 3H interleaved): float32 flash,
-  // and cuDNN for 16-bit head sizes our flash kernels have. Returns false,
-  // having done nothing, where neither applies.
-  bool attention_backward_strided(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& ctx, const Tensor& probs, const Tensor& key_mask, int64_t heads,
-                                  double scale, const DropoutSpec& dropout, void* dq, void* dk, void* dv,
-                                  int64_t grad_row_stride) {
-    const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
+  // The backward's path for gradients written `grad_row_stride` elements a
+  // row (H, or 3H interleaved); cuDNN is asked only where it matters.
+  AttentionPath backward_path(const AttentionCall& c, CudnnPick& cudnn, const Tensor& q, const Tensor& key_mask,
+                              int64_t heads, double scale, const DropoutSpec& dropout, int64_t grad_row_stride) {
+    return attention_backward_path(
+        c, [&] { return cudnn_takes(cudnn, q, key_mask, heads, scale, dropout, true, grad_row_stride); });
+  }
+  // The backward on one of the paths that write dq, dk and dv at any row
+  // stride (attention_backward_strided(path)).
+  void backward_strided(AttentionPath path, const AttentionCall& c, const CudnnPick& cudnn, const Tensor& dctx,
+                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx, const Tensor& probs,
+                        const Tensor& key_mask, double scale, const DropoutSpec& dropout, void* dq, void* dk,
+                        void* dv, int64_t grad_row_stride) {
+    const int64_t B = c.B, L = c.L, heads = c.heads, D = c.D;
     const int64_t* mask = key_mask.defined() ? key_mask.data<int64_t>() : nullptr;
-    if (fused_attention(DType::F32, D) && q.dtype() == DType::F32) {
-      void* scratch = scratch_bytes(flash_attention_f32_scratch_bytes(B, L, heads, D));
-      flash_attention_f32_backward(stream_, dctx.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(),
-                                   ctx.data<float>(), probs.data<float>(), mask, B, L, heads, D,
-                                   static_cast<float>(scale), dropout, static_cast<float*>(dq),
-                                   static_cast<float*>(dk), static_cast<float*>(dv), scratch, grad_row_stride);
-      return true;
-    }
-    if (hopper_attention(q.dtype(), D, L) && (dropout.p == 0.0f || hopper_saved(probs, B, heads, L).bits != nullptr)) {
-      const HopperSaved saved = hopper_saved(probs, B, heads, L);
-      // MIRRORED: the row terms.
-      void* scratch = scratch_bytes(hopper_attention_scratch_bytes(B, L, heads));
-      hopper_attention_backward(stream_, attn_type(q.dtype()), dctx.raw(), q.raw(), k.raw(), v.raw(), ctx.raw(),
-                                saved.lse, mask, B, L, heads, D, static_cast<float>(scale), dropout, dq, dk, dv,
-                                scratch, grad_row_stride, saved.bits);
-      return true;
-    }
-#ifdef ANATOMY_HAVE_CUDNN
-    if (q.dtype() != DType::F32 && fused_attention(q.dtype(), D)) {
-      CudnnAttentionShape s = cudnn_shape(q, key_mask, heads, scale, dropout, true);
-      s.interleaved_grads = grad_row_stride != q.dim(2);
-      ANATOMY_CHECK(grad_row_stride == (s.interleaved_grads ? 3 : 1) * q.dim(2),
-                    "attention_backward: cuDNN writes gradient rows {} or {} apart, not {}", q.dim(2), 3 * q.dim(2),
-                    grad_row_stride);
-      if (CudnnAttention* c = cudnn_for(s)) {
-        // MIRRORED: the larger of the planned scratch and what cuDNN asks.
-        void* scratch = scratch_bytes(
-            std::max(cudnn_attention_backward_scratch_bytes(s.B, s.L, s.heads), c->backward_scratch_bytes(s)));
-        c->backward(s, dctx.raw(), q.raw(), k.raw(), v.raw(), ctx.raw(), probs.data<float>(), mask, dropout, dq, dk,
-                    dv, scratch);
-        return true;
+    switch (path) {
+      case AttentionPath::FlashF32: {
+        void* scratch = scratch_bytes(attention_backward_scratch_bytes(path, c));
+        return flash_attention_f32_backward(stream_, dctx.data<float>(), q.data<float>(), k.data<float>(),
+                                            v.data<float>(), ctx.data<float>(), probs.data<float>(), mask, B, L,
+                                            heads, D, static_cast<float>(scale), dropout, static_cast<float*>(dq),
+                                            static_cast<float*>(dk), static_cast<float*>(dv), scratch,
+                                            grad_row_stride);
       }
-    }
+      case AttentionPath::Hopper: {
+        const HopperSaved saved = hopper_saved(probs, B, heads, L);
+        void* scratch = scratch_bytes(attention_backward_scratch_bytes(path, c));
+        return hopper_attention_backward(stream_, attn_type(q.dtype()), dctx.raw(), q.raw(), k.raw(), v.raw(),
+                                         ctx.raw(), saved.lse, mask, B, L, heads, D, static_cast<float>(scale),
+                                         dropout, dq, dk, dv, scratch, grad_row_stride, saved.bits);
+      }
+      case AttentionPath::Cudnn: {
+#ifdef ANATOMY_HAVE_CUDNN
+        // The larger of the planned scratch and what cuDNN asks.
+        void* scratch = scratch_bytes(
+            std::max(attention_backward_scratch_bytes(path, c), cudnn.attention->backward_scratch_bytes(cudnn.shape)));
+        return cudnn.attention->backward(cudnn.shape, dctx.raw(), q.raw(), k.raw(), v.raw(), ctx.raw(),
+                                         probs.data<float>(), mask, dropout, dq, dk, dv, scratch);
+#else
+        (void)cudnn;
+        break;
 #endif
-    return false;
+      }
+      default: break;
+    }
+    fail("attention_backward: the path taken cannot write strided gradients");
   }
 
-  void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx,
-                          const Tensor& probs, const Tensor& key_mask, int64_t heads, double scale,
-                          const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
-    const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
-    if (q.dtype() != DType::F32 && !fused_attention(q.dtype(), D)) {
-      // MIRRORED: float32 dq, dk, dv, dctx, q, k, v (in this order), freed together.
-      Tensor dq32 = Tensor::empty(ledger_, dq.shape(), DType::F32, Category::Temporary, "dq_f32");
-      Tensor dk32 = Tensor::empty(ledger_, dk.shape(), DType::F32, Category::Temporary, "dk_f32");
-      Tensor dv32 = Tensor::empty(ledger_, dv.shape(), DType::F32, Category::Temporary, "dv_f32");
-      Tensor dctx32 = as_f32(dctx, "dctx_f32");
-      Tensor q32 = as_f32(q, "q_f32");
-      Tensor k32 = as_f32(k, "k_f32");
-      Tensor v32 = as_f32(v, "v_f32");
-      attention_backward(dctx32, q32, k32, v32, ctx, probs, key_mask, heads, scale, dropout, dq32, dk32, dv32);
-      cast(dq32, dq);
-      cast(dk32, dk);
-      return cast(dv32, dv);
+  void do_attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx,
+                             const Tensor& probs, const Tensor& key_mask, int64_t heads, double scale,
+                             const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,
+                             const Tensor& dv) override {
+    const AttentionCall c = call_of(q, probs, heads, dropout);
+    const int64_t B = c.B, L = c.L, D = c.D;
+    CudnnPick cudnn;
+    const AttentionPath path = backward_path(c, cudnn, q, key_mask, heads, scale, dropout, q.dim(2));
+    if (cuda::attention_backward_strided(path))
+      return backward_strided(path, c, cudnn, dctx, q, k, v, ctx, probs, key_mask, scale, dropout, dq.raw(),
+                                        dk.raw(), dv.raw(), q.dim(2));
+    switch (path) {
+      case AttentionPath::Float32Copies: {
+        // dq, dk, dv, dctx, q, k, v in kBackwardFloat32Copies' order, freed together.
+        Tensor dq32 = f32_like(dq, kBackwardFloat32Copies[0]);
+        Tensor dk32 = f32_like(dk, kBackwardFloat32Copies[1]);
+        Tensor dv32 = f32_like(dv, kBackwardFloat32Copies[2]);
+        Tensor dctx32 = as_f32(dctx, kBackwardFloat32Copies[3]);
+        Tensor q32 = as_f32(q, kBackwardFloat32Copies[4]);
+        Tensor k32 = as_f32(k, kBackwardFloat32Copies[5]);
+        Tensor v32 = as_f32(v, kBackwardFloat32Copies[6]);
+        attention_backward(dctx32, q32, k32, v32, ctx, probs, key_mask, heads, scale, dropout, dq32, dk32, dv32);
+        cast(dq32, dq);
+        cast(dk32, dk);
+        return cast(dv32, dv);
+      }
+      case AttentionPath::Flash: {
+        void* scratch = scratch_bytes(attention_backward_scratch_bytes(path, c));
+        return flash_attention_backward(stream_, attn_type(q.dtype()), dctx.raw(), q.raw(), k.raw(), v.raw(),
+                                        ctx.raw(), probs.data<float>(),
+                                        key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
+                                        static_cast<float>(scale), dropout, dq.raw(), dk.raw(), dv.raw(), scratch);
+      }
+      case AttentionPath::Materialised: {
+        void* scratch = scratch_bytes(attention_backward_scratch_bytes(path, c));
+        return cuda::attention_backward(stream_, cublas_, dctx.data<float>(), q.data<float>(), k.data<float>(),
+                                        v.data<float>(), probs.data<float>(), B, L, heads, D, scale, dropout,
+                                        dq.data<float>(), dk.data<float>(), dv.data<float>(), scratch);
+      }
+      default: break;
     }
-    // MIRRORED: each path's scratch.
-    if (attention_backward_strided(dctx, q, k, v, ctx, probs, key_mask, heads, scale, dropout, dq.raw(), dk.raw(),
-                                   dv.raw(), q.dim(2)))
-      return;
-    if (q.dtype() != DType::F32) {
-      void* scratch = scratch_bytes(flash_attention_scratch_bytes(B, L, heads, D));
-      return flash_attention_backward(stream_, attn_type(q.dtype()), dctx.raw(), q.raw(), k.raw(), v.raw(), ctx.raw(),
-                                      probs.data<float>(), key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B,
-                                      L, heads, D, static_cast<float>(scale), dropout, dq.raw(), dk.raw(), dv.raw(),
-                                      scratch);
-    }
-    void* scratch = scratch_bytes(attention_scratch_bytes(B, heads, L));
-    cuda::attention_backward(stream_, cublas_, dctx.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(),
-                             probs.data<float>(), B, L, heads, D, scale, dropout, dq.data<float>(), dk.data<float>(),
-                             dv.data<float>(), scratch);
+    fail("attention_backward: no path for {} head size {}", dtype_name(q.dtype()), D);
   }
 
-  // float32 flash and cuDNN write the interleaved gradients themselves; the
-  // other paths write three temporaries that three strided copies interleave.
-  void attention_backward_interleaved(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const Tensor& ctx, const Tensor& probs, const Tensor& key_mask, int64_t heads,
-                                      double scale, const DropoutSpec& dropout, const Tensor& dqkv) override {
+  // The strided paths write the interleaved gradients themselves; the others
+  // write three temporaries that three strided copies interleave.
+  void do_attention_backward_interleaved(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const Tensor& ctx, const Tensor& probs, const Tensor& key_mask, int64_t heads,
+                                         double scale, const DropoutSpec& dropout, const Tensor& dqkv) override {
     check_interleaved_gradients(dqkv, q);
     const int64_t B = q.dim(0), L = q.dim(1), H = q.dim(2);
     const size_t row = static_cast<size_t>(H) * dtype_size(q.dtype());
     auto* d = static_cast<std::byte*>(dqkv.raw());
-    // MIRRORED (MetaBackend::attention_backward_interleaved): which paths need the temporaries.
-    if (attention_backward_strided(dctx, q, k, v, ctx, probs, key_mask, heads, scale, dropout, d, d + row,
-                                   d + 2 * row, 3 * H))
-      return;
-    // MIRRORED: dq, dk, dv (in this order), freed together.
-    Tensor dq = Tensor::empty(ledger_, q.shape(), q.dtype(), Category::Temporary, "dq");
-    Tensor dk = Tensor::empty(ledger_, q.shape(), q.dtype(), Category::Temporary, "dk");
-    Tensor dv = Tensor::empty(ledger_, q.shape(), q.dtype(), Category::Temporary, "dv");
+    const AttentionCall c = call_of(q, probs, heads, dropout);
+    CudnnPick cudnn;
+    const AttentionPath path = backward_path(c, cudnn, q, key_mask, heads, scale, dropout, 3 * H);
+    if (cuda::attention_backward_strided(path))
+      return backward_strided(path, c, cudnn, dctx, q, k, v, ctx, probs, key_mask, scale, dropout, d,
+                                        d + row, d + 2 * row, 3 * H);
+    // kInterleavedTemporaries, in this order, freed together.
+    Tensor dq = Tensor::empty(ledger_, q.shape(), q.dtype(), Category::Temporary, kInterleavedTemporaries[0]);
+    Tensor dk = Tensor::empty(ledger_, q.shape(), q.dtype(), Category::Temporary, kInterleavedTemporaries[1]);
+    Tensor dv = Tensor::empty(ledger_, q.shape(), q.dtype(), Category::Temporary, kInterleavedTemporaries[2]);
     attention_backward(dctx, q, k, v, ctx, probs, key_mask, heads, scale, dropout, dq, dk, dv);
     for (int i = 0; i < 3; ++i) {
       const Tensor& part = i == 0 ? dq : i == 1 ? dk : dv;
@@ -704,25 +757,25 @@ class CudaBackend final : public Backend {
                                            cudaMemcpyDeviceToDevice, stream_));
     }
   }
-
   bool attention_first_query_supported(int64_t head_dim, int64_t L) const override {
     return first_query_attention_shape(head_dim, L);
   }
-  void attention_first_query_forward(const Tensor& q0, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                                     int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& probs,
-                                     const Tensor& ctx0) override {
+  void do_attention_first_query_forward(const Tensor& q0, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                        int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& probs,
+                                        const Tensor& ctx0) override {
     const FirstQueryShape s = first_query_shape(q0, k, v, ctx0, probs, heads, scale, "attention_first_query_forward");
     first_query_attention_forward(stream_, k.dtype(), s, q0.raw(), k.raw(), v.raw(),
                                   key_mask.defined() ? key_mask.data<int64_t>() : nullptr, dropout,
                                   probs.data<float>(), ctx0.raw());
   }
-  void attention_first_query_backward(const Tensor& dctx0, const Tensor& q0, const Tensor& k, const Tensor& v,
-                                      const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
-                                      const Tensor& dq0, const Tensor& dk, const Tensor& dv) override {
+  void do_attention_first_query_backward(const Tensor& dctx0, const Tensor& q0, const Tensor& k, const Tensor& v,
+                                         const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
+                                         const Tensor& dq0, const Tensor& dk, const Tensor& dv) override {
     const FirstQueryShape s = first_query_shape(q0, k, v, dctx0, probs, heads, scale, "attention_first_query_backward");
     ANATOMY_CHECK(dq0.numel() == q0.numel() && dk.numel() == k.numel() && dv.numel() == v.numel() &&
                       dq0.dtype() == k.dtype() && dk.dtype() == k.dtype() && dv.dtype() == k.dtype(),
-                  "attention_first_query_backward: {}, {}, {} do not match the inputs", dq0.name(), dk.name(), dv.name());
+                  "attention_first_query_backward: {}, {}, {} do not match the inputs", dq0.name(), dk.name(),
+                  dv.name());
     first_query_attention_backward(stream_, k.dtype(), s, dctx0.raw(), q0.raw(), k.raw(), v.raw(), probs.data<float>(),
                                    dropout, dq0.raw(), dk.raw(), dv.raw());
   }
@@ -745,64 +798,62 @@ class CudaBackend final : public Backend {
     return s;
   }
 
-  double cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) override {
+  double do_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) override {
     cuda::cross_entropy(stream_, logits.data<float>(), labels.data<int64_t>(), dlogits.data<float>(), result_slot(),
                         logits.dim(0), logits.dim(1));
     return read_result();
   }
-  double mse(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) override {
+  double do_mse(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) override {
     cuda::mse(stream_, logits.data<float>(), targets.data<float>(), dlogits.data<float>(), result_slot(),
               logits.numel());
     return read_result();
   }
-  double bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) override {
+  double do_bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) override {
     cuda::bce_with_logits(stream_, logits.data<float>(), targets.data<float>(), dlogits.data<float>(), result_slot(),
                           logits.numel());
     return read_result();
   }
 
-  double sum_of_squares(const Tensor& t) override {
-    // MIRRORED: the partial sums' scratch.
+  double do_sum_of_squares(const Tensor& t) override {
     void* scratch = scratch_bytes(sum_of_squares_scratch_bytes(t.numel()));
     cuda::sum_of_squares(stream_, t.data<float>(), t.numel(), result_slot(), scratch);
     return read_result();
   }
-  void scale(const Tensor& t, double factor) override {
+  void do_scale(const Tensor& t, double factor) override {
     cuda::scale(stream_, t.data<float>(), static_cast<float>(factor), t.numel());
   }
-  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                  const AdamWHyper& hyper) override {
+  void do_adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                     const AdamWHyper& hyper) override {
     cuda::adamw_step(stream_, param.data<float>(), grad.data<float>(), exp_avg.data<float>(),
                      exp_avg_sq.data<float>(), param.numel(), hyper);
   }
 
-  void sgd_step_flat(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
-                     const std::vector<ParamSegment>& segments, const SgdHyper& hyper,
-                     const Tensor* half_copy) override {
+  void do_sgd_step_flat(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                        const std::vector<ParamSegment>& segments, const SgdHyper& hyper,
+                        const Tensor* half_copy) override {
     cuda::sgd_step_flat(stream_, param, grad, momentum_buf, segments, hyper, half_copy);
   }
-  void adafactor_step(const Tensor& param, const Tensor& grad, const Tensor& row_state, const Tensor& col_state,
-                      const Tensor& v_state, const AdafactorHyper& hyper, const Tensor* half_copy) override {
-    // MIRRORED by MetaBackend::adafactor_step: the reductions' scratch.
+  void do_adafactor_step(const Tensor& param, const Tensor& grad, const Tensor& row_state, const Tensor& col_state,
+                         const Tensor& v_state, const AdafactorHyper& hyper, const Tensor* half_copy) override {
     void* scratch = scratch_bytes(adafactor_scratch_bytes(param.numel()));
     cuda::adafactor_step(stream_, param, grad, row_state, col_state, v_state, hyper, half_copy, scratch);
   }
-  void adamw8bit_step(const Tensor& param, const Tensor& grad, const Tensor& state1, const Tensor& state2,
-                      const Tensor& absmax1, const Tensor& absmax2, const Tensor& qmap1, const Tensor& qmap2,
-                      const AdamWHyper& hyper, const Tensor* half_copy) override {
+  void do_adamw8bit_step(const Tensor& param, const Tensor& grad, const Tensor& state1, const Tensor& state2,
+                         const Tensor& absmax1, const Tensor& absmax2, const Tensor& qmap1, const Tensor& qmap2,
+                         const AdamWHyper& hyper, const Tensor* half_copy) override {
     cuda::adamw8bit_step(stream_, param, grad, state1, state2, absmax1, absmax2, qmap1, qmap2, hyper, half_copy);
   }
 
-  void adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                       const std::vector<ParamSegment>& segments, const AdamWHyper& hyper,
-                       const Tensor* half_copy) override {
+  void do_adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                          const std::vector<ParamSegment>& segments, const AdamWHyper& hyper,
+                          const Tensor* half_copy) override {
     ANATOMY_CHECK(param.numel() == grad.numel() && param.numel() == exp_avg.numel() &&
                       param.numel() == exp_avg_sq.numel() && (!half_copy || half_copy->numel() == param.numel()),
                   "adamw_step_flat: {} {} {} {} differ in size", param.name(), grad.name(), exp_avg.name(),
                   exp_avg_sq.name());
     check_segments(segments, param, "adamw_step_flat");
     // The chunk table is built and uploaded once per distinct segment list.
-    // MIRRORED: the old table is released before the new one is allocated.
+    // The old table is released before the new one is allocated.
     if (!adamw_table_.defined() || segments != adamw_segments_) {
       std::vector<unsigned char> table;
       adamw_chunks_ = adamw_chunk_table(segments, table);
@@ -885,7 +936,8 @@ class CudaBackend final : public Backend {
       if (cudnn_attention_selected(options())) {
         std::string why;
         cudnn_ = CudnnAttention::create(stream_, options(), &why);
-        if (!cudnn_) std::fprintf(stderr, "warning: cuDNN attention unavailable (%s); using our flash kernels\n", why.c_str());
+        if (!cudnn_)
+          std::fprintf(stderr, "warning: cuDNN attention unavailable (%s); using our flash kernels\n", why.c_str());
       }
     }
     if (!cudnn_) return nullptr;
@@ -896,9 +948,9 @@ class CudaBackend final : public Backend {
 #endif
 
   // Scratch space shared by ops (one op at a time on the stream), grown on
-  // demand and kept; the ledger counts it as temporary memory. MIRRORED
-  // (MetaBackend::scratch_bytes): the old scratch is released before the
-  // larger one is allocated.
+  // demand and kept; the ledger counts it as temporary memory. The old
+  // scratch is released before the larger one is allocated (as the meta
+  // backend's scratch_bytes).
   void* scratch_bytes(size_t bytes) {
     if (bytes == 0) return nullptr;
     if (!scratch_.defined() || scratch_.nbytes() < bytes) {
@@ -1059,7 +1111,7 @@ class CudaBackend final : public Backend {
   };
   SplitOperands split_operands(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k,
                                const float* A, int64_t lda, const float* B, int64_t ldb) {
-    // MIRRORED (MetaBackend::split_tf32_scratch): the scratch of the split operands.
+    // The scratch of the split operands (as the meta backend's split_tf32_scratch).
     auto* scratch = static_cast<std::byte*>(scratch_bytes(split_tf32_scratch_bytes(m, n, k)));
     auto* a = reinterpret_cast<float*>(scratch);
     auto* b = reinterpret_cast<float*>(scratch + split_tf32_b_offset(m, k));
@@ -1171,11 +1223,12 @@ class CudaBackend final : public Backend {
                  stride_a, stride_b, stride_c, stride_bias, compute] = key;
     const auto op = [](int o) { return o == CUBLAS_OP_N ? 'N' : 'T'; };
     const auto a = static_cast<DType>(a_type);
-    return fmt::format("{}{} m={} n={} k={} ld={},{},{} {}->{} compute={} bias={} beta={} align={},{} batch={} "
-                       "strides={},{},{},{}",
-                       op(op_a), op(op_b), m, n, k, lda, ldb, ldc, dtype_name(a), dtype_name(static_cast<DType>(c_type)),
-                       compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? "tf32" : "32F", has_bias ? 1 : 0,
-                       accumulate ? 1 : 0, align, bias_align, count, stride_a, stride_b, stride_c, stride_bias);
+    return fmt::format(
+        "{}{} m={} n={} k={} ld={},{},{} {}->{} compute={} bias={} beta={} align={},{} batch={} "
+        "strides={},{},{},{}",
+        op(op_a), op(op_b), m, n, k, lda, ldb, ldc, dtype_name(a), dtype_name(static_cast<DType>(c_type)),
+        compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? "tf32" : "32F", has_bias ? 1 : 0, accumulate ? 1 : 0, align,
+        bias_align, count, stride_a, stride_b, stride_c, stride_bias);
   }
 
   // Times each candidate of `plan` on this call's own operands (kTuneWarmups
@@ -1210,8 +1263,8 @@ class CudaBackend final : public Backend {
     float best_ms = 0.0f;
     for (int i = 0; i < plan.candidates; ++i) {
       const auto run = [&] {
-        return cublasLtMatmul(lt_, plan.op, &alpha, A, plan.a, B, plan.b, &beta, C, plan.c, C, plan.c,
-                              &plan.algos[i], workspace_.raw(), kCublasWorkspaceBytes, stream_) == CUBLAS_STATUS_SUCCESS;
+        return cublasLtMatmul(lt_, plan.op, &alpha, A, plan.a, B, plan.b, &beta, C, plan.c, C, plan.c, &plan.algos[i],
+                              workspace_.raw(), kCublasWorkspaceBytes, stream_) == CUBLAS_STATUS_SUCCESS;
       };
       bool ok = true;
       for (int r = 0; r < kTuneWarmups && ok; ++r) ok = run();
@@ -1386,7 +1439,8 @@ class CudaBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(int device, Fp32Products fp32_products, const EngineOptions& options) {
-  if (device < 0 || device >= device_count()) fail("--device cuda:{}: no such GPU ({} visible)", device, device_count());
+  if (device < 0 || device >= device_count())
+    fail("--device cuda:{}: no such GPU ({} visible)", device, device_count());
   auto backend = std::make_unique<CudaBackend>(device, fp32_products);
   backend->set_options(options);
   return backend;

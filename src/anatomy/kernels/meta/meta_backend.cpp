@@ -1,16 +1,16 @@
 // meta_backend.cpp: MetaBackend, the Backend that allocates as its target
 // does and computes nothing (meta_backend.h).
 //
-// Keeping the mirror honest: every allocation the CUDA backend makes for
-// itself (kernels/cuda/cuda_backend.cu, marked "MIRRORED" there) has its twin
-// here, marked "MIRRORS", with the size from kernels/cuda_memory.h, the same
-// name, category, order and lifetime, under the same conditions (which path an
-// op takes may depend on the dtype, the head size, the hidden size and the
-// 16-byte alignment of the tensors' addresses; the simulated addresses keep
-// the real ones' alignment, since both come from the same pool policy). The
-// CPU backend allocates nothing for itself. tests/test_meta_backend.cpp and
-// tests/gpu/test_meta_backend_cuda.cpp compare the ledgers of real and meta
-// training runs.
+// For the CUDA target, each op asks kernels/cuda_memory.h which path the CUDA
+// backend takes and what that path allocates (the *_choice and *_path
+// functions, the sizes, the temporaries' names), the same functions the CUDA
+// backend acts on, and allocates it here under the same name, category,
+// order and lifetime. A path may depend on the dtype, the head size, the
+// hidden size and the 16-byte alignment of the tensors' addresses; the
+// simulated addresses keep the real ones' alignment, since both come from the
+// same pool policy. The CPU backend allocates nothing for itself.
+// tests/test_meta_backend.cpp and tests/gpu/test_meta_backend_cuda.cpp compare
+// the ledgers of real and meta training runs.
 #include "anatomy/kernels/meta/meta_backend.h"
 
 #include <algorithm>
@@ -56,10 +56,11 @@ class MetaBackend final : public Backend {
         split_tf32_(options.target == MetaTarget::Cuda && options.fp32_products == Fp32Products::SplitTf32),
         hopper_attention_(options.target == MetaTarget::Cuda && options.hopper_attention),
         ledger_(options.target == MetaTarget::Cuda ? Device::cuda(0) : Device::cpu(),
-                options.target == MetaTarget::Cuda ? make_pool_allocator(make_simulated_segments(options.device_capacity))
-                                                   : make_simulated_cpu_allocator(options.device_capacity)) {
+                options.target == MetaTarget::Cuda
+                    ? make_pool_allocator(make_simulated_segments(options.device_capacity))
+                    : make_simulated_cpu_allocator(options.device_capacity)) {
     if (cuda()) {
-      // MIRRORS the CudaBackend constructor: the cuBLAS workspace, then the results slot.
+      // As the CudaBackend constructor: the cuBLAS workspace, then the results slot.
       workspace_ = Tensor::empty(ledger_, {static_cast<int64_t>(cuda::kCublasWorkspaceBytes / 4)}, DType::F32,
                                  Category::Workspace, "cublas_workspace");
       results_ = Tensor::empty(ledger_, {cuda::kHostResultsFloats}, DType::F32, Category::Functionality,
@@ -71,17 +72,17 @@ class MetaBackend final : public Backend {
   Ledger& ledger() override { return ledger_; }
 
   // --- memory: nothing moves; what is read back is zeros ---
-  void zero(const Tensor&) override {}
-  void upload_async(const Tensor&, const void*) override {}
+  void do_zero(const Tensor&) override {}
+  void do_upload_async(const Tensor&, const void*) override {}
   void upload_wait() override {}
-  void copy_from_host(const Tensor&, const void*) override {}
-  void copy_to_host(const Tensor& src, void* dst) override {
+  void do_copy_from_host(const Tensor&, const void*) override {}
+  void do_copy_to_host(const Tensor& src, void* dst) override {
     if (src.nbytes() > 0) std::memset(dst, 0, src.nbytes());
   }
-  void copy(const Tensor& dst, const Tensor& src) override {
+  void do_copy(const Tensor& dst, const Tensor& src) override {
     ANATOMY_CHECK(dst.nbytes() == src.nbytes(), "copy: {} and {} differ in size", dst.name(), src.name());
   }
-  void cast(const Tensor& src, const Tensor& dst) override {
+  void do_cast(const Tensor& src, const Tensor& dst) override {
     ANATOMY_CHECK(src.numel() == dst.numel(), "cast: {} and {} differ in size", src.name(), dst.name());
     const bool ok = src.dtype() == dst.dtype() ||
                     (src.dtype() == DType::F32 && (dst.dtype() == DType::BF16 || dst.dtype() == DType::F16)) ||
@@ -90,7 +91,7 @@ class MetaBackend final : public Backend {
   }
 
   // --- products ---
-  void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) override {
+  void do_linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y) override {
     if (!cuda())  // the CPU backend has float32 products only
       ANATOMY_CHECK(x.defined() && x.dtype() == DType::F32, "linear_forward: '{}' must be a defined float32 tensor",
                     x.name());
@@ -99,8 +100,8 @@ class MetaBackend final : public Backend {
                   y.name());
     split_tf32_scratch(x.dtype(), N, M, K);
   }
-  void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor& dw,
-                       const Tensor* db, bool accumulate_dx) override {
+  void do_linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor* dx, const Tensor& dw,
+                          const Tensor* db, bool accumulate_dx) override {
     const int64_t K = x.dim(-1), M = rows_of(x), N = w.dim(0);
     ANATOMY_CHECK(dy.numel() == M * N && (!dw.defined() || dw.numel() == N * K), "linear_backward: shapes of {} {}",
                   dy.name(), dw.name());
@@ -108,230 +109,199 @@ class MetaBackend final : public Backend {
     if (dw.defined()) split_tf32_scratch(x.dtype(), K, N, M);
     if (db) bias_gradient(dy, *db);
   }
-  // MIRRORS CudaBackend::release_scratch.
   void release_scratch() override { scratch_ = Tensor(); }
-  // MIRRORS CudaBackend::split_operands: a split-TF32 float32 product of
-  // column-major C[m,n] = op(A)[m,k] · op(B)[k,n] splits its operands into the scratch.
+  // A split-TF32 float32 product of column-major C[m,n] = op(A)[m,k] · op(B)[k,n]
+  // splits its operands into the scratch (CudaBackend::split_operands).
   void split_tf32_scratch(DType inputs, int64_t m, int64_t n, int64_t k) {
     if (split_tf32_ && inputs == DType::F32) scratch_bytes(cuda::split_tf32_scratch_bytes(m, n, k));
   }
-  // MIRRORS CudaBackend::bias_gradient: the fast 16-bit column sums' scratch.
   void bias_gradient(const Tensor& dy, const Tensor& db) {
-    const int64_t N = db.numel(), M = N > 0 ? dy.numel() / N : 0;
-    if (cuda() && dy.dtype() != DType::F32 && cuda::column_sums_half_supported(N, dy.raw()))
-      scratch_bytes(cuda::column_sums_scratch_bytes(M, N));
+    if (cuda()) scratch_bytes(cuda::bias_gradient_choice(dy, db).scratch);
   }
   // linear_forward_n: Backend's, one product at a time; the CUDA backend's
   // batched forward allocates what that does (nothing in 16 bits).
-  void linear_backward_weights_n(const std::vector<Tensor>& dy, const Tensor& x, const std::vector<Tensor>& w,
-                                 const std::vector<Tensor>& dw, const std::vector<Tensor>& db) override {
-    // MIRRORS CudaBackend::linear_backward_weights_n: the batched product, and
-    // its bias sums all at once (one scratch of every plane's partials) or one
-    // bias gradient at a time.
-    if (!cuda() || !cuda::batched_weight_gradients(dy, x, w, dw, db))
-      return Backend::linear_backward_weights_n(dy, x, w, dw, db);
-    if (cuda::batched_bias_sums(dy, db)) return scratch_bytes(cuda::batched_bias_sums_scratch_bytes(dy, db));
-    for (size_t i = 0; i < dy.size(); ++i) linear_backward(dy[i], x, w[i], nullptr, Tensor(), &db[i], false);
+  void do_linear_backward_weights_n(const std::vector<Tensor>& dy, const Tensor& x, const std::vector<Tensor>& w,
+                                    const std::vector<Tensor>& dw, const std::vector<Tensor>& db) override {
+    const auto choice = cuda() ? cuda::linear_backward_weights_n_choice(dy, x, w, dw, db)
+                               : cuda::OpChoice<cuda::WeightGradientsPath>{cuda::WeightGradientsPath::Separate};
+    switch (choice.path) {
+      case cuda::WeightGradientsPath::Separate: return Backend::do_linear_backward_weights_n(dy, x, w, dw, db);
+      case cuda::WeightGradientsPath::BatchedWithBiasSums: return scratch_bytes(choice.scratch);
+      case cuda::WeightGradientsPath::BatchedThenBiases:
+        for (size_t i = 0; i < dy.size(); ++i) linear_backward(dy[i], x, w[i], nullptr, Tensor(), &db[i], false);
+    }
   }
 
   // --- embeddings ---
-  void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool) override {
+  void do_embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool) override {
     ANATOMY_CHECK(out.numel() == ids.numel() * table.dim(1), "embedding_forward: {} does not fit {} rows of {}",
                   out.name(), ids.numel(), table.dim(1));
   }
-  void embedding_backward(const Tensor& ids, const Tensor&, const Tensor&, int64_t) override {
-    // MIRRORS CudaBackend::embedding_backward: the sort's and partial sums' scratch.
+  void do_embedding_backward(const Tensor& ids, const Tensor&, const Tensor&, int64_t) override {
     if (cuda()) scratch_bytes(cuda::embedding_backward_scratch_bytes(ids.numel()));
   }
 
   // --- normalisation ---
-  void layernorm_forward(const Tensor&, const Tensor&, const Tensor&, double, const Tensor&, const Tensor&,
-                         const Tensor&) override {}
-  void layernorm_backward(const Tensor&, const Tensor& x, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                          const Tensor&, const Tensor&) override {
-    // MIRRORS CudaBackend::layernorm_backward: the partial sums' scratch.
+  void do_layernorm_forward(const Tensor&, const Tensor&, const Tensor&, double, const Tensor&, const Tensor&,
+                            const Tensor&) override {}
+  void do_layernorm_backward(const Tensor&, const Tensor& x, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                             const Tensor&, const Tensor&) override {
     if (cuda()) scratch_bytes(cuda::layernorm_backward_scratch_bytes(rows_of(x), x.dim(-1)));
   }
-  void residual_layernorm_forward(const Tensor& x, const Tensor& residual, const DropoutSpec&, const Tensor&,
-                                  const Tensor&, double, const Tensor& sum, const Tensor& y, const Tensor&,
-                                  const Tensor&) override {
+  void do_residual_layernorm_forward(const Tensor& x, const Tensor& residual, const DropoutSpec&, const Tensor&,
+                                     const Tensor&, double, const Tensor& sum, const Tensor& y, const Tensor&,
+                                     const Tensor&) override {
     ANATOMY_CHECK(x.numel() == sum.numel() && residual.numel() == sum.numel() && y.numel() == sum.numel() &&
                       x.dtype() == sum.dtype() && residual.dtype() == sum.dtype() && y.dtype() == sum.dtype(),
                   "residual_layernorm_forward: {} {} {} {} differ in size or dtype", x.name(), residual.name(),
                   sum.name(), y.name());
     // Fused or not, the CUDA backend allocates nothing here.
   }
-  void residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
-                                   const Tensor& gamma, const DropoutSpec&, const Tensor& d_residual,
-                                   const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta,
-                                   const Tensor* d_bias) override {
+  void do_residual_layernorm_backward(const Tensor& dy, const Tensor& sum, const Tensor& mean, const Tensor& rstd,
+                                      const Tensor& gamma, const DropoutSpec&, const Tensor& d_residual,
+                                      const Tensor& d_x, const Tensor& dgamma, const Tensor& dbeta,
+                                      const Tensor* d_bias) override {
     ANATOMY_CHECK(dy.numel() == sum.numel() && d_residual.numel() == sum.numel() && d_x.numel() == sum.numel() &&
                       dy.dtype() == sum.dtype() && d_residual.dtype() == sum.dtype() && d_x.dtype() == sum.dtype(),
                   "residual_layernorm_backward: {} {} {} {} differ in size or dtype", dy.name(), sum.name(),
                   d_residual.name(), d_x.name());
     if (!cuda()) return;
-    // MIRRORS CudaBackend::residual_layernorm_backward: the fused backward's
-    // scratch, else the plain LayerNorm backward's.
-    const int64_t H = sum.dim(-1);
-    if (cuda::fused_layernorm_supported(H, {dy.raw(), sum.raw(), d_residual.raw(), d_x.raw()}))
-      return scratch_bytes(cuda::residual_layernorm_backward_scratch_bytes(rows_of(sum), H, d_bias != nullptr));
+    const auto choice = cuda::residual_layernorm_backward_choice(dy, sum, d_residual, d_x, d_bias != nullptr);
+    if (choice.path == cuda::ResidualLayerNormPath::Fused) return scratch_bytes(choice.scratch);
     layernorm_backward(dy, sum, mean, rstd, gamma, d_x, dgamma, dbeta);
     if (d_bias) bias_gradient(d_x, *d_bias);
   }
 
   // --- element-wise: nothing allocated on either target ---
-  void add(const Tensor&, const Tensor&, const Tensor&) override {}
-  void add_inplace(const Tensor&, const Tensor&) override {}
-  void activation_forward(ActivationKind, const Tensor&, const Tensor&) override {}
-  void activation_backward(ActivationKind, const Tensor&, const Tensor&, const Tensor&) override {}
-  void activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy, const Tensor& dx,
-                                     const Tensor& y, const Tensor* d_bias) override {
+  void do_add(const Tensor&, const Tensor&, const Tensor&) override {}
+  void do_add_inplace(const Tensor&, const Tensor&) override {}
+  void do_activation_forward(ActivationKind, const Tensor&, const Tensor&) override {}
+  void do_activation_backward(ActivationKind, const Tensor&, const Tensor&, const Tensor&) override {}
+  void do_activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                                        const Tensor& y, const Tensor* d_bias) override {
     ANATOMY_CHECK(kind != ActivationKind::Tanh, "activation_backward_recompute: tanh saves its output, not its input");
-    if (!cuda() || !d_bias) return;
-    // MIRRORS CudaBackend::activation_backward_recompute: the fused pass's
-    // partials, else the separate bias gradient's.
-    const int64_t N = x.dim(-1);
-    if (cuda::recompute_bias_supported(N, {x.raw(), dy.raw(), dx.raw(), y.raw()}))
-      return scratch_bytes(cuda::column_sums_scratch_bytes(rows_of(x), N));
-    bias_gradient(dx, *d_bias);
+    if (!cuda()) return;
+    const auto choice = cuda::activation_backward_recompute_choice(x, dy, dx, y, d_bias != nullptr);
+    if (choice.path == cuda::RecomputePath::WithBias) return scratch_bytes(choice.scratch);
+    if (d_bias) bias_gradient(dx, *d_bias);
   }
-  void dropout(const Tensor&, const Tensor&, const DropoutSpec&) override {}
-  void select_row(const Tensor&, int64_t, const Tensor&) override {}
-  void select_row_backward(const Tensor&, int64_t, const Tensor&) override {}
-  // MIRRORS CudaBackend: the first-query attention's shapes; it takes no scratch.
+  void do_dropout(const Tensor&, const Tensor&, const DropoutSpec&) override {}
+  void do_select_row(const Tensor&, int64_t, const Tensor&) override {}
+  void do_select_row_backward(const Tensor&, int64_t, const Tensor&) override {}
+  // The first-query attention's shapes (as the CUDA backend's); it takes no scratch.
   bool attention_first_query_supported(int64_t head_dim, int64_t L) const override {
     return !cuda() || cuda::first_query_attention_shape(head_dim, L);
   }
-  void attention_first_query_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, double,
-                                     const DropoutSpec&, const Tensor&, const Tensor&) override {}
-  void attention_first_query_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                      int64_t, double, const DropoutSpec&, const Tensor&, const Tensor&,
-                                      const Tensor&) override {}
+  void do_attention_first_query_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t, double,
+                                        const DropoutSpec&, const Tensor&, const Tensor&) override {}
+  void do_attention_first_query_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                         int64_t, double, const DropoutSpec&, const Tensor&, const Tensor&,
+                                         const Tensor&) override {}
 
   // --- attention ---
   bool attention_saves_probabilities(DType dtype, int64_t head_dim) const override {
     return cuda() ? !cuda::fused_attention(dtype, head_dim) : true;
   }
-  // MIRRORS CudaBackend::hopper_attention, for a device that runs the Hopper
-  // kernels (MetaOptions::hopper_attention).
+  // Whether the Hopper kernels run, for a device that runs them (MetaOptions::hopper_attention).
   bool hopper(DType dtype, int64_t head_dim, int64_t L) const {
-    return cuda() && hopper_attention_ && cuda::hopper_attention_shape(dtype, head_dim, L) &&
-           cuda::hopper_attention_selected(options());
+    return cuda() && cuda::hopper_attention_runs(dtype, head_dim, L, options(), [&] { return hopper_attention_; });
   }
   bool attention_keeps_dropout_bits(DType dtype, int64_t head_dim, int64_t L) const override {
     return hopper(dtype, head_dim, L);
   }
-  // MIRRORS CudaBackend::hopper_saved: whether `saved` holds the mask bits.
-  static bool keeps_bits(const Tensor& saved, int64_t B, int64_t heads, int64_t L) {
-    return saved.defined() && saved.numel() == B * heads * L * (cuda::attention_keep_words(L) + 1);
+  cuda::AttentionCall call_of(const Tensor& q, const Tensor& saved, int64_t heads, const DropoutSpec& dropout) const {
+    return cuda::attention_call(q, saved, heads, dropout.p, hopper(q.dtype(), q.dim(2) / heads, q.dim(1)));
   }
-  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
-                         double scale, const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) override {
+  // cuDNN takes every shape it is asked about where the options select it:
+  // the plan assumes cuDNN loads (the CUDA backend warns where it does not).
+  bool cudnn_takes() const { return cuda::cudnn_attention_selected(options()); }
+
+  void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
+                            double scale, const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) override {
     if (!cuda()) return;
-    // MIRRORS CudaBackend::attention_forward.
-    const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
-    if (q.dtype() != DType::F32 && !cuda::fused_attention(q.dtype(), D)) {
-      // Float32 ctx, q, k, v, in this order, freed together.
-      Tensor ctx32 = temporary(ctx.shape(), "ctx_f32");
-      Tensor q32 = temporary(q.shape(), "q_f32");
-      Tensor k32 = temporary(k.shape(), "k_f32");
-      Tensor v32 = temporary(v.shape(), "v_f32");
+    const cuda::AttentionCall c = call_of(q, probs, heads, dropout);
+    const cuda::AttentionPath path = cuda::attention_forward_path(c, probs.defined(), [&] { return cudnn_takes(); });
+    if (path == cuda::AttentionPath::Float32Copies) {
+      const auto& names = cuda::kForwardFloat32Copies;
+      Tensor ctx32 = temporary(ctx.shape(), names[0]);
+      Tensor q32 = temporary(q.shape(), names[1]);
+      Tensor k32 = temporary(k.shape(), names[2]);
+      Tensor v32 = temporary(v.shape(), names[3]);
       return attention_forward(q32, k32, v32, key_mask, heads, scale, dropout, probs, ctx32);
     }
-    if (q.dtype() == DType::F32 && cuda::fused_attention(DType::F32, D)) return;  // flash, float32
-    if (probs.defined() && dropout.p > 0.0f && hopper(q.dtype(), D, L) && keeps_bits(probs, B, heads, L))
-      return;  // Hopper: no scratch
-    if (q.dtype() != DType::F32) {                                                 // 16-bit: cuDNN, or flash
-      if (cuda::cudnn_attention_selected(options())) scratch_bytes(cuda::cudnn_attention_forward_scratch_bytes(B));
-      return;
-    }
-    scratch_bytes(cuda::attention_scratch_bytes(B, heads, L));                     // materialised
+    scratch_bytes(cuda::attention_forward_scratch_bytes(path, c));
   }
-  void attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx,
-                          const Tensor& saved, const Tensor& key_mask, int64_t heads, double scale,
-                          const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
+  void do_attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx,
+                             const Tensor& saved, const Tensor& key_mask, int64_t heads, double scale,
+                             const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,
+                             const Tensor& dv) override {
     if (!cuda()) return;
-    // MIRRORS CudaBackend::attention_backward.
-    const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
-    if (q.dtype() != DType::F32 && !cuda::fused_attention(q.dtype(), D)) {
-      // Float32 dq, dk, dv, dctx, q, k, v, in this order, freed together.
-      Tensor dq32 = temporary(dq.shape(), "dq_f32");
-      Tensor dk32 = temporary(dk.shape(), "dk_f32");
-      Tensor dv32 = temporary(dv.shape(), "dv_f32");
-      Tensor dctx32 = temporary(dctx.shape(), "dctx_f32");
-      Tensor q32 = temporary(q.shape(), "q_f32");
-      Tensor k32 = temporary(k.shape(), "k_f32");
-      Tensor v32 = temporary(v.shape(), "v_f32");
+    const cuda::AttentionCall c = call_of(q, saved, heads, dropout);
+    const cuda::AttentionPath path = cuda::attention_backward_path(c, [&] { return cudnn_takes(); });
+    if (path == cuda::AttentionPath::Float32Copies) {
+      const auto& names = cuda::kBackwardFloat32Copies;
+      Tensor dq32 = temporary(dq.shape(), names[0]);
+      Tensor dk32 = temporary(dk.shape(), names[1]);
+      Tensor dv32 = temporary(dv.shape(), names[2]);
+      Tensor dctx32 = temporary(dctx.shape(), names[3]);
+      Tensor q32 = temporary(q.shape(), names[4]);
+      Tensor k32 = temporary(k.shape(), names[5]);
+      Tensor v32 = temporary(v.shape(), names[6]);
       return attention_backward(dctx32, q32, k32, v32, ctx, saved, key_mask, heads, scale, dropout, dq32, dk32,
                                 dv32);
     }
-    if (q.dtype() == DType::F32 && cuda::fused_attention(DType::F32, D))
-      return scratch_bytes(cuda::flash_attention_f32_scratch_bytes(B, L, heads, D));
-    if (hopper(q.dtype(), D, L) && (dropout.p == 0.0f || keeps_bits(saved, B, heads, L)))
-      return scratch_bytes(cuda::hopper_attention_scratch_bytes(B, L, heads));
-    if (q.dtype() != DType::F32)
-      return scratch_bytes(cuda::cudnn_attention_selected(options()) ? cuda::cudnn_attention_backward_scratch_bytes(B, L, heads)
-                                                            : cuda::flash_attention_scratch_bytes(B, L, heads, D));
-    scratch_bytes(cuda::attention_scratch_bytes(B, heads, L));
+    scratch_bytes(cuda::attention_backward_scratch_bytes(path, c));
   }
 
-  void attention_backward_interleaved(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const Tensor& ctx, const Tensor& saved, const Tensor& key_mask, int64_t heads,
-                                      double scale, const DropoutSpec& dropout, const Tensor& dqkv) override {
-    // MIRRORS CudaBackend::attention_backward_interleaved: float32 flash and
-    // cuDNN write the interleaved gradients; every other path (the CPU's
-    // included, which needs nothing) goes through three temporaries.
+  void do_attention_backward_interleaved(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const Tensor& ctx, const Tensor& saved, const Tensor& key_mask, int64_t heads,
+                                         double scale, const DropoutSpec& dropout, const Tensor& dqkv) override {
+    // The CPU backend needs nothing.
     (void)dqkv;
     if (!cuda()) return;
-    const int64_t D = q.dim(2) / heads;
-    const bool native = q.dtype() == DType::F32 ? cuda::fused_attention(DType::F32, D)
-                                                : hopper(q.dtype(), D, q.dim(1)) ||
-                                                      (cuda::fused_attention(q.dtype(), D) && cuda::cudnn_attention_selected(options()));
-    if (native) {
-      Tensor none;
-      return attention_backward(dctx, q, k, v, ctx, saved, key_mask, heads, scale, dropout, none, none, none);
-    }
-    // dq, dk, dv (in this order), freed together.
-    Tensor dq = Tensor::empty(ledger(), q.shape(), q.dtype(), Category::Temporary, "dq");
-    Tensor dk = Tensor::empty(ledger(), q.shape(), q.dtype(), Category::Temporary, "dk");
-    Tensor dv = Tensor::empty(ledger(), q.shape(), q.dtype(), Category::Temporary, "dv");
+    const cuda::AttentionCall c = call_of(q, saved, heads, dropout);
+    const cuda::AttentionPath path = cuda::attention_backward_path(c, [&] { return cudnn_takes(); });
+    if (cuda::attention_backward_strided(path)) return scratch_bytes(cuda::attention_backward_scratch_bytes(path, c));
+    // The temporaries, in this order, freed together.
+    const auto& names = cuda::kInterleavedTemporaries;
+    Tensor dq = Tensor::empty(ledger(), q.shape(), q.dtype(), Category::Temporary, names[0]);
+    Tensor dk = Tensor::empty(ledger(), q.shape(), q.dtype(), Category::Temporary, names[1]);
+    Tensor dv = Tensor::empty(ledger(), q.shape(), q.dtype(), Category::Temporary, names[2]);
     attention_backward(dctx, q, k, v, ctx, saved, key_mask, heads, scale, dropout, dq, dk, dv);
   }
 
   // --- losses: 0, with nothing read ---
-  double cross_entropy(const Tensor&, const Tensor&, const Tensor&) override { return 0.0; }
-  double mse(const Tensor&, const Tensor&, const Tensor&) override { return 0.0; }
-  double bce_with_logits(const Tensor&, const Tensor&, const Tensor&) override { return 0.0; }
+  double do_cross_entropy(const Tensor&, const Tensor&, const Tensor&) override { return 0.0; }
+  double do_mse(const Tensor&, const Tensor&, const Tensor&) override { return 0.0; }
+  double do_bce_with_logits(const Tensor&, const Tensor&, const Tensor&) override { return 0.0; }
 
   // --- optimizer ---
-  double sum_of_squares(const Tensor& t) override {
-    // MIRRORS CudaBackend::sum_of_squares: the partial sums' scratch.
+  double do_sum_of_squares(const Tensor& t) override {
     if (cuda()) scratch_bytes(cuda::sum_of_squares_scratch_bytes(t.numel()));
     return 0.0;
   }
-  void scale(const Tensor&, double) override {}
-  void adamw_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamWHyper&) override {}
-  void sgd_step_flat(const Tensor&, const Tensor&, const Tensor&, const std::vector<ParamSegment>&, const SgdHyper&,
-                     const Tensor*) override {}
-  void adafactor_step(const Tensor& param, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                      const AdafactorHyper&, const Tensor*) override {
-    // MIRRORS CudaBackend::adafactor_step: the reductions' scratch.
+  void do_scale(const Tensor&, double) override {}
+  void do_adamw_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamWHyper&) override {}
+  void do_sgd_step_flat(const Tensor&, const Tensor&, const Tensor&, const std::vector<ParamSegment>&, const SgdHyper&,
+                        const Tensor*) override {}
+  void do_adafactor_step(const Tensor& param, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                         const AdafactorHyper&, const Tensor*) override {
     if (cuda()) scratch_bytes(cuda::adafactor_scratch_bytes(param.numel()));
   }
-  void adamw8bit_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                      const Tensor&, const Tensor&, const AdamWHyper&, const Tensor*) override {}
+  void do_adamw8bit_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                         const Tensor&, const Tensor&, const AdamWHyper&, const Tensor*) override {}
 
-  void adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                       const std::vector<ParamSegment>& segments, const AdamWHyper&,
-                       const Tensor* half_copy) override {
+  void do_adamw_step_flat(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                          const std::vector<ParamSegment>& segments, const AdamWHyper&,
+                          const Tensor* half_copy) override {
     ANATOMY_CHECK(param.numel() == grad.numel() && param.numel() == exp_avg.numel() &&
                       param.numel() == exp_avg_sq.numel() && (!half_copy || half_copy->numel() == param.numel()),
                   "adamw_step_flat: {} {} {} {} differ in size", param.name(), grad.name(), exp_avg.name(),
                   exp_avg_sq.name());
     check_segments(segments, param, "adamw_step_flat");
     if (!cuda()) return;
-    // MIRRORS CudaBackend::adamw_step_flat: the chunk table, once per distinct
-    // segment list, the old one released before the new one is allocated.
+    // The chunk table, once per distinct segment list, the old one released
+    // before the new one is allocated (as CudaBackend::adamw_step_flat).
     if (!adamw_table_.defined() || segments != adamw_segments_) {
       std::vector<unsigned char> table;
       cuda::adamw_chunk_table(segments, table);
@@ -358,8 +328,8 @@ class MetaBackend final : public Backend {
     return Tensor::empty(ledger_, shape, DType::F32, Category::Temporary, name);
   }
 
-  // MIRRORS CudaBackend::scratch_bytes: one scratch shared by the ops, grown
-  // to the largest need so far (rounded), the old one released first.
+  // One scratch shared by the ops, grown to the largest need so far (rounded),
+  // the old one released first (as CudaBackend::scratch_bytes).
   void scratch_bytes(size_t bytes) {
     if (bytes == 0) return;
     if (!scratch_.defined() || scratch_.nbytes() < bytes) {
