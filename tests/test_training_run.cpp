@@ -3,8 +3,10 @@
 // instead of a model, and the profiled window.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
@@ -47,6 +49,24 @@ TEST(TrainingRun, WritesTheModelAndTheAnatomyWithTheEngineChoices) {
   EXPECT_EQ(anatomy["engine_options"]["attention"], "cudnn");
   EXPECT_EQ(anatomy["device"], "cpu");
   EXPECT_GT(anatomy["ledger"]["peak_total"].get<int64_t>(), 0);
+}
+
+// The run's lines go where the request says, the seed's summary among them.
+TEST(TrainingRun, WritesItsLinesToTheRequestsStream) {
+  test::TempDir tmp;
+  run::TrainingRequest r = tiny_cpu_run(tmp.file("out"));
+  const std::string lines_path = tmp.file("lines.txt");
+  std::FILE* lines = std::fopen(lines_path.c_str(), "w");
+  ASSERT_NE(lines, nullptr);
+  r.out = lines;
+  ASSERT_EQ(run::run_training(r), 0);
+  std::fclose(lines);
+  std::ifstream in(lines_path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("Training bert-tiny ("), std::string::npos) << text;
+  EXPECT_NE(text.find("\nTime: "), std::string::npos) << text;
+  EXPECT_NE(text.find("\nSamples/second: "), std::string::npos) << text;
+  EXPECT_NE(text.find("Memory anatomy"), std::string::npos) << text;
 }
 
 TEST(TrainingRun, AProfileWritesItsTimesAndNoModel) {

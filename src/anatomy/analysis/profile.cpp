@@ -118,72 +118,76 @@ ProfileSummary summarize_profile(const std::vector<StepTiming>& steps, double mo
   return s;
 }
 
-void print_profile(const ProfileSummary& s, int top) {
+void print_profile(const ProfileSummary& s, std::FILE* out, int top) {
   if (s.steps == 0) {
-    fmt::print("Profile: no step was profiled.\n");
+    fmt::print(out, "Profile: no step was profiled.\n");
     return;
   }
-  fmt::print("Time anatomy of a step (mean of {} profiled step{}): {:.2f} ms measured, {:.2f} ms in ops ({:.1f}%)\n",
+  fmt::print(out,
+             "Time anatomy of a step (mean of {} profiled step{}): {:.2f} ms measured, {:.2f} ms in ops ({:.1f}%)\n",
              s.steps, s.steps == 1 ? "" : "s", s.step_ms, s.ops_ms, 100.0 * s.ops_ms / std::max(s.step_ms, 1e-9));
-  fmt::print("  forward {:.2f} ms, backward {:.2f} ms (backward/forward {:.2f}), optimizer {:.2f} ms, data {:.2f} ms{}\n",
-             s.forward_ms, s.backward_ms, s.forward_ms > 0 ? s.backward_ms / s.forward_ms : 0.0, s.optimizer_ms,
-             s.data_ms, s.other_ms > 0 ? fmt::format(", other {:.2f} ms", s.other_ms) : std::string());
+  fmt::print(
+      out, "  forward {:.2f} ms, backward {:.2f} ms (backward/forward {:.2f}), optimizer {:.2f} ms, data {:.2f} ms{}\n",
+      s.forward_ms, s.backward_ms, s.forward_ms > 0 ? s.backward_ms / s.forward_ms : 0.0, s.optimizer_ms, s.data_ms,
+      s.other_ms > 0 ? fmt::format(", other {:.2f} ms", s.other_ms) : std::string());
   const double flops = std::max(s.executed_flops(), 1.0), ms = std::max(s.ops_ms, 1e-9);
   auto ceiling_text = [&](OpClass c, double op_ms, double op_flops, double op_bytes) {
     const auto f = s.fraction_of_ceiling(c, op_ms, op_flops, op_bytes);
     return f ? fmt::format("{:.0f}%", 100.0 * *f) : std::string("-");
   };
   if (s.ceilings)
-    fmt::print("  ceilings measured on {}: {:.1f} TFLOP/s ({} product {}^3), {:.0f} GB/s (copy, read + write)\n",
+    fmt::print(out, "  ceilings measured on {}: {:.1f} TFLOP/s ({} product {}^3), {:.0f} GB/s (copy, read + write)\n",
                s.ceilings->device, s.ceilings->matmul_tflops, s.ceilings->matmul_dtype, s.ceilings->matmul_size,
                s.ceilings->copy_gbps);
-  fmt::print("  {:<26} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9}\n", "class", "% FLOPs", "% time", "ms", "TFLOP/s", "GB/s",
-             "% ceiling");
+  fmt::print(out, "  {:<26} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9}\n", "class", "% FLOPs", "% time", "ms", "TFLOP/s",
+             "GB/s", "% ceiling");
   for (int c = 0; c < kOpClassCount; ++c) {
     const ClassShare& share = s.classes[c];
     if (share.ms == 0.0 && share.flops == 0.0) continue;
-    fmt::print("  {:<26} {:>8.2f}% {:>8.1f}% {:>10.2f} {:>10.1f} {:>9.0f} {:>9}\n",
+    fmt::print(out, "  {:<26} {:>8.2f}% {:>8.1f}% {:>10.2f} {:>10.1f} {:>9.0f} {:>9}\n",
                op_class_name(static_cast<OpClass>(c)), 100.0 * share.flops / flops, 100.0 * share.ms / ms, share.ms,
                share.ms > 0 ? share.flops / (share.ms * 1e9) : 0.0, share.ms > 0 ? share.bytes / (share.ms * 1e6) : 0.0,
                ceiling_text(static_cast<OpClass>(c), share.ms, share.flops, share.bytes));
   }
   if (const double floor = s.floor_ms(); floor > 0.0)
-    fmt::print("  at the ceilings (products at the product rate, the rest at the copy rate; data and communication as "
+    fmt::print(out,
+               "  at the ceilings (products at the product rate, the rest at the copy rate; data and communication as "
                "measured) the operations would take {:.2f} ms: the step is {:.2f}x that\n",
                floor, s.step_ms / floor);
   if (const double comm = s.communication_ms(); comm > 0.0)
-    fmt::print("  communication: the step waited {:.2f} ms ({:.1f}%) for exchanges between ranks that it could not "
+    fmt::print(out,
+               "  communication: the step waited {:.2f} ms ({:.1f}%) for exchanges between ranks that it could not "
                "overlap\n",
                comm, 100.0 * comm / std::max(s.step_ms, 1e-9));
   if (const auto mfu = s.mfu())
-    fmt::print("  MFU {:.1f}% ({:.1f} TFLOP/s of model FLOPs against a {:.1f} TFLOP/s bf16 peak)\n", 100.0 * *mfu,
+    fmt::print(out, "  MFU {:.1f}% ({:.1f} TFLOP/s of model FLOPs against a {:.1f} TFLOP/s bf16 peak)\n", 100.0 * *mfu,
                s.model_flops / (s.step_ms * 1e9), *s.peak_tflops);
-  fmt::print("  Top {} operations (all layers):\n", std::min<size_t>(top, s.rows.size()));
-  fmt::print("  {:<9} {:<20} {:<32} {:>6} {:>9} {:>6} {:>8} {:>8} {:>9}\n", "part", "op", "operand", "calls", "ms",
+  fmt::print(out, "  Top {} operations (all layers):\n", std::min<size_t>(top, s.rows.size()));
+  fmt::print(out, "  {:<9} {:<20} {:<32} {:>6} {:>9} {:>6} {:>8} {:>8} {:>9}\n", "part", "op", "operand", "calls", "ms",
              "%", "TFLOP/s", "GB/s", "% ceiling");
   for (size_t i = 0; i < s.rows.size() && static_cast<int>(i) < top; ++i) {
     const ProfileRow& r = s.rows[i];
-    fmt::print("  {:<9} {:<20} {:<32} {:>6.0f} {:>9.3f} {:>5.1f}% {:>8.1f} {:>8.0f} {:>9}\n", step_part_name(r.part),
-               r.op, r.operand.substr(0, 32), r.calls, r.ms, 100.0 * r.ms / ms, r.tflops(), r.gbps(),
-               ceiling_text(r.op_class, r.ms, r.flops, r.bytes));
+    fmt::print(out, "  {:<9} {:<20} {:<32} {:>6.0f} {:>9.3f} {:>5.1f}% {:>8.1f} {:>8.0f} {:>9}\n",
+               step_part_name(r.part), r.op, r.operand.substr(0, 32), r.calls, r.ms, 100.0 * r.ms / ms, r.tflops(),
+               r.gbps(), ceiling_text(r.op_class, r.ms, r.flops, r.bytes));
   }
 }
 
-void print_profile_line(const ProfileSummary& s) {
+void print_profile_line(const ProfileSummary& s, std::FILE* out) {
   if (s.steps == 0) {
-    fmt::print("Profile: no step was profiled.\n");
+    fmt::print(out, "Profile: no step was profiled.\n");
     return;
   }
   const double comm = s.communication_ms();
-  fmt::print("Time anatomy of a step (mean of {} profiled step{}): {:.2f} ms measured; forward {:.2f} ms, backward "
+  fmt::print(out,
+             "Time anatomy of a step (mean of {} profiled step{}): {:.2f} ms measured; forward {:.2f} ms, backward "
              "{:.2f} ms, optimizer {:.2f} ms; communication waited for {:.2f} ms ({:.1f}%)\n",
              s.steps, s.steps == 1 ? "" : "s", s.step_ms, s.forward_ms, s.backward_ms, s.optimizer_ms, comm,
              100.0 * comm / std::max(s.step_ms, 1e-9));
 }
 
 std::vector<double> rank_time_fields(const ProfileSummary& s) {
-  return {s.step_ms, s.forward_ms, s.backward_ms, s.optimizer_ms,
-          s.communication_ms()};
+  return {s.step_ms, s.forward_ms, s.backward_ms, s.optimizer_ms, s.communication_ms()};
 }
 
 RankTime rank_time_from_fields(int rank, const double* f) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
@@ -76,11 +77,11 @@ struct ProfileSummary {
 ProfileSummary summarize_profile(const std::vector<StepTiming>& steps, double model_flops_per_step,
                                  std::optional<double> peak_tflops);
 
-// The terminal report: totals, the class table, forward/backward, the top ops.
-void print_profile(const ProfileSummary& summary, int top = 10);
-// One line: the step, its parts and the communication it waited for (the
-// other ranks of a data-parallel run, whose full report rank 0 prints).
-void print_profile_line(const ProfileSummary& summary);
+// The terminal report, to `out`: totals, the class table, forward/backward, the top ops.
+void print_profile(const ProfileSummary& summary, std::FILE* out, int top = 10);
+// One line, to `out`: the step, its parts and the communication it waited for
+// (the other ranks of a data-parallel run, whose full report rank 0 prints).
+void print_profile_line(const ProfileSummary& summary, std::FILE* out);
 
 // A rank's figures as numbers, to pass through the communicator's sums, and
 // back: kRankTimeFields numbers per rank.

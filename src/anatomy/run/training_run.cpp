@@ -70,23 +70,24 @@ std::pair<int64_t, int64_t> profile_window(int64_t warmup, int64_t count, int64_
   return {std::max<int64_t>(0, std::min(warmup, total - n)), n};
 }
 
-void write_profile(const ProfileSummary& summary, const std::vector<StepTiming>& steps, const std::string& dir) {
+void write_profile(const ProfileSummary& summary, const std::vector<StepTiming>& steps, const std::string& dir,
+                   std::FILE* out) {
   namespace fs = std::filesystem;
   const std::string summary_path = (fs::path(dir) / "profile.json").string();
   const std::string trace_path = (fs::path(dir) / "trace.json").string();
   io::write_text_file_atomic(summary_path, profile_json(summary));
   io::write_text_file_atomic(trace_path, trace_json(steps));
-  fmt::print("Profile written to {} and {} (open the trace in https://ui.perfetto.dev or chrome://tracing)\n",
+  fmt::print(out, "Profile written to {} and {} (open the trace in https://ui.perfetto.dev or chrome://tracing)\n",
              summary_path, trace_path);
 }
 
 namespace {
 
 // The seed's three readings of NVML: after the CUDA context, after the model, after training.
-void print_gpu_memory(const Backend& backend) {
+void print_gpu_memory(const Backend& backend, std::FILE* out) {
   if (backend.device().is_cpu()) return;
   const auto line = gpu::gpu_memory_occupied_line(nvml_index_of(backend.device().index));
-  fmt::print("{}\n", line ? *line : "GPU memory occupied: unknown (NVML unavailable).");
+  fmt::print(out, "{}\n", line ? *line : "GPU memory occupied: unknown (NVML unavailable).");
 }
 
 // What one attempt at training needs besides the flags.
@@ -129,11 +130,11 @@ void train_once(const TrainingRequest& flags, const TrainingArguments& args, Run
   } else {
     const LoadReport report = load_weights(model, run.source.directory, args.seed);
     if (!report.initialised.empty())
-      fmt::print("Newly initialised (not in the checkpoint): {}\n", fmt::join(report.initialised, ", "));
-    if (!report.unused.empty()) fmt::print("Unused checkpoint tensors: {}\n", report.unused.size());
+      fmt::print(flags.out, "Newly initialised (not in the checkpoint): {}\n", fmt::join(report.initialised, ", "));
+    if (!report.unused.empty()) fmt::print(flags.out, "Unused checkpoint tensors: {}\n", report.unused.size());
   }
   backend.synchronize();
-  print_gpu_memory(backend);
+  print_gpu_memory(backend, flags.out);
   Trainer trainer(backend, model, run.data, args, run.eval);
   trainer.set_communicator(run.comm);
   trainer.set_tokenizer(run.tokenizer);
@@ -142,7 +143,7 @@ void train_once(const TrainingRequest& flags, const TrainingArguments& args, Run
           ? fmt::format("{} examples of up to {} tokens, each batch padded to its longest{}", run.data.size,
                         run.data.seq_len, args.group_by_length ? ", grouped by length" : "")
           : fmt::format("{} examples of {} tokens", run.data.size, run.data.seq_len);
-  fmt::print("Training {} ({} parameters) on {}: {}, batch {}{}, {} steps\n",
+  fmt::print(flags.out, "Training {} ({} parameters) on {}: {}, batch {}{}, {} steps\n",
              run.source.preset.empty() ? run.source.directory : run.source.preset,
              model.weights().parameter_count(), backend.device().str(), lengths, args.per_device_train_batch_size,
              run.comm ? fmt::format(" per rank on {} ranks (rank {}, {})", run.comm->world_size(), run.comm->rank(),
@@ -150,19 +151,19 @@ void train_once(const TrainingRequest& flags, const TrainingArguments& args, Run
                       : std::string(),
              trainer.total_steps());
   if (on_gpu)
-    fmt::print("Attention: {}{}\n",
+    fmt::print(flags.out, "Attention: {}{}\n",
                attention_kernels(backend, compute, run.source.config.head_dim(), run.data.seq_len),
                model.attention_note());
   if (on_gpu) switch (flags.fp32_products) {
       case Fp32Products::Tf32:
-        fmt::print("Float32 products: TF32 on tensor cores (inputs rounded to 10-bit mantissas)\n");
+        fmt::print(flags.out, "Float32 products: TF32 on tensor cores (inputs rounded to 10-bit mantissas)\n");
         break;
       case Fp32Products::SplitTf32:
-        fmt::print("Float32 products: split TF32 on tensor cores (lo*hi + hi*lo + hi*hi, about 22 of 24 bits kept)\n");
+        fmt::print(flags.out, "Float32 products: split TF32 on tensor cores (lo*hi + hi*lo + hi*hi, about 22 of 24 bits kept)\n");
         break;
       case Fp32Products::Float32: break;
     }
-  std::fflush(stdout);
+  std::fflush(flags.out);
   ledger.record_timeline(0, 2);
 
   // The CUDA context and the kernels the run loads, once the first step has
@@ -189,13 +190,13 @@ void train_once(const TrainingRequest& flags, const TrainingArguments& args, Run
         }
         if (flags.anatomy_steps > 0 && (step + 1) % flags.anatomy_steps == 0) {
           backend.synchronize();
-          fmt::print("\nMemory anatomy after step {}:\n{}", step + 1, format_memory_table(anatomy_now()));
-          std::fflush(stdout);
+          fmt::print(flags.out, "\nMemory anatomy after step {}:\n{}", step + 1, format_memory_table(anatomy_now()));
+          std::fflush(flags.out);
         }
       }});
   const TrainResult result = trainer.train();
   if (!std::all_of(result.losses.begin(), result.losses.end(), [](double l) { return std::isfinite(l); }))
-    fmt::print("warning: the loss was not finite at some step\n");
+    fmt::print(flags.out, "warning: the loss was not finite at some step\n");
 
   const bool writer = run.comm == nullptr || run.comm->rank() == 0;
   const std::string out_dir = rank_output_dir(args.output_dir, run.comm);
@@ -209,18 +210,18 @@ void train_once(const TrainingRequest& flags, const TrainingArguments& args, Run
     if (run.tokenizer) save_tokenizer(*run.tokenizer, args.output_dir);
   }
 
-  fmt::print("Time: {:.2f}\n", result.seconds);
-  fmt::print("Samples/second: {:.2f}\n", result.samples_per_second);
+  fmt::print(flags.out, "Time: {:.2f}\n", result.seconds);
+  fmt::print(flags.out, "Samples/second: {:.2f}\n", result.samples_per_second);
   if (result.steady_samples_per_second > 0.0)
-    fmt::print("Samples/second after the first step: {:.2f}\n", result.steady_samples_per_second);
-  fmt::print("Data wait: {:.3f} s ({:.1f}% of the time; --dataloader-num-workers {})\n", result.data_wait_seconds,
+    fmt::print(flags.out, "Samples/second after the first step: {:.2f}\n", result.steady_samples_per_second);
+  fmt::print(flags.out, "Data wait: {:.3f} s ({:.1f}% of the time; --dataloader-num-workers {})\n", result.data_wait_seconds,
              100.0 * result.data_wait_seconds / std::max(result.seconds, 1e-9), args.dataloader_num_workers);
   if (on_gpu)
-    print_gpu_memory(backend);
+    print_gpu_memory(backend, flags.out);
   else
-    fmt::print("CPU memory occupied (peak RSS): {} MB.\n", gpu::process_peak_rss_bytes() / (1024 * 1024));
+    fmt::print(flags.out, "CPU memory occupied (peak RSS): {} MB.\n", gpu::process_peak_rss_bytes() / (1024 * 1024));
   const MemoryAnatomy anatomy = anatomy_now();
-  fmt::print("\n{}", format_memory_table(anatomy));
+  fmt::print(flags.out, "\n{}", format_memory_table(anatomy));
   std::string time_section;
   if (run.profiler) {
     const std::optional<double> peak =
@@ -237,13 +238,13 @@ void train_once(const TrainingRequest& flags, const TrainingArguments& args, Run
           summary.ranks.push_back(rank_time_from_fields(static_cast<int>(r), &all[r * kRankTimeFields]));
     }
     if (writer) {
-      fmt::print("(The profiled steps wait for their timings: the run's samples/second includes that.)\n");
-      print_profile(summary);
-      if (!summary.ranks.empty()) fmt::print("{}", format_rank_time_table(summary.ranks));
+      fmt::print(flags.out, "(The profiled steps wait for their timings: the run's samples/second includes that.)\n");
+      print_profile(summary, flags.out);
+      if (!summary.ranks.empty()) fmt::print(flags.out, "{}", format_rank_time_table(summary.ranks));
     } else {
-      print_profile_line(summary);  // rank 0 prints the whole anatomy; each rank writes its profile.json
+      print_profile_line(summary, flags.out);  // rank 0 prints the whole anatomy; each rank writes its profile.json
     }
-    if (!out_dir.empty()) write_profile(summary, timings, out_dir);
+    if (!out_dir.empty()) write_profile(summary, timings, out_dir, flags.out);
     time_section = time_report_section_html(summary);
   }
   if (!out_dir.empty()) write_memory_reports(anatomy, out_dir, time_section);
@@ -251,11 +252,11 @@ void train_once(const TrainingRequest& flags, const TrainingArguments& args, Run
     // The anatomy across the ranks, on rank 0.
     const std::vector<RankMemory> ranks = gather_rank_memory(*run.comm, anatomy.ledger);
     if (writer) {
-      fmt::print("\n{}", format_rank_memory_table(ranks));
+      fmt::print(flags.out, "\n{}", format_rank_memory_table(ranks));
       if (!args.output_dir.empty()) {
         const std::string path = (std::filesystem::path(args.output_dir) / "ranks.json").string();
         io::write_text_file_atomic(path, rank_memory_json(ranks, args.zero_stage));
-        fmt::print("Memory per rank written to {}\n", path);
+        fmt::print(flags.out, "Memory per rank written to {}\n", path);
       }
     }
   }
@@ -293,7 +294,7 @@ int run_training(const TrainingRequest& flags) {
   if (flags.profile_steps > 0) profiler = std::make_unique<Profiler>(backend);
   if ((args.bf16 || args.fp16) && backend.device().is_cpu())
     fail("--{}: mixed precision runs on the GPU; this run is on the CPU", args.bf16 ? "bf16" : "fp16");
-  if (!device.note.empty()) fmt::print("{}\n", device.note);
+  if (!device.note.empty()) fmt::print(flags.out, "{}\n", device.note);
   const bool on_gpu = !backend.device().is_cpu();
   if (!on_gpu) probe.reset();
   std::unique_ptr<distributed::Communicator> comm;
@@ -301,7 +302,7 @@ int run_training(const TrainingRequest& flags) {
     if (on_gpu) {
 #ifdef ANATOMY_HAVE_NCCL
       comm = distributed::make_nccl_communicator(*device.backend, session->store(), env.timeout_seconds);
-      fmt::print("{}: rank {} of {} on GPU {}; NCCL's own buffers {} (outside the ledger: NVML counts them, and "
+      fmt::print(flags.out, "{}: rank {} of {} on GPU {}; NCCL's own buffers {} (outside the ledger: NVML counts them, and "
                  "the anatomy's \"CUDA context and kernels\" row includes them)\n",
                  comm->describe(), comm->rank(), comm->world_size(), gpu_index,
                  format_bytes(distributed::nccl_own_bytes(*comm)));
@@ -321,8 +322,8 @@ int run_training(const TrainingRequest& flags) {
     facts.name = gpu::Nvml::instance().device_name(nvml_index).value_or("");
     if (const auto m = gpu::Nvml::instance().memory(nvml_index))
       facts.total = static_cast<int64_t>(m->total);
-    fmt::print("GPU: {}\n", facts.name.empty() ? "unknown" : facts.name);
-    print_gpu_memory(backend);
+    fmt::print(flags.out, "GPU: {}\n", facts.name.empty() ? "unknown" : facts.name);
+    print_gpu_memory(backend, flags.out);
   }
   if (backend.device().is_cpu() && flags.device == "auto") {
     // The seed experiment, scaled: only what the user did not choose changes.
@@ -340,7 +341,7 @@ int run_training(const TrainingRequest& flags) {
       scaled.push_back(fmt::format("{} tokens each", kCpuDummySeqLen));
     }
     if (!scaled.empty())
-      fmt::print("The seed experiment scaled to the CPU: {} (set --model, --dummy-size, --dummy-seq-len to change).\n",
+      fmt::print(flags.out, "The seed experiment scaled to the CPU: {} (set --model, --dummy-size, --dummy-seq-len to change).\n",
                  fmt::join(scaled, ", "));
   }
 
@@ -359,7 +360,7 @@ int run_training(const TrainingRequest& flags) {
   ModelSource source = resolve_model(args.model);
   // Dummy, tensor or text data; text sets the model's labels (and a preset's vocabulary size).
   TrainingData loaded = load_training_data(args, source);
-  for (const std::string& note : loaded.notes) fmt::print("{}\n", note);
+  for (const std::string& note : loaded.notes) fmt::print(flags.out, "{}\n", note);
   const Dataset& data = loaded.train;
   const std::optional<Dataset>& eval = loaded.eval;
 
@@ -380,10 +381,10 @@ int run_training(const TrainingRequest& flags) {
     if (const auto m = probe->device()) target.capacity = static_cast<int64_t>(m->free) + reserved;
   if (const int64_t used = own_gpu_use(probe); used >= 0) target.context_bytes = used - reserved;
   auto report_out_of_memory = [&](const OutOfMemory& oom, bool predicted) {
-    std::fflush(stdout);
+    std::fflush(flags.out);
     const auto settings = settings_that_fit(source.config, args, shape, target);
     const int64_t available = target.capacity > 0 ? target.capacity + target.context_bytes : 0;
-    fmt::print(stderr, "{}", out_of_memory_report(oom, predicted, probe ? probe->device() : std::nullopt,
+    fmt::print(flags.err, "{}", out_of_memory_report(oom, predicted, probe ? probe->device() : std::nullopt,
                                                   settings, available));
     return 3;
   };
@@ -394,7 +395,7 @@ int run_training(const TrainingRequest& flags) {
         largest_fitting_batch(source.config, args, shape, roomy, args.per_device_train_batch_size);
     if (batch == 0) fail("--auto-find-batch-size: not even a batch of 1 fits this device");
     if (batch < args.per_device_train_batch_size)
-      fmt::print("--auto-find-batch-size: batch {} does not fit; using {}\n", args.per_device_train_batch_size,
+      fmt::print(flags.out, "--auto-find-batch-size: batch {} does not fit; using {}\n", args.per_device_train_batch_size,
                  batch);
     args.per_device_train_batch_size = batch;
   }
@@ -402,13 +403,13 @@ int run_training(const TrainingRequest& flags) {
   for (;;) {
     const MemoryPlan plan = plan_training(source.config, args, shape, target);
     if (!plan.fits) return report_out_of_memory(*plan.failure, /*predicted=*/true);
-    fmt::print("Memory plan: ledger peak {} during \"{}\"{}\n", format_bytes(plan.ledger.peak_total),
+    fmt::print(flags.out, "Memory plan: ledger peak {} during \"{}\"{}\n", format_bytes(plan.ledger.peak_total),
                plan.ledger.peak_phase,
                on_gpu ? fmt::format("; pool segments {}, NVML {} with the context", format_bytes(plan.ledger.reserved_peak),
                                     format_bytes(plan.nvml_total()))
                       : "");
     if (data.pad_per_batch)
-      fmt::print("(The plan pads every batch to the longest example, {} tokens: the worst case; shorter batches use "
+      fmt::print(flags.out, "(The plan pads every batch to the longest example, {} tokens: the worst case; shorter batches use "
                  "less.)\n", data.seq_len);
     const bool log_existed =
         !args.output_dir.empty() && std::filesystem::exists(std::filesystem::path(args.output_dir) / "log.jsonl");
@@ -426,7 +427,7 @@ int run_training(const TrainingRequest& flags) {
       backend.ledger().release_unused();
       if (flags.auto_find_batch_size && args.per_device_train_batch_size > 1) {
         const int64_t smaller = std::max<int64_t>(1, args.per_device_train_batch_size * 7 / 8);
-        fmt::print("--auto-find-batch-size: batch {} ran out of memory on the device; backing off to {}\n",
+        fmt::print(flags.out, "--auto-find-batch-size: batch {} ran out of memory on the device; backing off to {}\n",
                    args.per_device_train_batch_size, smaller);
         args.per_device_train_batch_size = smaller;
         continue;

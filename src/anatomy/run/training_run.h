@@ -5,7 +5,9 @@
 // largest batch it says fits), the model (a checkpoint or a preset), the
 // Trainer, the seed's summary lines, the memory anatomy and its files, the
 // profile, and on running out of memory the report of what fits (or, with
-// --auto-find-batch-size, a smaller batch). It prints as it goes.
+// --auto-find-batch-size, a smaller batch). It writes its lines as it goes to
+// the request's `out` (the out-of-memory report to `err`); the command line
+// passes stdout and stderr.
 //
 // It sits between cli/ (flags) and analysis/ (the plan, which runs the
 // Trainer on the meta backend): the run uses the plan, so it cannot live in
@@ -13,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -35,6 +38,11 @@ struct TrainingRequest {
   // What the user set: on a machine without a GPU under --device auto, the
   // seed experiment is scaled to the CPU in what was not set.
   bool model_given = false, dummy_size_given = false, dummy_seq_len_given = false;
+  // Where the run's lines go: the seed's summary ("Time: ...", "Samples/second:
+  // ...", "GPU memory occupied: ..."), the memory anatomy, the notes; and the
+  // out-of-memory report. (The trainer's progress bar and log lines are its own.)
+  std::FILE* out = stdout;
+  std::FILE* err = stderr;
 };
 
 // Runs it; returns the exit code: 0, or 3 when the device (or the plan) ran
