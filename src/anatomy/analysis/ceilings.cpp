@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anatomy/io/files.h"
+#include "anatomy/io/json.h"
 
 namespace anatomy {
 
@@ -81,9 +82,10 @@ Ceilings device_ceilings(Backend& backend, const std::string& device_name, DType
   {
     std::ifstream in(path);
     if (in) {
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       try {
-        cache = nlohmann::json::parse(in);
-      } catch (const nlohmann::json::exception&) {
+        cache = io::parse_json(text, path);
+      } catch (const Error&) {
         cache = nlohmann::json::object();  // a damaged cache is measured again and rewritten
       }
     }

@@ -1,6 +1,8 @@
 // main.cpp: the `anatomy` command. Every error reaches the user as one line,
 // "error: ...", with a non-zero exit code.
 #include <cstdio>
+#include <exception>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -74,6 +76,17 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     std::fflush(stdout);
     fmt::print(stderr, "error: out of host memory\n");
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the system could not resolve where no reader named it first.
+    std::fflush(stdout);
+    fmt::print(stderr, "error: {}: {}\n", e.path1().string(), e.code().message());
+    return 1;
+  } catch (const std::exception& e) {
+    // Anything else a library threw (no reader should let one through): an
+    // error line and exit code 1, never an abort.
+    std::fflush(stdout);
+    fmt::print(stderr, "error: {}\n", e.what());
     return 1;
   }
   return 0;

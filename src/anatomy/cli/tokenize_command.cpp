@@ -33,6 +33,7 @@
 #include "anatomy/cli/commands.h"
 #include "anatomy/core/error.h"
 #include "anatomy/data/wordpiece.h"
+#include "anatomy/io/json.h"
 
 namespace anatomy::cli {
 
@@ -106,6 +107,7 @@ Texts read_texts(const std::string& path) {
     if (const size_t bad = data::find_invalid_utf8(line); bad != std::string_view::npos)
       fail("{}:{}: invalid UTF-8 (byte 0x{:02X} at column {})", name, line_number,
            static_cast<unsigned char>(line[bad]), bad + 1);
+    io::check_json_depth(line, fmt::format("{}:{}", name, line_number));
     nlohmann::json record;
     try {
       record = nlohmann::json::parse(line.begin(), line.end());

@@ -5,6 +5,7 @@
 
 #include "anatomy/cli/commands.h"
 #include "anatomy/core/error.h"
+#include "anatomy/io/files.h"
 
 namespace anatomy::cli {
 
@@ -75,8 +76,8 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
       ->capture_default_str()->check(non_negative_number());
   app.add_flag("--no-shuffle", flags.no_shuffle, "Keep the data in file order");
   app.add_option("--dataloader-num-workers", a.dataloader_num_workers,
-                 "Threads that build batches ahead (0: each batch is built when needed)")
-      ->capture_default_str()->check(non_negative_number());
+                 "Threads that build batches ahead (0: each batch is built when needed; at most 1024)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1024}));
   app.add_option("--dataloader-prefetch-factor", a.dataloader_prefetch_factor, "Batches each worker keeps ready")
       ->capture_default_str()->check(positive_number());
   app.add_flag("--dataloader-drop-last", a.dataloader_drop_last, "Drop each epoch's last partial batch");
@@ -139,8 +140,7 @@ TrainingArguments resolve_training_flags(const TrainFlags& flags, const CLI::App
     fail("--dataset and --train-file are exclusive: give one");
   if (args.train_file.empty() && args.dataset != "dummy")
     fail("--dataset {}: only \"dummy\" is built in; give text or tensors with --train-file", args.dataset);
-  if (!args.output_dir.empty() && std::filesystem::exists(args.output_dir) &&
-      !std::filesystem::is_directory(args.output_dir))
+  if (!args.output_dir.empty() && io::path_kind(args.output_dir) == io::PathKind::Other)
     fail("--output-dir {}: exists and is not a directory", args.output_dir);
 
   if (args.bf16 && args.fp16) fail("--bf16 and --fp16 are exclusive: give one");

@@ -2,6 +2,7 @@
 #include "anatomy/data/loader.h"
 
 #include <chrono>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -26,17 +27,28 @@ BatchLoader::BatchLoader(const Dataset& data, LoaderOptions options) : data_(dat
   if (options_.first_batch < 0) fail("loader: first batch {} is negative", options_.first_batch);
   if (options_.group_by_length) lengths_ = sequence_lengths(data_);
   next_index_ = options_.first_batch;
-  for (int64_t w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this, w] { work(w); });
+  for (int64_t w = 0; w < options_.num_workers; ++w) {
+    try {
+      workers_.emplace_back([this, w] { work(w); });
+    } catch (const std::system_error& e) {
+      stop_workers();  // the destructor does not run for a constructor that throws
+      fail("--dataloader-num-workers {}: the system started {} worker threads and refused more ({})",
+           options_.num_workers, w, e.what());
+    }
+  }
 }
 
-BatchLoader::~BatchLoader() {
+void BatchLoader::stop_workers() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   room_.notify_all();
   for (std::thread& t : workers_) t.join();
+  workers_.clear();
 }
+
+BatchLoader::~BatchLoader() { stop_workers(); }
 
 HostBatch BatchLoader::build(int64_t index) const {
   const int64_t epoch = index / batches_per_epoch_, begin = (index % batches_per_epoch_) * options_.batch_size;

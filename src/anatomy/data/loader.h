@@ -49,6 +49,7 @@ class BatchLoader {
  private:
   HostBatch build(int64_t index) const;  // batch `index` of the run, counting across epochs
   void work(int64_t worker);
+  void stop_workers();  // tells the workers to stop and joins them
 
   const Dataset& data_;
   LoaderOptions options_;

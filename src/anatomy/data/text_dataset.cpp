@@ -9,6 +9,7 @@
 
 #include "anatomy/core/error.h"
 #include "anatomy/io/files.h"
+#include "anatomy/io/json.h"
 
 namespace anatomy {
 
@@ -78,19 +79,13 @@ constexpr const char* kTokenizerConfig = "tokenizer_config.json";
 
 std::optional<TokenizerSettings> read_tokenizer_settings(const std::string& dir) {
   const fs::path vocab = fs::path(dir) / "vocab.txt";
-  std::error_code ec;
-  if (!fs::is_regular_file(vocab, ec)) return std::nullopt;
+  if (io::path_kind(vocab.string()) != io::PathKind::Other) return std::nullopt;
   TokenizerSettings s;
   s.vocab_file = vocab.string();
   const fs::path config = fs::path(dir) / kTokenizerConfig;
-  if (!fs::exists(config, ec)) return s;
+  if (!io::path_exists(config.string())) return s;
   const std::string path = config.string();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(io::read_text_file(path));
-  } catch (const nlohmann::json::parse_error& e) {
-    fail("{}: not valid JSON ({})", path, e.what());
-  }
+  const nlohmann::json j = io::parse_json(io::read_text_file(path), path);
   if (!j.is_object()) fail("{}: expected a JSON object", path);
   auto boolean = [&](const char* key, bool* out) {
     if (!j.contains(key) || j[key].is_null()) return false;

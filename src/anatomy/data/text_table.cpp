@@ -13,6 +13,7 @@
 
 #include "anatomy/core/error.h"
 #include "anatomy/io/files.h"
+#include "anatomy/io/json.h"
 
 namespace anatomy {
 
@@ -79,12 +80,7 @@ TextTable read_jsonl(const std::string& path, const std::string& bytes, const Te
       ++table.blank_lines_skipped;
       continue;
     }
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
-      fail("{}:{}: not valid JSON ({})", path, line, e.what());
-    }
+    const nlohmann::json j = io::parse_json(text, fmt::format("{}:{}", path, line));
     if (!j.is_object()) fail("{}:{}: expected a JSON object, got {}", path, line, j.type_name());
     auto field = [&](const std::string& name, bool is_label) -> std::string {
       if (!j.contains(name)) fail("{}:{}: no field '{}'", path, line, name);

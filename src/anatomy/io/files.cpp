@@ -18,9 +18,8 @@ namespace {
 // Reads all of `path` into a container of bytes (std::string or std::vector<uint8_t>).
 template <typename Buffer>
 Buffer read_all(const std::string& path) {
-  std::error_code ec;
   // fopen succeeds on a directory on Linux; say what is wrong instead of a read error.
-  if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory, expected a file", path);
+  if (is_directory(path)) fail("{}: is a directory, expected a file", path);
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) fail("{}: cannot open: {}", path, std::strerror(errno));
   Buffer out;
@@ -45,6 +44,15 @@ Buffer read_all(const std::string& path) {
 }
 
 }  // namespace
+
+PathKind path_kind(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+    fail("{}: {}", path, ec.message());
+  if (ec || st.type() == std::filesystem::file_type::not_found) return PathKind::Missing;
+  return st.type() == std::filesystem::file_type::directory ? PathKind::Directory : PathKind::Other;
+}
 
 std::vector<uint8_t> read_file_bytes(const std::string& path) { return read_all<std::vector<uint8_t>>(path); }
 

@@ -12,6 +12,15 @@
 
 namespace anatomy::io {
 
+// What is at `path`, following symbolic links: nothing, a directory, or
+// something else (a file). What the system cannot tell, a loop of symbolic
+// links or a directory without permission, is an error "<path>: <reason>",
+// not "missing".
+enum class PathKind { Missing, Directory, Other };
+PathKind path_kind(const std::string& path);
+inline bool path_exists(const std::string& path) { return path_kind(path) != PathKind::Missing; }
+inline bool is_directory(const std::string& path) { return path_kind(path) == PathKind::Directory; }
+
 // The whole file as bytes. Error "<path>: ..." when it is missing or unreadable.
 std::vector<uint8_t> read_file_bytes(const std::string& path);
 // The whole file as text (same errors).

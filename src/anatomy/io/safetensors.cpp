@@ -17,6 +17,7 @@
 #include "anatomy/core/dtype.h"
 #include "anatomy/core/error.h"
 #include "anatomy/io/files.h"
+#include "anatomy/io/json.h"
 
 namespace anatomy::io {
 
@@ -50,6 +51,7 @@ json parse_json_strict(std::string_view text, const std::string& where) {
     }
     return true;
   };
+  check_json_depth(text, where);
   json parsed;
   try {
     parsed = json::parse(text.begin(), text.end(), callback);
@@ -345,18 +347,17 @@ SafetensorsSet SafetensorsSet::open_dir(const std::string& dir) {
   namespace fs = std::filesystem;
   SafetensorsSet set;
   set.dir_ = dir;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) fail("{}: not a directory", dir);
+  if (!is_directory(dir)) fail("{}: not a directory", dir);
   const std::string single = (fs::path(dir) / "model.safetensors").string();
   const std::string index_path = (fs::path(dir) / "model.safetensors.index.json").string();
 
   // transformers looks for the single file first, then for the index.
-  if (fs::exists(single, ec)) {
+  if (path_exists(single)) {
     set.files_.push_back(SafetensorsFile::open(single));
     for (const std::string& name : set.files_[0].names()) set.file_index_[name] = 0;
     return set;
   }
-  if (!fs::exists(index_path, ec))
+  if (!path_exists(index_path))
     fail("{}: neither model.safetensors nor model.safetensors.index.json is there", dir);
 
   const std::string text = read_text_file(index_path);
@@ -376,7 +377,7 @@ SafetensorsSet SafetensorsSet::open_dir(const std::string& dir) {
   }
   for (const auto& [shard, tensors] : tensors_of_shard) {
     const std::string shard_path = (fs::path(dir) / shard).string();
-    if (!fs::exists(shard_path, ec))
+    if (!path_exists(shard_path))
       fail("{}: shard '{}' (holding tensor '{}') does not exist", index_path, shard, tensors.front());
     set.files_.push_back(SafetensorsFile::open(shard_path));
     const SafetensorsFile& file = set.files_.back();

@@ -16,6 +16,7 @@
 
 #include "anatomy/core/error.h"
 #include "anatomy/io/files.h"
+#include "anatomy/io/json.h"
 
 namespace anatomy::cuda {
 
@@ -36,9 +37,9 @@ std::optional<GemmChoices> parse_gemm_choices(std::string_view text, std::string
   };
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    return refuse(fmt::format("not JSON ({})", e.what()));
+    j = io::parse_json(text, "cache");
+  } catch (const Error& e) {
+    return refuse(e.what());
   }
   if (!j.is_object()) return refuse("not a JSON object");
   if (!j.contains("format") || !j["format"].is_number_integer() || j["format"].get<int64_t>() != kFormat)

@@ -41,10 +41,9 @@ void init_one(const Model& model, const Tensor& t, const ParamSpec& spec, size_t
 
 ModelSource resolve_model(const std::string& spec) {
   ModelSource source;
-  std::error_code ec;
-  if (fs::is_directory(spec, ec)) {
+  if (io::is_directory(spec)) {
     const std::string config_path = (fs::path(spec) / "config.json").string();
-    if (!fs::exists(config_path)) fail("{}: no config.json in the model directory", spec);
+    if (!io::path_exists(config_path)) fail("{}: no config.json in the model directory", spec);
     source.config = load_model_config(config_path);
     source.directory = spec;
     return source;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "anatomy/core/error.h"
+#include "anatomy/io/json.h"
 #include "anatomy/model/registry.h"
 
 namespace anatomy {
@@ -32,12 +33,7 @@ std::string problem_type_name(ProblemType p) {
 }
 
 ModelConfig parse_model_config(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail("{}: not valid JSON ({})", source, e.what());
-  }
+  const json j = io::parse_json(text, source);
   if (!j.is_object()) fail("{}: expected a JSON object", source);
   // Checkpoints without a model_type (written by hand, or by old tools) are read as BERT.
   std::string model_type = "bert";

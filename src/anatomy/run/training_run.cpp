@@ -412,7 +412,7 @@ int run_training(const TrainingRequest& flags) {
       fmt::print(flags.out, "(The plan pads every batch to the longest example, {} tokens: the worst case; shorter batches use "
                  "less.)\n", data.seq_len);
     const bool log_existed =
-        !args.output_dir.empty() && std::filesystem::exists(std::filesystem::path(args.output_dir) / "log.jsonl");
+        !args.output_dir.empty() && io::path_exists((std::filesystem::path(args.output_dir) / "log.jsonl").string());
     try {
       RunContext run{backend,  profiler.get(), source,   data,     eval ? &*eval : nullptr, loaded.tokenizer, plan,
                      facts,    probe,          ceilings, comm.get()};

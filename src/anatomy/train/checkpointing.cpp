@@ -4,10 +4,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <regex>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -15,6 +19,7 @@
 
 #include "anatomy/core/error.h"
 #include "anatomy/io/files.h"
+#include "anatomy/io/json.h"
 #include "anatomy/io/safetensors.h"
 #include "anatomy/model/checkpoint.h"
 
@@ -133,7 +138,7 @@ void save_checkpoint(const std::string& output_dir, const Model& model, Backend&
   if (world > 1)
     owner = std::llround(ranks.comm->sum_host({rank == 0 ? static_cast<double>(owner) : 0.0}).at(0));
   const fs::path partial = fs::path(output_dir) / fmt::format(".checkpoint-{}.partial.{}", state.global_step, owner);
-  if (rank != 0 && !fs::is_directory(partial))
+  if (rank != 0 && !io::is_directory(partial.string()))
     fail("{}: rank 0 made this directory and rank {} does not see it: the ranks of a run that saves checkpoints "
          "must share --output-dir (one host, or a shared filesystem)",
          partial.string(), rank);
@@ -153,7 +158,7 @@ void save_checkpoint(const std::string& output_dir, const Model& model, Backend&
   if (rank != 0) return;
   // An older checkpoint of the same step (a run repeated into this directory)
   // is moved aside first: rename cannot replace a directory that has files.
-  if (fs::exists(final_dir)) {
+  if (io::path_exists(final_dir.string())) {
     const fs::path old = fs::path(output_dir) / fmt::format(".checkpoint-{}.old.{}", state.global_step, getpid());
     fs::rename(final_dir, old, ec);
     if (ec) fail("{}: cannot move the old checkpoint aside ({})", final_dir.string(), ec.message());
@@ -183,7 +188,7 @@ void save_checkpoint(const std::string& output_dir, const Model& model, Backend&
 
 std::string resolve_checkpoint(const std::string& spec, const std::string& output_dir) {
   if (spec != "latest") {
-    if (!fs::is_directory(spec)) fail("--resume-from-checkpoint {}: no such directory", spec);
+    if (!io::is_directory(spec)) fail("--resume-from-checkpoint {}: no such directory", spec);
     return spec;
   }
   if (output_dir.empty()) fail("--resume-from-checkpoint latest: needs --output-dir, where the checkpoints are");
@@ -192,37 +197,84 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& outpu
   return all.back().second.string();
 }
 
+namespace {
+
+// A field of trainer_state.json, of the type asked, or one error naming the file and the field.
+class StateFields {
+ public:
+  StateFields(const nlohmann::json& j, std::string path) : j_(j), path_(std::move(path)) {}
+  const nlohmann::json* find(const char* key) const {
+    const auto it = j_.find(key);
+    return it == j_.end() ? nullptr : &*it;
+  }
+  const nlohmann::json& at(const char* key) const {
+    const nlohmann::json* v = find(key);
+    if (!v) fail("{}: '{}' is missing", path_, key);
+    return *v;
+  }
+  [[noreturn]] void wrong(const char* key, const char* expected) const {
+    fail("{}: '{}' must be {}, got {}", path_, key, expected, io::short_dump(at(key)));
+  }
+  int64_t integer(const char* key) const {
+    const nlohmann::json& v = at(key);
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX}))
+      wrong(key, "an integer");
+    return v.get<int64_t>();
+  }
+  int64_t integer(const char* key, int64_t absent) const { return find(key) ? integer(key) : absent; }
+  uint64_t unsigned_integer(const char* key) const {
+    if (!at(key).is_number_unsigned()) wrong(key, "a non-negative integer");
+    return at(key).get<uint64_t>();
+  }
+  double number(const char* key) const {
+    if (!at(key).is_number()) wrong(key, "a number");
+    return at(key).get<double>();
+  }
+  bool boolean(const char* key) const {
+    if (!at(key).is_boolean()) wrong(key, "true or false");
+    return at(key).get<bool>();
+  }
+  bool boolean(const char* key, bool absent) const { return find(key) ? boolean(key) : absent; }
+  std::string text(const char* key) const {
+    if (!at(key).is_string()) wrong(key, "a string");
+    return at(key).get<std::string>();
+  }
+
+ private:
+  const nlohmann::json& j_;
+  std::string path_;
+};
+
+}  // namespace
+
 TrainerState read_trainer_state(const std::string& dir) {
   const std::string path = (fs::path(dir) / kStateFile).string();
-  if (!fs::exists(path)) fail("{}: not a checkpoint ({} is missing)", dir, kStateFile);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(io::read_text_file(path));
-    TrainerState s;
-    s.global_step = j.at("global_step").get<int64_t>();
-    s.updates = j.at("updates").get<int64_t>();
-    s.micro_batches = j.at("micro_batches").get<int64_t>();
-    s.loss_scale = j.at("loss_scale").get<double>();
-    s.clean_steps = j.at("clean_steps").get<int64_t>();
-    s.skipped_steps = j.at("skipped_steps").get<int64_t>();
-    s.seed = j.at("seed").get<uint64_t>();
-    s.optimizer = j.at("optimizer").get<std::string>();
-    s.per_device_train_batch_size = j.at("per_device_train_batch_size").get<int64_t>();
-    s.gradient_accumulation_steps = j.at("gradient_accumulation_steps").get<int64_t>();
-    s.examples = j.at("examples").get<int64_t>();
-    s.shuffle = j.at("shuffle").get<bool>();
-    s.drop_last = j.at("drop_last").get<bool>();
-    s.group_by_length = j.value("group_by_length", false);  // absent from checkpoints made before it existed
-    s.precision = j.at("precision").get<std::string>();
-    s.world_size = j.value("world_size", int64_t{1});  // absent from checkpoints made before data parallelism
-    s.zero_stage = j.value("zero_stage", int64_t{0});
-    if (s.global_step < 0 || s.updates < 0 || s.updates > s.global_step || s.micro_batches < 0 ||
-        !(s.loss_scale > 0) || s.world_size < 1 || s.zero_stage < 0 || s.zero_stage > 3)
-      fail("{}: inconsistent counters", path);
-    return s;
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: {}", path, e.what());
-  }
+  if (!io::path_exists(path)) fail("{}: not a checkpoint ({} is missing)", dir, kStateFile);
+  const nlohmann::json j = io::parse_json(io::read_text_file(path), path);
+  if (!j.is_object()) fail("{}: expected a JSON object", path);
+  const StateFields f(j, path);
+  TrainerState s;
+  s.global_step = f.integer("global_step");
+  s.updates = f.integer("updates");
+  s.micro_batches = f.integer("micro_batches");
+  s.loss_scale = f.number("loss_scale");
+  s.clean_steps = f.integer("clean_steps");
+  s.skipped_steps = f.integer("skipped_steps");
+  s.seed = f.unsigned_integer("seed");
+  s.optimizer = f.text("optimizer");
+  s.per_device_train_batch_size = f.integer("per_device_train_batch_size");
+  s.gradient_accumulation_steps = f.integer("gradient_accumulation_steps");
+  s.examples = f.integer("examples");
+  s.shuffle = f.boolean("shuffle");
+  s.drop_last = f.boolean("drop_last");
+  s.group_by_length = f.boolean("group_by_length", false);  // absent from checkpoints made before it existed
+  s.precision = f.text("precision");
+  s.world_size = f.integer("world_size", 1);  // absent from checkpoints made before data parallelism
+  s.zero_stage = f.integer("zero_stage", 0);
+  if (s.global_step < 0 || s.updates < 0 || s.updates > s.global_step || s.micro_batches < 0 ||
+      !(s.loss_scale > 0) || s.world_size < 1 || s.zero_stage < 0 || s.zero_stage > 3)
+    fail("{}: inconsistent counters", path);
+  return s;
 }
 
 TrainerState load_checkpoint(const std::string& dir, Model& model, Optimizer& optimizer,
@@ -258,7 +310,7 @@ TrainerState load_checkpoint(const std::string& dir, Model& model, Optimizer& op
   const std::string path =
       (fs::path(dir) / (ranks.sharded ? optimizer_shard_file(rank_of(ranks), world_of(ranks)) : kOptimizerFile))
           .string();
-  if (!fs::exists(path)) fail("{}: not a whole checkpoint ({} is missing)", dir, fs::path(path).filename().string());
+  if (!io::path_exists(path)) fail("{}: not a whole checkpoint ({} is missing)", dir, fs::path(path).filename().string());
   const io::SafetensorsFile file = io::SafetensorsFile::open(path);
   const auto meta = file.metadata();
   if (!meta.count("optimizer") || meta.at("optimizer") != optimizer.name())

@@ -21,6 +21,7 @@
 #include "anatomy/optim/optimizer.h"
 #include "anatomy/train/checkpointing.h"
 #include "anatomy/train/metrics.h"
+#include "anatomy/io/files.h"
 
 namespace anatomy {
 
@@ -383,7 +384,7 @@ void Trainer::resume(Run& run) {
   model_.set_parameter_units(run.grads_sharded ? run.zero.get() : nullptr);
   run.first_step = run.state.global_step;
   run.tokenizer = tokenizer_;
-  if (!run.tokenizer && args_.save_strategy != "no" && std::filesystem::is_directory(args_.model))
+  if (!run.tokenizer && args_.save_strategy != "no" && io::is_directory(args_.model))
     run.tokenizer = read_tokenizer_settings(args_.model);
 }
 
@@ -396,7 +397,7 @@ void Trainer::open_log(Run& run) {
   if (ec) fail("--output-dir {}: cannot create ({})", args_.output_dir, ec.message());
   const std::string log_path = (fs::path(args_.output_dir) / "log.jsonl").string();
   std::string kept;
-  if (run.first_step > 0 && fs::exists(log_path)) {
+  if (run.first_step > 0 && io::path_exists(log_path)) {
     std::ifstream old(log_path);
     for (std::string line; std::getline(old, line);) {
       const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);

@@ -40,7 +40,11 @@ ModelConfig parse_bert_config(const json& j, const std::string& source) {
   if (j.contains("position_embedding_type") && j["position_embedding_type"] != "absolute")
     fail("{}: position_embedding_type {} is not supported (only \"absolute\")", source,
          j["position_embedding_type"].dump());
-  if (j.value("is_decoder", false)) fail("{}: is_decoder true is not supported", source);
+  for (const char* key : {"is_decoder", "add_cross_attention"}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    if (!j[key].is_boolean()) fail("{}: '{}' must be true or false, got {}", source, key, j[key].dump());
+    if (j[key].get<bool>()) fail("{}: {} true is not supported", source, key);
+  }
 
   ModelConfig c;
   c.model_type = "bert";
