@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -207,6 +208,84 @@ TEST_F(HostileInputs, MoreLoaderWorkersThanTheMachineStarts) {
   const auto r = train("--dataloader-num-workers 100000");
   EXPECT_TRUE(failed_cleanly(r, {"--dataloader-num-workers"}));
   EXPECT_TRUE(nothing_at(out_));
+}
+
+// ---- what used to be accepted silently ----
+
+TEST_F(HostileInputs, ABetaThatIsNotANumber) {
+  const auto r = train("--adam-beta1 nan");
+  EXPECT_TRUE(failed_cleanly(r, {"--adam-beta1", "expected a number in [0, 1), got nan"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(nothing_at(out_));
+  EXPECT_TRUE(failed_cleanly(train("--adam-beta2 1"), {"--adam-beta2", "[0, 1)"}));
+}
+
+TEST_F(HostileInputs, AStepCountThatDoesNotFit) {
+  const auto steps = [&](const std::string& flags) {
+    return test::run_anatomy("train --model " + model_ + " --train-file " + train_file_ + " " + flags +
+                             " --device cpu --no-progress --output-dir " + out_);
+  };
+  const auto r = steps("--num-train-epochs 1e30");
+  EXPECT_TRUE(failed_cleanly(r, {"--num-train-epochs 1e+30", "more than the 9007199254740992 steps a run may take"}));
+  EXPECT_TRUE(nothing_at(out_));
+  const auto huge = steps("--max-steps 99999999999999999999");
+  EXPECT_TRUE(failed_cleanly(huge, {"--max-steps", "fits 64 bits", "99999999999999999999"}));
+  EXPECT_TRUE(nothing_at(out_));
+  EXPECT_TRUE(failed_cleanly(steps("--max-steps 9007199254740993"), {"--max-steps 9007199254740993"}));
+  EXPECT_TRUE(nothing_at(out_));
+  EXPECT_TRUE(failed_cleanly(train("--seed 18446744073709551616"), {"--seed", "fits 64 bits"}));
+  EXPECT_TRUE(failed_cleanly(train("--per-device-train-batch-size 1.5"), {"--per-device-train-batch-size"}));
+}
+
+// Every label ignored (-100): no loss to learn from. The run stops at the
+// step, and no trained model is written.
+TEST_F(HostileInputs, LabelsAllIgnoredStopTheRun) {
+  auto tensors = test::valid_train_tensors();
+  for (int64_t& label : test::tensor_named(tensors, "labels").values) label = -100;
+  test::write_i64_tensors(train_file_, tensors);
+  const auto r = train();
+  EXPECT_TRUE(failed_cleanly(r, {"step 1: the training loss is nan", "-100"}));
+  EXPECT_FALSE(fs::exists(out_ + "/model.safetensors"));
+}
+
+// A weight that is not finite, in a model or in a checkpoint's optimizer
+// states, is named when loaded instead of trained into NaN.
+TEST_F(HostileInputs, NonFiniteWeightsAreRefusedWhenLoaded) {
+  const std::string name = "bert.encoder.layer.0.output.dense.bias";
+  std::string bytes = test::read_all_bytes(weights_);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  const uint64_t at = 8 + n + header[name]["data_offsets"][0].get<uint64_t>() + 3 * sizeof(float);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(bytes.data() + at, &nan, sizeof nan);
+  test::write_all_bytes(weights_, bytes);
+  const auto r = train();
+  EXPECT_TRUE(failed_cleanly(r, {weights_, "'" + name + "'", "nan at element 3", "finite"}));
+  EXPECT_TRUE(nothing_at(out_));
+}
+
+TEST_F(HostileInputs, NegativeSecondMomentsAreRefusedOnResume) {
+  ASSERT_EQ(test::run_anatomy("train --model " + model_ + " --train-file " + train_file_ +
+                              " --max-steps 1 --save-strategy steps --save-steps 1 --device cpu --no-progress "
+                              "--output-dir " + out_).exit_code, 0);
+  const std::string checkpoint = out_ + "/checkpoint-1";
+  const std::string states = checkpoint + "/optimizer.safetensors";
+  std::string bytes = test::read_all_bytes(states);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  ASSERT_TRUE(header.contains("exp_avg_sq")) << header.dump();
+  const uint64_t at = 8 + n + header["exp_avg_sq"]["data_offsets"][0].get<uint64_t>();
+  const float negative = -1.0f;
+  std::memcpy(bytes.data() + at, &negative, sizeof negative);
+  test::write_all_bytes(states, bytes);
+  const std::string again = tmp_.file("again");
+  const auto r = test::run_anatomy("train --model " + model_ + " --train-file " + train_file_ +
+                                   " --max-steps 2 --device cpu --no-progress --resume-from-checkpoint " +
+                                   checkpoint + " --output-dir " + again);
+  EXPECT_TRUE(failed_cleanly(r, {states, "'exp_avg_sq'", "-1 at element 0"}));
+  EXPECT_FALSE(fs::exists(again + "/model.safetensors"));
 }
 
 }  // namespace

@@ -45,5 +45,12 @@ void line_buffer_if_launched();
 // ("--learning-rate: expected a non-negative number, got -1").
 const CLI::Validator& positive_number();
 const CLI::Validator& non_negative_number();
+// Integer flags (int64, or the seed's uint64), refusing what does not fit instead of clamping it.
+const CLI::Validator& positive_integer();
+const CLI::Validator& non_negative_integer();
+const CLI::Validator& max_steps_integer();  // at least -1 (-1 and 0: the epochs decide)
+const CLI::Validator& seed_integer();
+// A finite number in [0, 1): AdamW's betas.
+const CLI::Validator& probability_below_one();
 
 }  // namespace anatomy::cli

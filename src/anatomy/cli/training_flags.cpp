@@ -35,13 +35,13 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
   app.add_flag("--group-by-length", a.group_by_length,
                "Batch examples of similar lengths together (Hugging Face's LengthGroupedSampler), so that dynamic "
                "padding pads less");
-  app.add_option("--dummy-size", a.dummy_size, "Number of dummy sequences")->capture_default_str()->check(positive_number());
-  app.add_option("--dummy-seq-len", a.dummy_seq_len, "Tokens per dummy sequence")->capture_default_str()->check(positive_number());
+  app.add_option("--dummy-size", a.dummy_size, "Number of dummy sequences")->capture_default_str()->check(positive_integer());
+  app.add_option("--dummy-seq-len", a.dummy_seq_len, "Tokens per dummy sequence")->capture_default_str()->check(positive_integer());
   app.add_option("--per-device-train-batch-size", a.per_device_train_batch_size, "Batch size")
-      ->capture_default_str()->check(positive_number());
+      ->capture_default_str()->check(positive_integer());
   app.add_option("--gradient-accumulation-steps", a.gradient_accumulation_steps,
                  "Batches whose gradients add up before each optimizer update (the loss of each counts 1/N)")
-      ->capture_default_str()->check(positive_number());
+      ->capture_default_str()->check(positive_integer());
   app.add_flag("--gradient-checkpointing", a.gradient_checkpointing,
                "Keep only each encoder layer's output in forward; recompute the layer in backward");
   app.add_option("--gradient-checkpointing-policy", a.gradient_checkpointing_policy,
@@ -50,12 +50,14 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
       ->capture_default_str()->check(CLI::IsMember({"full", "selective"}));
   app.add_option("--num-train-epochs", a.num_train_epochs, "Epochs (ignored when --max-steps > 0)")
       ->capture_default_str()->check(positive_number());
-  app.add_option("--max-steps", a.max_steps, "Optimizer steps; overrides --num-train-epochs when > 0")->capture_default_str();
+  app.add_option("--max-steps", a.max_steps, "Optimizer steps; overrides --num-train-epochs when > 0")
+      ->capture_default_str()
+      ->check(max_steps_integer());
   app.add_option("--learning-rate", a.learning_rate, "AdamW learning rate")->capture_default_str()->check(non_negative_number());
   app.add_option("--weight-decay", a.weight_decay, "Decoupled weight decay (never on biases and LayerNorm)")
       ->capture_default_str()->check(non_negative_number());
-  app.add_option("--adam-beta1", a.adam_beta1, "AdamW beta1")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  app.add_option("--adam-beta2", a.adam_beta2, "AdamW beta2")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--adam-beta1", a.adam_beta1, "AdamW beta1")->capture_default_str()->check(probability_below_one());
+  app.add_option("--adam-beta2", a.adam_beta2, "AdamW beta2")->capture_default_str()->check(probability_below_one());
   app.add_option("--adam-epsilon", a.adam_epsilon, "AdamW epsilon")->capture_default_str()->check(positive_number());
   app.add_option("--zero-stage", a.zero_stage,
                  "Under a launcher (several ranks): 0 replicates the optimizer states on every rank (data "
@@ -67,22 +69,22 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
       ->check(CLI::IsMember({"adamw", "adamw_torch", "adamw_torch_fused", "adamw_8bit", "adamw_bnb_8bit", "sgd",
                              "adafactor"}));
   app.add_option("--optim-args", a.optim_args, "For --optim sgd: momentum=M,dampening=D,nesterov=True|False");
-  app.add_option("--warmup-steps", a.warmup_steps, "Linear warmup steps")->capture_default_str()->check(non_negative_number());
+  app.add_option("--warmup-steps", a.warmup_steps, "Linear warmup steps")->capture_default_str()->check(non_negative_integer());
   app.add_option("--lr-scheduler-type", flags.scheduler, "linear, constant or constant_with_warmup")
       ->capture_default_str()->check(CLI::IsMember({"linear", "constant", "constant_with_warmup"}));
   app.add_option("--max-grad-norm", a.max_grad_norm, "Clip the global gradient norm to this (0: no clipping)")
       ->capture_default_str()->check(non_negative_number());
   app.add_option("--seed", a.seed, "Seed of initialisation, data, shuffling and dropout")
-      ->capture_default_str()->check(non_negative_number());
+      ->capture_default_str()->check(seed_integer());
   app.add_flag("--no-shuffle", flags.no_shuffle, "Keep the data in file order");
   app.add_option("--dataloader-num-workers", a.dataloader_num_workers,
                  "Threads that build batches ahead (0: each batch is built when needed; at most 1024)")
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1024}));
   app.add_option("--dataloader-prefetch-factor", a.dataloader_prefetch_factor, "Batches each worker keeps ready")
-      ->capture_default_str()->check(positive_number());
+      ->capture_default_str()->check(positive_integer());
   app.add_flag("--dataloader-drop-last", a.dataloader_drop_last, "Drop each epoch's last partial batch");
   app.add_option("--logging-steps", a.logging_steps, "Write a log record every N steps")
-      ->capture_default_str()->check(positive_number());
+      ->capture_default_str()->check(positive_integer());
   app.add_option("--output-dir", a.output_dir, "Write config.json, model.safetensors and log.jsonl here");
   app.add_option("--validation-file", a.validation_file,
                  "The validation set, text or pre-tokenized safetensors as --train-file, with labels");
@@ -91,9 +93,9 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
                  "MSE and Pearson for regression), logged to log.jsonl")
       ->capture_default_str()->check(CLI::IsMember({"no", "steps", "epoch"}));
   app.add_option("--eval-steps", a.eval_steps, "Steps between evaluations (0: --logging-steps)")
-      ->capture_default_str()->check(non_negative_number());
+      ->capture_default_str()->check(non_negative_integer());
   app.add_option("--per-device-eval-batch-size", a.per_device_eval_batch_size, "Evaluation batch size")
-      ->capture_default_str()->check(positive_number());
+      ->capture_default_str()->check(positive_integer());
   app.add_flag("--load-best-model-at-end", a.load_best_model_at_end,
                "After training, reload the checkpoint with the best --metric-for-best-model (needs --save-strategy "
                "equal to --eval-strategy)");
@@ -104,9 +106,9 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
                  "state)")
       ->capture_default_str()->check(CLI::IsMember({"no", "steps", "epoch"}));
   app.add_option("--save-steps", a.save_steps, "Steps between checkpoints with --save-strategy steps")
-      ->capture_default_str()->check(positive_number());
+      ->capture_default_str()->check(positive_integer());
   app.add_option("--save-total-limit", a.save_total_limit, "Keep only the newest N checkpoints (0: all)")
-      ->capture_default_str()->check(non_negative_number());
+      ->capture_default_str()->check(non_negative_integer());
   app.add_option("--resume-from-checkpoint", a.resume_from_checkpoint,
                  "Continue a run from a checkpoint directory, or from the newest in --output-dir with 'latest'");
   app.add_option("--device", flags.device, "cpu, cuda or auto")->capture_default_str()

@@ -2,6 +2,7 @@
 #include "anatomy/model/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -88,6 +89,9 @@ LoadReport load_weights(Model& model, const std::string& directory, uint64_t see
     used[found] = true;
     const io::SafetensorsFile& file = files.file_of(found);
     const std::vector<float> values = file.read_f32(found, spec.shape);
+    for (size_t k = 0; k < values.size(); ++k)
+      if (!std::isfinite(values[k]))
+        fail("{}: tensor '{}' holds {} at element {} (weights must be finite)", file.path(), found, values[k], k);
     model.backend().copy_from_host(set.tensors()[i], values.data());
   }
   model.refresh_half_weights();

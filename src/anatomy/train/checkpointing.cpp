@@ -7,6 +7,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -277,6 +278,24 @@ TrainerState read_trainer_state(const std::string& dir) {
   return s;
 }
 
+namespace {
+
+// A float32 optimizer state of a checkpoint: finite, and where it is a second
+// moment (exp_avg_sq, Adafactor's factors) or an 8-bit block's absmax, not negative.
+void check_state_values(const std::string& path, const std::string& name, const std::vector<uint8_t>& bytes) {
+  const bool non_negative = name.find("exp_avg_sq") != std::string::npos || name.find("absmax") != std::string::npos;
+  const size_t n = bytes.size() / sizeof(float);
+  for (size_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, bytes.data() + i * sizeof(float), sizeof v);
+    if (!std::isfinite(v) || (non_negative && v < 0.0f))
+      fail("{}: optimizer state '{}' holds {} at element {} ({})", path, name, v, i,
+           std::isfinite(v) ? "a second moment or scale is never negative" : "states must be finite");
+  }
+}
+
+}  // namespace
+
 TrainerState load_checkpoint(const std::string& dir, Model& model, Optimizer& optimizer,
                              Backend& backend, const TrainerState& expected, const CheckpointRanks& ranks) {
   const TrainerState s = read_trainer_state(dir);
@@ -341,6 +360,7 @@ TrainerState load_checkpoint(const std::string& dir, Model& model, Optimizer& op
     const auto bytes = file.raw(name);
     ANATOMY_CHECK(bytes.size() == tensor.nbytes(), "{}: tensor '{}' has {} bytes", path, name, bytes.size());
     std::vector<uint8_t> aligned(bytes.begin(), bytes.end());
+    if (tensor.dtype() == DType::F32) check_state_values(path, name, aligned);
     backend.copy_from_host(tensor, aligned.data());
   }
   if (file.names().size() != states.size())

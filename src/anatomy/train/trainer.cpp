@@ -27,6 +27,10 @@ namespace anatomy {
 
 namespace {
 
+// The most steps a run may take: 2^53, where a double still counts every
+// step (epochs, schedules and logs compute in doubles).
+constexpr int64_t kMaxTrainingSteps = int64_t{1} << 53;
+
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
@@ -211,10 +215,16 @@ void Trainer::plan_epochs() {
   // An update every N batches, and one for the rest of an epoch's batches (as Hugging Face's).
   steps_per_epoch_ = (batches_per_epoch_ + N - 1) / N;
   if (args_.max_steps > 0) {
+    if (args_.max_steps > kMaxTrainingSteps)
+      fail("--max-steps {}: more than the {} steps a run may take", args_.max_steps, kMaxTrainingSteps);
     total_steps_ = args_.max_steps;
   } else {
     if (!(args_.num_train_epochs > 0)) fail("--num-train-epochs must be positive, got {}", args_.num_train_epochs);
-    total_steps_ = static_cast<int64_t>(std::ceil(args_.num_train_epochs * steps_per_epoch_));
+    const double steps = std::ceil(args_.num_train_epochs * static_cast<double>(steps_per_epoch_));
+    if (!(steps <= static_cast<double>(kMaxTrainingSteps)))
+      fail("--num-train-epochs {}: {:.0f} steps ({} an epoch), more than the {} steps a run may take",
+           args_.num_train_epochs, steps, steps_per_epoch_, kMaxTrainingSteps);
+    total_steps_ = static_cast<int64_t>(steps);
   }
 }
 
@@ -517,6 +527,12 @@ Trainer::Update Trainer::update_once(Run& run, int64_t step) {
   // The schedule advances with the updates made, as Hugging Face's does when GradScaler skips one.
   u.learning_rate =
       scheduled_lr(args_.lr_scheduler_type, args_.learning_rate, run.updates, args_.warmup_steps, total_steps_);
+  // Outside fp16's scaler a non-finite loss or gradient would end in NaN
+  // weights saved as a trained model: the run stops before the update takes it.
+  if (!args_.fp16 && !(std::isfinite(u.loss) && std::isfinite(u.grad_norm)))
+    fail("step {}: the training {} is {}, not finite; stopping before the update (a batch whose labels are all "
+         "ignored, -100, has no loss; a learning rate too high diverges)",
+         step + 1, std::isfinite(u.loss) ? "gradient norm" : "loss", std::isfinite(u.loss) ? u.grad_norm : u.loss);
   bool skip = false;
   if (args_.fp16) {
     if (!std::isfinite(u.grad_norm)) {
