@@ -146,6 +146,15 @@ TEST_F(HostileInputs, ANumberWhereTrainerStateWantsABoolean) {
                                    checkpoint + " --output-dir " + again);
   EXPECT_TRUE(failed_cleanly(r, {state, "shuffle"}));
   EXPECT_TRUE(nothing_at(again));
+  // Counters that no run writes: 2^62 batches consumed in one step.
+  j["shuffle"] = true;
+  j["micro_batches"] = int64_t{1} << 62;
+  test::write_all_bytes(state, j.dump());
+  const auto counters = test::run_anatomy("train --model " + model_ + " --train-file " + train_file_ +
+                                          " --max-steps 2 --device cpu --no-progress --resume-from-checkpoint " +
+                                          checkpoint + " --output-dir " + again);
+  EXPECT_TRUE(failed_cleanly(counters, {state, "inconsistent counters", "micro_batches 4611686018427387904"}));
+  EXPECT_TRUE(nothing_at(again));
 }
 
 // ---- symbolic-link loops where a file or directory is named ----
@@ -246,6 +255,23 @@ TEST_F(HostileInputs, LabelsAllIgnoredStopTheRun) {
   const auto r = train();
   EXPECT_TRUE(failed_cleanly(r, {"step 1: the training loss is nan", "-100"}));
   EXPECT_FALSE(fs::exists(out_ + "/model.safetensors"));
+}
+
+// A label the trained classifier does not have is the data file's error, at
+// its line, not a classifier shape that model.safetensors does not match.
+TEST_F(HostileInputs, AStrayLabelIsNamedAtItsLine) {
+  set_config("id2label", R"({"0": "negative", "1": "positive"})");
+  const std::string text = tmp_.file("train.jsonl");
+  test::write_all_bytes(text, "{\"text\": \"a b\", \"label\": \"negative\"}\n"
+                              "{\"text\": \"c d\", \"label\": \"positive\"}\n"
+                              "{\"text\": \"a d\", \"label\": \"postive\"}\n");
+  const std::string vocab = tmp_.file("vocab.txt");
+  test::write_all_bytes(vocab, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nb\nc\nd\n");
+  const auto r = test::run_anatomy("train --model " + model_ + " --train-file " + text + " --vocab " + vocab +
+                                   " --max-seq-length 32 --max-steps 1 --device cpu --no-progress --output-dir " +
+                                   out_);
+  EXPECT_TRUE(failed_cleanly(r, {text + ":3", "label 'postive'", "negative, positive"}));
+  EXPECT_TRUE(nothing_at(out_));
 }
 
 // A weight that is not finite, in a model or in a checkpoint's optimizer

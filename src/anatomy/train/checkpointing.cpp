@@ -272,9 +272,21 @@ TrainerState read_trainer_state(const std::string& dir) {
   s.precision = f.text("precision");
   s.world_size = f.integer("world_size", 1);  // absent from checkpoints made before data parallelism
   s.zero_stage = f.integer("zero_stage", 0);
-  if (s.global_step < 0 || s.updates < 0 || s.updates > s.global_step || s.micro_batches < 0 ||
-      !(s.loss_scale > 0) || s.world_size < 1 || s.zero_stage < 0 || s.zero_stage > 3)
-    fail("{}: inconsistent counters", path);
+  // The counters as a run writes them: every step an update or (fp16) a
+  // skipped one; one to gradient_accumulation_steps batches a step.
+  auto inconsistent = [&](const std::string& what) { fail("{}: inconsistent counters: {}", path, what); };
+  if (s.global_step < 0 || s.global_step > (int64_t{1} << 53)) inconsistent("global_step out of range");
+  if (s.per_device_train_batch_size < 1 || s.gradient_accumulation_steps < 1 || s.examples < 1)
+    inconsistent("per_device_train_batch_size, gradient_accumulation_steps and examples must be positive");
+  if (s.updates < 0 || s.skipped_steps < 0 || s.updates + s.skipped_steps != s.global_step)
+    inconsistent(fmt::format("updates {} and skipped_steps {} do not add up to global_step {}", s.updates,
+                             s.skipped_steps, s.global_step));
+  if (s.micro_batches < s.global_step || s.micro_batches / s.gradient_accumulation_steps > s.global_step)
+    inconsistent(fmt::format("micro_batches {} for {} steps of at most {} batches", s.micro_batches, s.global_step,
+                             s.gradient_accumulation_steps));
+  if (s.clean_steps < 0 || s.clean_steps >= 2000) inconsistent("clean_steps must be in [0, 2000)");
+  if (!(s.loss_scale > 0) || !std::isfinite(s.loss_scale)) inconsistent("loss_scale must be positive and finite");
+  if (s.world_size < 1 || s.zero_stage < 0 || s.zero_stage > 3) inconsistent("world_size or zero_stage out of range");
   return s;
 }
 

@@ -35,7 +35,14 @@ LabelVocabulary fit_labels(const TextTable& train, ModelConfig& config, bool fro
     const LabelVocabulary model = model_label_vocabulary(config);
     bool covered = true;
     for (const std::string& name : labels.names) covered = covered && model.ids.count(name) != 0;
-    if (covered) labels = model;
+    if (covered) {
+      labels = model;
+    } else if (labels.num_labels() != model.num_labels()) {
+      // The data's labels would give the trained classifier another shape
+      // than the checkpoint's (and model.safetensors would be blamed): the
+      // first label outside the model's is the data's error, at its line.
+      for (const TextExample& row : train.rows) model.id_of(row, train.source);
+    }
   }
   config.num_labels = labels.num_labels();
   config.problem_type = ProblemType::SingleLabel;
