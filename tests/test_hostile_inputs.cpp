@@ -140,6 +140,7 @@ TEST_F(HostileInputs, ANumberWhereTrainerStateWantsABoolean) {
   nlohmann::json j = nlohmann::json::parse(test::read_all_bytes(state));
   j["shuffle"] = 1;
   test::write_all_bytes(state, j.dump());
+  fs::remove(checkpoint + "/checkpoint_files.json");  // else the manifest names the changed file first
   const std::string again = tmp_.file("again");
   const auto r = test::run_anatomy("train --model " + model_ + " --train-file " + train_file_ +
                                    " --max-steps 2 --device cpu --no-progress --resume-from-checkpoint " +
@@ -306,12 +307,81 @@ TEST_F(HostileInputs, NegativeSecondMomentsAreRefusedOnResume) {
   const float negative = -1.0f;
   std::memcpy(bytes.data() + at, &negative, sizeof negative);
   test::write_all_bytes(states, bytes);
+  fs::remove(checkpoint + "/checkpoint_files.json");  // else the manifest names the changed file first
   const std::string again = tmp_.file("again");
   const auto r = test::run_anatomy("train --model " + model_ + " --train-file " + train_file_ +
                                    " --max-steps 2 --device cpu --no-progress --resume-from-checkpoint " +
                                    checkpoint + " --output-dir " + again);
   EXPECT_TRUE(failed_cleanly(r, {states, "'exp_avg_sq'", "-1 at element 0"}));
   EXPECT_FALSE(fs::exists(again + "/model.safetensors"));
+}
+
+// ---- durable checkpoints ----
+
+// `anatomy <args>` under a file-size limit of `kib` KiB (ulimit -f), as a disk
+// that fills up mid-save.
+test::CommandResult run_anatomy_limited(int kib, const std::string& args) {
+  test::CommandResult r;
+  const std::string command = "ulimit -f " + std::to_string(kib) + "; exec " + test::anatomy_binary() + " " + args +
+                              " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return r;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// A save that fails for want of space leaves the checkpoint before it whole,
+// removes its partial directory, and names the file and the reason.
+TEST_F(HostileInputs, AFullDiskDuringASaveLosesNothingSavedBefore) {
+  const std::string common = " --train-file " + train_file_ +
+                             " --save-strategy steps --save-steps 1 --device cpu --no-progress --output-dir " + out_;
+  ASSERT_EQ(test::run_anatomy("train --model " + model_ + common + " --max-steps 1").exit_code, 0);
+  const std::string first = out_ + "/checkpoint-1";
+  const std::string before = test::read_all_bytes(first + "/optimizer.safetensors");
+  const auto r = run_anatomy_limited(64, "train --model " + model_ + common +
+                                             " --max-steps 2 --resume-from-checkpoint " + first);
+  EXPECT_TRUE(failed_cleanly(r, {out_, "File too large"}));
+  EXPECT_FALSE(fs::exists(out_ + "/checkpoint-2"));
+  for (const auto& entry : fs::directory_iterator(out_))
+    EXPECT_NE(entry.path().filename().string().rfind(".checkpoint-", 0), 0u) << entry.path();
+  EXPECT_EQ(test::read_all_bytes(first + "/optimizer.safetensors"), before);
+  // And the checkpoint still resumes, its files matching their manifest.
+  const auto again = test::run_anatomy("train --model " + model_ + common + " --max-steps 2 --resume-from-checkpoint " +
+                                       first);
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_TRUE(fs::exists(out_ + "/checkpoint-2/checkpoint_files.json"));
+}
+
+// A checkpoint file changed after the save (a flipped byte, a truncation) is
+// refused on resume, naming it.
+TEST_F(HostileInputs, ADamagedCheckpointFileIsRefusedOnResume) {
+  ASSERT_EQ(test::run_anatomy("train --model " + model_ + " --train-file " + train_file_ +
+                              " --max-steps 1 --save-strategy steps --save-steps 1 --device cpu --no-progress "
+                              "--output-dir " + out_).exit_code, 0);
+  const std::string checkpoint = out_ + "/checkpoint-1";
+  const std::string states = checkpoint + "/optimizer.safetensors";
+  std::string bytes = test::read_all_bytes(states);
+  bytes[bytes.size() - 5] ^= 0x40;  // a bit of the last state's data
+  test::write_all_bytes(states, bytes);
+  const std::string again = tmp_.file("again");
+  const auto resume = [&] {
+    return test::run_anatomy("train --model " + model_ + " --train-file " + train_file_ +
+                             " --max-steps 2 --device cpu --no-progress --resume-from-checkpoint " + checkpoint +
+                             " --output-dir " + again);
+  };
+  EXPECT_TRUE(failed_cleanly(resume(), {states, "changed or was damaged after the save"}));
+  EXPECT_TRUE(nothing_at(again));
+  bytes[bytes.size() - 5] ^= 0x40;
+  test::write_all_bytes(states, bytes);
+  const std::string weights = checkpoint + "/model.safetensors";
+  const std::string model_bytes = test::read_all_bytes(weights);
+  test::write_all_bytes(weights, model_bytes + "x");
+  EXPECT_TRUE(failed_cleanly(resume(), {weights, std::to_string(model_bytes.size() + 1) + " bytes"}));
+  EXPECT_TRUE(nothing_at(again));
 }
 
 }  // namespace

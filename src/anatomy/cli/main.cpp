@@ -1,5 +1,6 @@
 // main.cpp: the `anatomy` command. Every error reaches the user as one line,
 // "error: ...", with a non-zero exit code.
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -13,6 +14,9 @@
 
 int main(int argc, char** argv) {
   anatomy::cli::line_buffer_if_launched();
+  // A write past the file-size limit (ulimit -f) fails with EFBIG and is
+  // reported as any full disk is, instead of killing the process.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"anatomy: train and run BERT, and see where every byte and millisecond goes"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "anatomy 0.1.0");

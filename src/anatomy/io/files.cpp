@@ -1,6 +1,7 @@
 // files.cpp: whole-file reads and atomic (temp + rename) writes.
 #include "anatomy/io/files.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -52,6 +53,40 @@ PathKind path_kind(const std::string& path) {
     fail("{}: {}", path, ec.message());
   if (ec || st.type() == std::filesystem::file_type::not_found) return PathKind::Missing;
   return st.type() == std::filesystem::file_type::directory ? PathKind::Directory : PathKind::Other;
+}
+
+void sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) fail("{}: cannot open the directory to sync it: {}", dir, std::strerror(errno));
+  const int result = ::fsync(fd);
+  const int saved_errno = errno;
+  ::close(fd);
+  if (result != 0 && saved_errno != EINVAL) fail("{}: cannot sync the directory: {}", dir, std::strerror(saved_errno));
+}
+
+FileDigest digest_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail("{}: cannot open: {}", path, std::strerror(errno));
+  FileDigest d;
+  d.hash = 0xcbf29ce484222325ull;
+  std::vector<unsigned char> chunk(size_t{1} << 20);
+  while (true) {
+    const size_t n = std::fread(chunk.data(), 1, chunk.size(), f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t word;
+      std::memcpy(&word, chunk.data() + i, 8);
+      d.hash = (d.hash ^ word) * 0x100000001b3ull;
+    }
+    for (; i < n; ++i) d.hash = (d.hash ^ chunk[i]) * 0x100000001b3ull;
+    d.bytes += n;
+    if (n < chunk.size()) break;
+  }
+  const bool failed = std::ferror(f) != 0;
+  const int saved_errno = errno;
+  std::fclose(f);
+  if (failed) fail("{}: read error: {}", path, std::strerror(saved_errno));
+  return d;
 }
 
 std::vector<uint8_t> read_file_bytes(const std::string& path) { return read_all<std::vector<uint8_t>>(path); }
@@ -110,6 +145,9 @@ void AtomicFile::commit() {
     fail("{}: cannot rename {} onto it: {}", path_, temp_path_, std::strerror(saved_errno));
   }
   committed_ = true;
+  // The rename itself made durable.
+  const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+  sync_directory(parent.empty() ? "." : parent.string());
 }
 
 void write_text_file_atomic(const std::string& path, std::string_view text) {

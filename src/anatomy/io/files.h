@@ -21,6 +21,20 @@ PathKind path_kind(const std::string& path);
 inline bool path_exists(const std::string& path) { return path_kind(path) != PathKind::Missing; }
 inline bool is_directory(const std::string& path) { return path_kind(path) == PathKind::Directory; }
 
+// Makes `dir`'s entries durable (fsync of the directory): after a rename into
+// it, a crash cannot bring the old entry back. Error "<dir>: ..." on failure;
+// a file system that cannot sync directories (EINVAL) is left as it is.
+void sync_directory(const std::string& dir);
+
+// The size and a 64-bit hash of a file's bytes (FNV-1a over 8-byte words,
+// then the tail: fast, stable, not cryptographic), for the manifest that
+// lets a resume tell a damaged checkpoint file from a whole one.
+struct FileDigest {
+  uint64_t bytes = 0;
+  uint64_t hash = 0;
+};
+FileDigest digest_file(const std::string& path);
+
 // The whole file as bytes. Error "<path>: ..." when it is missing or unreadable.
 std::vector<uint8_t> read_file_bytes(const std::string& path);
 // The whole file as text (same errors).
@@ -38,7 +52,7 @@ class AtomicFile {
 
   void write(const void* data, size_t bytes);
   void write(std::string_view text) { write(text.data(), text.size()); }
-  // Flushes, syncs and renames onto path(); the object is then spent.
+  // Flushes, syncs, renames onto path() and syncs its directory; the object is then spent.
   void commit();
 
   const std::string& path() const { return path_; }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <regex>
 #include <string>
@@ -32,6 +33,9 @@ namespace {
 
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
+// Every file of the checkpoint with its size and hash (io::digest_file), written
+// last: a resume refuses a file that no longer matches.
+constexpr const char* kManifestFile = "checkpoint_files.json";
 // The optimizer file's metadata key for parameter_layout_id.
 constexpr const char* kLayoutKey = "parameter_layout";
 
@@ -114,6 +118,50 @@ void write_optimizer(const std::string& path, const Optimizer& optimizer, Backen
 
 }  // namespace
 
+namespace {
+
+// The manifest of the files in `dir` (all but itself), written atomically.
+void write_manifest(const fs::path& dir) {
+  nlohmann::json files = nlohmann::json::object();
+  std::vector<fs::path> paths;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.is_regular_file() && entry.path().filename() != kManifestFile) paths.push_back(entry.path());
+  std::sort(paths.begin(), paths.end());
+  for (const fs::path& path : paths) {
+    const io::FileDigest d = io::digest_file(path.string());
+    files[path.filename().string()] = {{"bytes", d.bytes}, {"hash", fmt::format("{:016x}", d.hash)}};
+  }
+  io::write_text_file_atomic((dir / kManifestFile).string(), nlohmann::json{{"files", files}}.dump(2) + "\n");
+}
+
+// The files of checkpoint `dir` that `wanted` accepts against its manifest:
+// present, of the recorded size and hash. A checkpoint saved without a
+// manifest is taken as it is.
+void verify_manifest(const std::string& dir, const std::function<bool(const std::string&)>& wanted) {
+  const std::string path = (fs::path(dir) / kManifestFile).string();
+  if (!io::path_exists(path)) return;
+  const nlohmann::json j = io::parse_json(io::read_text_file(path), path);
+  if (!j.is_object() || !j.contains("files") || !j["files"].is_object())
+    fail("{}: expected an object with \"files\"", path);
+  for (const auto& [name, entry] : j["files"].items()) {
+    if (!wanted(name)) continue;
+    if (!entry.is_object() || !entry.contains("bytes") || !entry["bytes"].is_number_unsigned() ||
+        !entry.contains("hash") || !entry["hash"].is_string())
+      fail("{}: the entry of '{}' needs \"bytes\" and \"hash\"", path, name);
+    const std::string file = (fs::path(dir) / name).string();
+    if (name.find('/') != std::string::npos) fail("{}: the entry '{}' is not a file of the checkpoint", path, name);
+    if (!io::path_exists(file)) fail("{}: not a whole checkpoint ({} is missing)", dir, name);
+    const io::FileDigest d = io::digest_file(file);
+    const uint64_t bytes = entry["bytes"].get<uint64_t>();
+    const std::string hash = fmt::format("{:016x}", d.hash);
+    if (d.bytes != bytes || hash != entry["hash"].get<std::string>())
+      fail("{}: {} bytes, hash {}; the checkpoint saved {} bytes, hash {}: the file changed or was damaged after "
+           "the save", file, d.bytes, hash, bytes, entry["hash"].get<std::string>());
+  }
+}
+
+}  // namespace
+
 std::string optimizer_shard_file(int64_t rank, int64_t world_size) {
   return fmt::format("optimizer-rank-{}-of-{}.safetensors", rank, world_size);
 }
@@ -143,6 +191,17 @@ void save_checkpoint(const std::string& output_dir, const Model& model, Backend&
     fail("{}: rank 0 made this directory and rank {} does not see it: the ranks of a run that saves checkpoints "
          "must share --output-dir (one host, or a shared filesystem)",
          partial.string(), rank);
+  // A save that fails (a full disk) leaves the checkpoints before it as they
+  // were: rank 0 removes the partial directory and the error names the file.
+  struct RemoveOnFailure {
+    fs::path dir;
+    bool armed;
+    ~RemoveOnFailure() {
+      if (!armed) return;
+      std::error_code ignored;
+      fs::remove_all(dir, ignored);
+    }
+  } cleanup{partial, rank == 0};
   if (rank == 0) {
     if (ranks.model_weights != nullptr) save_pretrained_from_host(model, *ranks.model_weights, partial.string());
     else save_pretrained(model, backend, partial.string());
@@ -157,6 +216,8 @@ void save_checkpoint(const std::string& output_dir, const Model& model, Backend&
   // Every rank's part is written: only now may the checkpoint appear.
   if (world > 1) ranks.comm->sum_host({});
   if (rank != 0) return;
+  write_manifest(partial);
+  io::sync_directory(partial.string());
   // An older checkpoint of the same step (a run repeated into this directory)
   // is moved aside first: rename cannot replace a directory that has files.
   if (io::path_exists(final_dir.string())) {
@@ -170,6 +231,8 @@ void save_checkpoint(const std::string& output_dir, const Model& model, Backend&
     fs::rename(partial, final_dir, ec);
     if (ec) fail("{}: cannot rename into place ({})", final_dir.string(), ec.message());
   }
+  cleanup.armed = false;
+  io::sync_directory(output_dir);
   if (total_limit > 0) {
     // Each old checkpoint is first renamed out of sight (atomic), then
     // deleted: a kill during the deletion leaves a hidden directory, not a
@@ -310,6 +373,12 @@ void check_state_values(const std::string& path, const std::string& name, const 
 
 TrainerState load_checkpoint(const std::string& dir, Model& model, Optimizer& optimizer,
                              Backend& backend, const TrainerState& expected, const CheckpointRanks& ranks) {
+  // Each rank checks the files it reads: the shared ones (rank 0) and its own optimizer shard.
+  const std::string own_shard = optimizer_shard_file(rank_of(ranks), world_of(ranks));
+  verify_manifest(dir, [&](const std::string& name) {
+    const bool shard = name.rfind("optimizer-rank-", 0) == 0;
+    return shard ? name == own_shard : rank_of(ranks) == 0;
+  });
   const TrainerState s = read_trainer_state(dir);
   // The data position counts batches of each rank's shard, and stage 1's
   // states are cut per rank: another world or stage cannot continue this run.
