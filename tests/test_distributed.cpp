@@ -227,8 +227,24 @@ TEST(DistEnvironment, Precedence) {
 
 // ---- the store --------------------------------------------------------------------
 
+// The store listens on the address the ranks are given (MASTER_ADDR), not on
+// every interface: localhost is loopback only; 0.0.0.0 asks for every one.
+TEST(DistStore, ListensOnTheMasterAddressOnly) {
+  StoreServer local(0, 2, "localhost");
+  EXPECT_EQ(local.address(), "127.0.0.1");
+  StoreClient a("127.0.0.1", local.port(), 0, 2, Seconds(5));
+  StoreServer any(0, 2, "0.0.0.0");
+  EXPECT_EQ(any.address(), "0.0.0.0");
+  try {
+    StoreServer nowhere(0, 2, "no-such-host.invalid");
+    FAIL() << "listened";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot resolve 'no-such-host.invalid'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(DistStore, SetGetAddWait) {
-  StoreServer server(0, 2, true);
+  StoreServer server(0, 2, "127.0.0.1");
   StoreClient a("127.0.0.1", server.port(), 0, 2, Seconds(5));
   StoreClient b("localhost", server.port(), 1, 2, Seconds(5));
   a.set("x", "hello");
@@ -256,7 +272,7 @@ TEST(DistStore, SetGetAddWait) {
 }
 
 TEST(DistStore, TimeoutsNameWhatWasAwaited) {
-  StoreServer server(0, 2, true);
+  StoreServer server(0, 2, "127.0.0.1");
   StoreClient a("127.0.0.1", server.port(), 0, 2, Seconds(5));
   StoreClient b("127.0.0.1", server.port(), 1, 2, Seconds(5));
   const auto start = Clock::now();
@@ -302,7 +318,7 @@ TEST(DistStore, NoServerIsAClearErrorAfterTheTimeout) {
 }
 
 TEST(DistStore, WrongWorldAndDuplicateRanksAreRefused) {
-  StoreServer server(0, 2, true);
+  StoreServer server(0, 2, "127.0.0.1");
   StoreClient a("127.0.0.1", server.port(), 0, 2, Seconds(5));
   const std::string twice = error_of([&] { StoreClient again("127.0.0.1", server.port(), 0, 2, Seconds(5)); });
   EXPECT_TRUE(contains(twice, "rank 0 joined twice")) << twice;
@@ -312,7 +328,7 @@ TEST(DistStore, WrongWorldAndDuplicateRanksAreRefused) {
 }
 
 TEST(DistStore, AFailedRankEndsEveryWait) {
-  StoreServer server(0, 3, true);
+  StoreServer server(0, 3, "127.0.0.1");
   StoreClient a("127.0.0.1", server.port(), 0, 3, Seconds(5));
   StoreClient b("127.0.0.1", server.port(), 1, 3, Seconds(5));
   auto c = std::make_unique<StoreClient>("127.0.0.1", server.port(), 2, 3, Seconds(5));
@@ -329,7 +345,7 @@ TEST(DistStore, AFailedRankEndsEveryWait) {
 }
 
 TEST(DistStore, AFinishedRankIsNoFailure) {
-  StoreServer server(0, 2, true);
+  StoreServer server(0, 2, "127.0.0.1");
   StoreClient a("127.0.0.1", server.port(), 0, 2, Seconds(5));
   auto b = std::make_unique<StoreClient>("127.0.0.1", server.port(), 1, 2, Seconds(5));
   b->set("result", "42");
@@ -343,7 +359,7 @@ TEST(DistStore, AFinishedRankIsNoFailure) {
 }
 
 TEST(DistStore, WatchdogSeesAFrozenRank) {
-  StoreServer server(0, 2, true);
+  StoreServer server(0, 2, "127.0.0.1");
   std::promise<std::string> seen;
   StoreClient a("127.0.0.1", server.port(), 0, 2, Seconds(5));
   StoreClient b("127.0.0.1", server.port(), 1, 2, Seconds(5));
@@ -361,7 +377,7 @@ TEST(DistStore, WatchdogSeesAFrozenRank) {
 
 TEST(DistStore, WatchdogSeesTheStoreGo) {
   std::promise<std::string> seen;
-  auto server = std::make_unique<StoreServer>(0, 2, true);
+  auto server = std::make_unique<StoreServer>(0, 2, "127.0.0.1");
   StoreClient b("127.0.0.1", server->port(), 1, 2, Seconds(5));
   b.start_watchdog(Seconds(5), [&](const std::string& message) { seen.set_value(message); });
   server.reset();  // rank 0's process is gone

@@ -402,22 +402,37 @@ struct StoreServer::Impl {
   }
 };
 
-StoreServer::StoreServer(int port, int world_size, bool loopback_only) : impl_(std::make_unique<Impl>()) {
+StoreServer::StoreServer(int port, int world_size, const std::string& address) : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   s.world_size = world_size;
   s.ranks.resize(static_cast<size_t>(world_size));
+  // The one interface the ranks are told to reach (MASTER_ADDR), not every one.
+  sockaddr_in addr{};
+  {
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const int gai = ::getaddrinfo(address.c_str(), nullptr, &hints, &found);
+    if (gai != 0 || found == nullptr)
+      fail("cannot resolve '{}' to an IPv4 address to listen on: {}", address,
+           gai != 0 ? gai_strerror(gai) : "no address");
+    std::memcpy(&addr, found->ai_addr, sizeof addr);
+    ::freeaddrinfo(found);
+  }
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  char dotted[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &addr.sin_addr, dotted, sizeof dotted);
+  address_ = dotted;
   s.listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s.listen_fd < 0) fail("cannot open a socket for the store: {}", error_text(errno));
   int one = 1;
   setsockopt(s.listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // a port in TIME_WAIT can be reused
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(loopback_only ? INADDR_LOOPBACK : INADDR_ANY);
   if (::bind(s.listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0 || ::listen(s.listen_fd, 1024) < 0) {
     const int err = errno;
     ::close(s.listen_fd);
-    fail("cannot listen on port {}: {}", port, error_text(err));
+    fail("cannot listen on {}:{}: {}", address_, port, error_text(err));
   }
   socklen_t len = sizeof addr;
   getsockname(s.listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
@@ -1066,16 +1081,17 @@ DistSession rendezvous(const DistEnvironment& env, Seconds timeout) {
   std::string host = env.master_addr;
   int port = env.master_port;
   if (env.world_size == 1) {
-    server = std::make_unique<StoreServer>(0, 1, /*loopback_only=*/true);
+    server = std::make_unique<StoreServer>(0, 1, "127.0.0.1");
     host = "127.0.0.1";
     port = server->port();
   } else if (env.rank == 0) {
     try {
-      server = std::make_unique<StoreServer>(env.master_port, env.world_size);
+      server = std::make_unique<StoreServer>(env.master_port, env.world_size, env.master_addr);
     } catch (const Error& e) {
-      fail("rank 0 cannot start the store (MASTER_PORT={}): {}", env.master_port, e.what());
+      fail("rank 0 cannot start the store (MASTER_ADDR={}, MASTER_PORT={}): {}", env.master_addr, env.master_port,
+           e.what());
     }
-    host = "127.0.0.1";  // its own server, listening on every interface
+    host = server->address() == "0.0.0.0" ? "127.0.0.1" : server->address();  // its own server
   }
   std::unique_ptr<StoreClient> client;
   try {

@@ -67,15 +67,18 @@ std::string format_seconds(Seconds s);
 
 class StoreServer {
  public:
-  // Listens at `port` (0: a free port, see port()) on every IPv4 interface, or
-  // on 127.0.0.1 only with `loopback_only`, for a world of `world_size` ranks.
-  // Throws Error when the port cannot be had.
-  StoreServer(int port, int world_size, bool loopback_only = false);
+  // Listens at `port` (0: a free port, see port()) on the IPv4 address that
+  // `address` resolves to (MASTER_ADDR: 127.0.0.1 or localhost for one node,
+  // only that interface; "0.0.0.0" every interface), for a world of
+  // `world_size` ranks. Throws Error when the address or the port cannot be had.
+  StoreServer(int port, int world_size, const std::string& address = "127.0.0.1");
   ~StoreServer();  // stops the thread and closes every connection
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
 
   int port() const { return port_; }
+  // The IPv4 address it listens on, dotted ("127.0.0.1").
+  const std::string& address() const { return address_; }
   // Waits until every rank has said goodbye or is known dead (true), at most
   // `timeout` (false): rank 0 keeps the store up until the others are done.
   bool wait_until_all_left(Seconds timeout);
@@ -84,6 +87,7 @@ class StoreServer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int port_ = 0;
+  std::string address_;
   std::thread thread_;
 };
 
