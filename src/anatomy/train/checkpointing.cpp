@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anatomy/core/error.h"
+#include "anatomy/distributed/store.h"
 #include "anatomy/io/files.h"
 #include "anatomy/io/json.h"
 #include "anatomy/io/safetensors.h"
@@ -202,17 +203,23 @@ void save_checkpoint(const std::string& output_dir, const Model& model, Backend&
       fs::remove_all(dir, ignored);
     }
   } cleanup{partial, rank == 0};
-  if (rank == 0) {
-    if (ranks.model_weights != nullptr) save_pretrained_from_host(model, *ranks.model_weights, partial.string());
-    else save_pretrained(model, backend, partial.string());
-    if (tokenizer != nullptr) save_tokenizer(*tokenizer, partial.string());
+  try {
+    if (rank == 0) {
+      if (ranks.model_weights != nullptr) save_pretrained_from_host(model, *ranks.model_weights, partial.string());
+      else save_pretrained(model, backend, partial.string());
+      if (tokenizer != nullptr) save_tokenizer(*tokenizer, partial.string());
+    }
+    if (ranks.sharded)
+      write_optimizer((partial / optimizer_shard_file(rank, world)).string(), optimizer, backend,
+                      parameter_layout_id(model.weights()), shard_metadata(ranks));
+    else if (rank == 0)
+      write_optimizer((partial / kOptimizerFile).string(), optimizer, backend, parameter_layout_id(model.weights()));
+    if (rank == 0) io::write_text_file_atomic((partial / kStateFile).string(), state_json(state).dump(2) + "\n");
+  } catch (const distributed::PeerFailure&) {
+    throw;  // another rank's failure keeps its own message and exit code
+  } catch (const Error& e) {
+    fail("{}: not saved, the checkpoints before it are kept ({})", final_dir.string(), e.what());
   }
-  if (ranks.sharded)
-    write_optimizer((partial / optimizer_shard_file(rank, world)).string(), optimizer, backend,
-                    parameter_layout_id(model.weights()), shard_metadata(ranks));
-  else if (rank == 0)
-    write_optimizer((partial / kOptimizerFile).string(), optimizer, backend, parameter_layout_id(model.weights()));
-  if (rank == 0) io::write_text_file_atomic((partial / kStateFile).string(), state_json(state).dump(2) + "\n");
   // Every rank's part is written: only now may the checkpoint appear.
   if (world > 1) ranks.comm->sum_host({});
   if (rank != 0) return;
