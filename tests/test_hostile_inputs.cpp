@@ -41,9 +41,38 @@ class HostileInputs : public ::testing::Test {
     train_file_ = tmp_.file("train.safetensors");
     test::write_i64_tensors(train_file_, test::valid_train_tensors());
   }
-  test::CommandResult train(const std::string& extra = "") {
-    return test::run_anatomy("train --model " + model_ + " --train-file " + train_file_ +
-                             " --max-steps 1 --device cpu --no-progress --output-dir " + out_ + " " + extra);
+  // `anatomy train` of the model copy on the CPU from `data`, into `out`, with `flags`.
+  test::CommandResult run(const std::string& data, const std::string& out, const std::string& flags,
+                          const std::string& shell = "") {
+    return test::run_anatomy("train --model " + model_ + " --train-file " + data +
+                                 " --device cpu --no-progress --output-dir " + out + " " + flags,
+                             shell);
+  }
+  test::CommandResult train(const std::string& extra = "") { return run(train_file_, out_, "--max-steps 1 " + extra); }
+  // Text data in `text`, tokenized with a vocabulary of a few words.
+  test::CommandResult train_text(const std::string& text, const std::string& vocab = "") {
+    std::string words = vocab;
+    if (words.empty()) {
+      words = tmp_.file("vocab.txt");
+      test::write_all_bytes(words, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nb\nc\nd\n");
+    }
+    return run(text, out_, "--vocab " + words + " --max-seq-length 32 --max-steps 1");
+  }
+  // One step saved as out_/checkpoint-1 (call under ASSERT_NO_FATAL_FAILURE).
+  void save_one_step() {
+    const auto r = run(train_file_, out_, "--max-steps 1 --save-strategy steps --save-steps 1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  // A second step resumed from `checkpoint` into `out`.
+  test::CommandResult resume(const std::string& checkpoint, const std::string& out) {
+    return run(train_file_, out, "--max-steps 2 --resume-from-checkpoint " + checkpoint);
+  }
+  // Where tensor `name`'s data starts in safetensors bytes (throws, failing the test, without it).
+  static uint64_t data_offset(const std::string& bytes, const std::string& name) {
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+    return 8 + n + header.at(name).at("data_offsets").at(0).get<uint64_t>();
   }
   // config.json with `key` set to the raw JSON text `value`.
   void set_config(const std::string& key, const std::string& value) {
@@ -122,19 +151,13 @@ TEST_F(HostileInputs, ANumberWhereConfigJsonWantsABoolean) {
 TEST_F(HostileInputs, ALabelBeyondADoubleInJsonLines) {
   const std::string text = tmp_.file("train.jsonl");
   test::write_all_bytes(text, "{\"text\": \"a b\", \"label\": 0}\n{\"text\": \"c d\", \"label\": 1e400}\n");
-  const std::string vocab = tmp_.file("vocab.txt");
-  test::write_all_bytes(vocab, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nb\nc\nd\n");
-  const auto r = test::run_anatomy("train --model " + model_ + " --train-file " + text + " --vocab " + vocab +
-                                   " --max-seq-length 32 --max-steps 1 --device cpu --no-progress --output-dir " +
-                                   out_);
+  const auto r = train_text(text);
   EXPECT_TRUE(failed_cleanly(r, {text + ":2", "not valid JSON", "1e400"}));
   EXPECT_TRUE(nothing_at(out_));
 }
 
 TEST_F(HostileInputs, ANumberWhereTrainerStateWantsABoolean) {
-  ASSERT_EQ(test::run_anatomy("train --model " + model_ + " --train-file " + train_file_ +
-                              " --max-steps 1 --save-strategy steps --save-steps 1 --device cpu --no-progress "
-                              "--output-dir " + out_).exit_code, 0);
+  ASSERT_NO_FATAL_FAILURE(save_one_step());
   const std::string checkpoint = out_ + "/checkpoint-1";
   const std::string state = checkpoint + "/trainer_state.json";
   nlohmann::json j = nlohmann::json::parse(test::read_all_bytes(state));
@@ -142,18 +165,14 @@ TEST_F(HostileInputs, ANumberWhereTrainerStateWantsABoolean) {
   test::write_all_bytes(state, j.dump());
   fs::remove(checkpoint + "/checkpoint_files.json");  // else the manifest names the changed file first
   const std::string again = tmp_.file("again");
-  const auto r = test::run_anatomy("train --model " + model_ + " --train-file " + train_file_ +
-                                   " --max-steps 2 --device cpu --no-progress --resume-from-checkpoint " +
-                                   checkpoint + " --output-dir " + again);
+  const auto r = resume(checkpoint, again);
   EXPECT_TRUE(failed_cleanly(r, {state, "shuffle"}));
   EXPECT_TRUE(nothing_at(again));
   // Counters that no run writes: 2^62 batches consumed in one step.
   j["shuffle"] = true;
   j["micro_batches"] = int64_t{1} << 62;
   test::write_all_bytes(state, j.dump());
-  const auto counters = test::run_anatomy("train --model " + model_ + " --train-file " + train_file_ +
-                                          " --max-steps 2 --device cpu --no-progress --resume-from-checkpoint " +
-                                          checkpoint + " --output-dir " + again);
+  const auto counters = resume(checkpoint, again);
   EXPECT_TRUE(failed_cleanly(counters, {state, "inconsistent counters", "micro_batches 4611686018427387904"}));
   EXPECT_TRUE(nothing_at(again));
 }
@@ -179,8 +198,7 @@ TEST_F(HostileInputs, ASymlinkLoopAsModelSafetensors) {
 TEST_F(HostileInputs, ASymlinkLoopAsTheTrainingFile) {
   const std::string loop = tmp_.file("loop.safetensors");
   fs::create_symlink("loop.safetensors", loop);
-  const auto r = test::run_anatomy("train --model " + model_ + " --train-file " + loop +
-                                   " --max-steps 1 --device cpu --no-progress --output-dir " + out_);
+  const auto r = run(loop, out_, "--max-steps 1");
   EXPECT_TRUE(failed_cleanly(r, {loop}));
   EXPECT_TRUE(nothing_at(out_));
 }
@@ -190,8 +208,7 @@ TEST_F(HostileInputs, ASymlinkLoopAsTheVocabulary) {
   test::write_all_bytes(text, "{\"text\": \"a b\", \"label\": 0}\n{\"text\": \"c d\", \"label\": 1}\n");
   const std::string loop = tmp_.file("vocab.txt");
   fs::create_symlink("vocab.txt", loop);
-  const auto r = test::run_anatomy("train --model " + model_ + " --train-file " + text + " --vocab " + loop +
-                                   " --max-seq-length 32 --max-steps 1 --device cpu --no-progress --output-dir " + out_);
+  const auto r = train_text(text, loop);
   EXPECT_TRUE(failed_cleanly(r, {loop}));
   EXPECT_TRUE(nothing_at(out_));
 }
@@ -199,8 +216,7 @@ TEST_F(HostileInputs, ASymlinkLoopAsTheVocabulary) {
 TEST_F(HostileInputs, ASymlinkLoopAsTheOutputDirectory) {
   const std::string loop = tmp_.file("loop-out");
   fs::create_symlink("loop-out", loop);
-  const auto r = test::run_anatomy("train --model " + model_ + " --train-file " + train_file_ +
-                                   " --max-steps 1 --device cpu --no-progress --output-dir " + loop);
+  const auto r = run(train_file_, loop, "--max-steps 1");
   EXPECT_TRUE(failed_cleanly(r, {loop}));
 }
 
@@ -231,10 +247,7 @@ TEST_F(HostileInputs, ABetaThatIsNotANumber) {
 }
 
 TEST_F(HostileInputs, AStepCountThatDoesNotFit) {
-  const auto steps = [&](const std::string& flags) {
-    return test::run_anatomy("train --model " + model_ + " --train-file " + train_file_ + " " + flags +
-                             " --device cpu --no-progress --output-dir " + out_);
-  };
+  const auto steps = [&](const std::string& flags) { return run(train_file_, out_, flags); };
   const auto r = steps("--num-train-epochs 1e30");
   EXPECT_TRUE(failed_cleanly(r, {"--num-train-epochs 1e+30", "more than the 9007199254740992 steps a run may take"}));
   EXPECT_TRUE(nothing_at(out_));
@@ -266,11 +279,7 @@ TEST_F(HostileInputs, AStrayLabelIsNamedAtItsLine) {
   test::write_all_bytes(text, "{\"text\": \"a b\", \"label\": \"negative\"}\n"
                               "{\"text\": \"c d\", \"label\": \"positive\"}\n"
                               "{\"text\": \"a d\", \"label\": \"postive\"}\n");
-  const std::string vocab = tmp_.file("vocab.txt");
-  test::write_all_bytes(vocab, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nb\nc\nd\n");
-  const auto r = test::run_anatomy("train --model " + model_ + " --train-file " + text + " --vocab " + vocab +
-                                   " --max-seq-length 32 --max-steps 1 --device cpu --no-progress --output-dir " +
-                                   out_);
+  const auto r = train_text(text);
   EXPECT_TRUE(failed_cleanly(r, {text + ":3", "label 'postive'", "negative, positive"}));
   EXPECT_TRUE(nothing_at(out_));
 }
@@ -280,10 +289,7 @@ TEST_F(HostileInputs, AStrayLabelIsNamedAtItsLine) {
 TEST_F(HostileInputs, NonFiniteWeightsAreRefusedWhenLoaded) {
   const std::string name = "bert.encoder.layer.0.output.dense.bias";
   std::string bytes = test::read_all_bytes(weights_);
-  uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);
-  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
-  const uint64_t at = 8 + n + header[name]["data_offsets"][0].get<uint64_t>() + 3 * sizeof(float);
+  const uint64_t at = data_offset(bytes, name) + 3 * sizeof(float);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(bytes.data() + at, &nan, sizeof nan);
   test::write_all_bytes(weights_, bytes);
@@ -293,65 +299,41 @@ TEST_F(HostileInputs, NonFiniteWeightsAreRefusedWhenLoaded) {
 }
 
 TEST_F(HostileInputs, NegativeSecondMomentsAreRefusedOnResume) {
-  ASSERT_EQ(test::run_anatomy("train --model " + model_ + " --train-file " + train_file_ +
-                              " --max-steps 1 --save-strategy steps --save-steps 1 --device cpu --no-progress "
-                              "--output-dir " + out_).exit_code, 0);
+  ASSERT_NO_FATAL_FAILURE(save_one_step());
   const std::string checkpoint = out_ + "/checkpoint-1";
   const std::string states = checkpoint + "/optimizer.safetensors";
   std::string bytes = test::read_all_bytes(states);
-  uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);
-  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
-  ASSERT_TRUE(header.contains("exp_avg_sq")) << header.dump();
-  const uint64_t at = 8 + n + header["exp_avg_sq"]["data_offsets"][0].get<uint64_t>();
+  const uint64_t at = data_offset(bytes, "exp_avg_sq");
   const float negative = -1.0f;
   std::memcpy(bytes.data() + at, &negative, sizeof negative);
   test::write_all_bytes(states, bytes);
   fs::remove(checkpoint + "/checkpoint_files.json");  // else the manifest names the changed file first
   const std::string again = tmp_.file("again");
-  const auto r = test::run_anatomy("train --model " + model_ + " --train-file " + train_file_ +
-                                   " --max-steps 2 --device cpu --no-progress --resume-from-checkpoint " +
-                                   checkpoint + " --output-dir " + again);
+  const auto r = resume(checkpoint, again);
   EXPECT_TRUE(failed_cleanly(r, {states, "'exp_avg_sq'", "-1 at element 0"}));
   EXPECT_FALSE(fs::exists(again + "/model.safetensors"));
 }
 
 // ---- durable checkpoints ----
 
-// `anatomy <args>` under a file-size limit of `kib` KiB (ulimit -f), as a disk
-// that fills up mid-save.
-test::CommandResult run_anatomy_limited(int kib, const std::string& args) {
-  test::CommandResult r;
-  const std::string command = "ulimit -f " + std::to_string(kib) + "; exec " + test::anatomy_binary() + " " + args +
-                              " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return r;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
 // A save that fails for want of space leaves the checkpoint before it whole,
 // removes its partial directory, and names the file and the reason.
 TEST_F(HostileInputs, AFullDiskDuringASaveLosesNothingSavedBefore) {
-  const std::string common = " --train-file " + train_file_ +
-                             " --save-strategy steps --save-steps 1 --device cpu --no-progress --output-dir " + out_;
-  ASSERT_EQ(test::run_anatomy("train --model " + model_ + common + " --max-steps 1").exit_code, 0);
+  ASSERT_NO_FATAL_FAILURE(save_one_step());
   const std::string first = out_ + "/checkpoint-1";
+  const std::string second_step =
+      "--max-steps 2 --save-strategy steps --save-steps 1 --resume-from-checkpoint " + first;
   const std::string before = test::read_all_bytes(first + "/optimizer.safetensors");
-  const auto r = run_anatomy_limited(64, "train --model " + model_ + common +
-                                             " --max-steps 2 --resume-from-checkpoint " + first);
-  EXPECT_TRUE(failed_cleanly(r, {out_ + "/checkpoint-2: not saved, the checkpoints before it are kept", "File too large"}));
+  // Under a file-size limit of 64 KiB (ulimit -f), as a disk that fills up mid-save.
+  const auto r = run(train_file_, out_, second_step, "ulimit -f 64; exec");
+  EXPECT_TRUE(
+      failed_cleanly(r, {out_ + "/checkpoint-2: not saved, the checkpoints before it are kept", "File too large"}));
   EXPECT_FALSE(fs::exists(out_ + "/checkpoint-2"));
   for (const auto& entry : fs::directory_iterator(out_))
     EXPECT_NE(entry.path().filename().string().rfind(".checkpoint-", 0), 0u) << entry.path();
   EXPECT_EQ(test::read_all_bytes(first + "/optimizer.safetensors"), before);
   // And the checkpoint still resumes, its files matching their manifest.
-  const auto again = test::run_anatomy("train --model " + model_ + common + " --max-steps 2 --resume-from-checkpoint " +
-                                       first);
+  const auto again = run(train_file_, out_, second_step);
   EXPECT_EQ(again.exit_code, 0) << again.output;
   EXPECT_TRUE(fs::exists(out_ + "/checkpoint-2/checkpoint_files.json"));
 }
@@ -359,28 +341,21 @@ TEST_F(HostileInputs, AFullDiskDuringASaveLosesNothingSavedBefore) {
 // A checkpoint file changed after the save (a flipped byte, a truncation) is
 // refused on resume, naming it.
 TEST_F(HostileInputs, ADamagedCheckpointFileIsRefusedOnResume) {
-  ASSERT_EQ(test::run_anatomy("train --model " + model_ + " --train-file " + train_file_ +
-                              " --max-steps 1 --save-strategy steps --save-steps 1 --device cpu --no-progress "
-                              "--output-dir " + out_).exit_code, 0);
+  ASSERT_NO_FATAL_FAILURE(save_one_step());
   const std::string checkpoint = out_ + "/checkpoint-1";
   const std::string states = checkpoint + "/optimizer.safetensors";
   std::string bytes = test::read_all_bytes(states);
   bytes[bytes.size() - 5] ^= 0x40;  // a bit of the last state's data
   test::write_all_bytes(states, bytes);
   const std::string again = tmp_.file("again");
-  const auto resume = [&] {
-    return test::run_anatomy("train --model " + model_ + " --train-file " + train_file_ +
-                             " --max-steps 2 --device cpu --no-progress --resume-from-checkpoint " + checkpoint +
-                             " --output-dir " + again);
-  };
-  EXPECT_TRUE(failed_cleanly(resume(), {states, "changed or was damaged after the save"}));
+  EXPECT_TRUE(failed_cleanly(resume(checkpoint, again), {states, "changed or was damaged after the save"}));
   EXPECT_TRUE(nothing_at(again));
   bytes[bytes.size() - 5] ^= 0x40;
   test::write_all_bytes(states, bytes);
   const std::string weights = checkpoint + "/model.safetensors";
   const std::string model_bytes = test::read_all_bytes(weights);
   test::write_all_bytes(weights, model_bytes + "x");
-  EXPECT_TRUE(failed_cleanly(resume(), {weights, std::to_string(model_bytes.size() + 1) + " bytes"}));
+  EXPECT_TRUE(failed_cleanly(resume(checkpoint, again), {weights, std::to_string(model_bytes.size() + 1) + " bytes"}));
   EXPECT_TRUE(nothing_at(again));
 }
 

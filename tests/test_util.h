@@ -141,10 +141,11 @@ struct CommandResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs `anatomy <args>` through the shell, capturing both streams.
-inline CommandResult run_anatomy(const std::string& args) {
+// Runs `anatomy <args>` through the shell, capturing both streams; `shell`
+// goes before it on the command line ("ulimit -f 64; exec").
+inline CommandResult run_anatomy(const std::string& args, const std::string& shell = "") {
   CommandResult r;
-  const std::string command = anatomy_binary() + " " + args + " 2>&1";
+  const std::string command = (shell.empty() ? "" : shell + " ") + anatomy_binary() + " " + args + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return r;
   std::array<char, 4096> buffer;

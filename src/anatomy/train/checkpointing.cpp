@@ -117,9 +117,8 @@ void write_optimizer(const std::string& path, const Optimizer& optimizer, Backen
   io::write_safetensors(path, tensors, metadata);
 }
 
-}  // namespace
-
-namespace {
+// A file digest's hash as the manifest records it: 16 hex digits.
+std::string hash_text(const io::FileDigest& d) { return fmt::format("{:016x}", d.hash); }
 
 // The manifest of the files in `dir` (all but itself), written atomically.
 void write_manifest(const fs::path& dir) {
@@ -130,7 +129,7 @@ void write_manifest(const fs::path& dir) {
   std::sort(paths.begin(), paths.end());
   for (const fs::path& path : paths) {
     const io::FileDigest d = io::digest_file(path.string());
-    files[path.filename().string()] = {{"bytes", d.bytes}, {"hash", fmt::format("{:016x}", d.hash)}};
+    files[path.filename().string()] = {{"bytes", d.bytes}, {"hash", hash_text(d)}};
   }
   io::write_text_file_atomic((dir / kManifestFile).string(), nlohmann::json{{"files", files}}.dump(2) + "\n");
 }
@@ -154,7 +153,7 @@ void verify_manifest(const std::string& dir, const std::function<bool(const std:
     if (!io::path_exists(file)) fail("{}: not a whole checkpoint ({} is missing)", dir, name);
     const io::FileDigest d = io::digest_file(file);
     const uint64_t bytes = entry["bytes"].get<uint64_t>();
-    const std::string hash = fmt::format("{:016x}", d.hash);
+    const std::string hash = hash_text(d);
     if (d.bytes != bytes || hash != entry["hash"].get<std::string>())
       fail("{}: {} bytes, hash {}; the checkpoint saved {} bytes, hash {}: the file changed or was damaged after "
            "the save", file, d.bytes, hash, bytes, entry["hash"].get<std::string>());
