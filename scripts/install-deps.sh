@@ -3,7 +3,7 @@
 # The CUDA toolkit is optional: when nvcc is present the CUDA target is built too.
 set -euo pipefail
 packages=(build-essential cmake ninja-build nlohmann-json3-dev libcli11-dev libfmt-dev
-          libopenblas-dev libgtest-dev libgmock-dev chromium python3)
+          libopenblas-dev libpcre2-dev libgtest-dev libgmock-dev chromium python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
