@@ -18,6 +18,7 @@
 #include "anatomy/core/error.h"
 #include "anatomy/io/files.h"
 #include "anatomy/io/json.h"
+#include "anatomy/io/torch_checkpoint.h"
 
 namespace anatomy::io {
 
@@ -280,6 +281,26 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   return file;
 }
 
+SafetensorsFile SafetensorsFile::view(std::string path, std::shared_ptr<const std::vector<uint8_t>> bytes,
+                                      std::vector<StTensorInfo> tensors) {
+  SafetensorsFile file;
+  file.path_ = std::move(path);
+  const uint64_t size = bytes->size();
+  for (StTensorInfo& info : tensors) {
+    uint64_t nbytes = st_dtype_size(info.dtype);
+    for (int64_t d : info.shape)
+      if (d < 0 || !checked_mul(nbytes, static_cast<uint64_t>(d), &nbytes))
+        fail("{}: tensor '{}': shape {} is too large", file.path_, info.name, shape_string(info.shape));
+    if (info.end < info.begin || info.end > size || info.end - info.begin != nbytes)
+      fail("{}: tensor '{}': bytes [{}, {}) do not hold shape {} of {} within the file's {} bytes", file.path_,
+           info.name, info.begin, info.end, shape_string(info.shape), st_dtype_name(info.dtype), size);
+    std::string name = info.name;
+    if (!file.tensors_.emplace(name, std::move(info)).second) fail("{}: tensor '{}' appears twice", file.path_, name);
+  }
+  file.bytes_ = std::move(bytes);
+  return file;
+}
+
 const StTensorInfo& SafetensorsFile::info(const std::string& name) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) fail("{}: no tensor '{}'", path_, name);
@@ -343,23 +364,41 @@ std::vector<int64_t> SafetensorsFile::read_i64(const std::string& name, const st
 // ---------------------------------------------------------------------------
 // SafetensorsSet
 
-SafetensorsSet SafetensorsSet::open_dir(const std::string& dir) {
+namespace {
+
+// Weights in formats anatomy does not read, as Hugging Face names them: a
+// directory holding only these gets an error that says what is there.
+struct ForeignWeights {
+  std::string_view name;  // a file name, or a suffix when it starts with '.'
+  std::string_view what;
+};
+constexpr ForeignWeights kForeignWeights[] = {
+    {"tf_model.h5", "TensorFlow weights"},
+    {"tf_model.h5.index.json", "sharded TensorFlow weights"},
+    {"model.ckpt.index", "a TensorFlow 1 checkpoint"},
+    {"flax_model.msgpack", "Flax weights"},
+    {"flax_model.msgpack.index.json", "sharded Flax weights"},
+    {".gguf", "GGUF weights, llama.cpp's format"},
+    {".onnx", "an ONNX graph"},
+    {".h5", "Keras weights"},
+};
+
+// The sorted names of `dir`'s entries ({} when it cannot be listed).
+std::vector<std::string> directory_names(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    out.push_back(it->path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Reads a weight_map index (model.safetensors.index.json or
+// pytorch_model.bin.index.json) and opens each shard once with `open`.
+void open_shards(const std::string& dir, const std::string& index_path,
+                 SafetensorsFile (*open)(const std::string&), std::vector<SafetensorsFile>& files,
+                 std::map<std::string, size_t>& file_index) {
   namespace fs = std::filesystem;
-  SafetensorsSet set;
-  set.dir_ = dir;
-  if (!is_directory(dir)) fail("{}: not a directory", dir);
-  const std::string single = (fs::path(dir) / "model.safetensors").string();
-  const std::string index_path = (fs::path(dir) / "model.safetensors.index.json").string();
-
-  // transformers looks for the single file first, then for the index.
-  if (path_exists(single)) {
-    set.files_.push_back(SafetensorsFile::open(single));
-    for (const std::string& name : set.files_[0].names()) set.file_index_[name] = 0;
-    return set;
-  }
-  if (!path_exists(index_path))
-    fail("{}: neither model.safetensors nor model.safetensors.index.json is there", dir);
-
   const std::string text = read_text_file(index_path);
   const json index = parse_json_strict(text, index_path);
   if (!index.is_object()) fail("{}: is a JSON {}, expected an object", index_path, index.type_name());
@@ -379,13 +418,56 @@ SafetensorsSet SafetensorsSet::open_dir(const std::string& dir) {
     const std::string shard_path = (fs::path(dir) / shard).string();
     if (!path_exists(shard_path))
       fail("{}: shard '{}' (holding tensor '{}') does not exist", index_path, shard, tensors.front());
-    set.files_.push_back(SafetensorsFile::open(shard_path));
-    const SafetensorsFile& file = set.files_.back();
+    files.push_back(open(shard_path));
+    const SafetensorsFile& file = files.back();
     for (const std::string& tensor : tensors) {
       if (!file.has(tensor))
         fail("{}: tensor '{}' is mapped to shard '{}', which does not hold it", index_path, tensor, shard);
-      set.file_index_[tensor] = set.files_.size() - 1;
+      file_index[tensor] = files.size() - 1;
     }
+  }
+}
+
+}  // namespace
+
+std::string find_weights_file(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (!is_directory(dir)) fail("{}: not a directory", dir);
+  // transformers' order: safetensors first, then the pickled state dict.
+  for (const char* name : {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                           "pytorch_model.bin.index.json"})
+    if (path_exists((fs::path(dir) / name).string())) return name;
+  std::vector<std::string> found;
+  for (const std::string& entry : directory_names(dir))
+    for (const ForeignWeights& f : kForeignWeights) {
+      const bool suffix = f.name.front() == '.';
+      if (suffix ? entry.size() > f.name.size() && entry.ends_with(f.name) : entry == f.name) {
+        found.push_back(fmt::format("{} ({})", entry, f.what));
+        break;
+      }
+    }
+  if (!found.empty())
+    fail("{}: holds {}, but no weights anatomy reads: model.safetensors, pytorch_model.bin and their sharded "
+         ".index.json are missing (convert with transformers: from_pretrained, then save_pretrained)",
+         dir, fmt::join(found, "; "));
+  fail("{}: no weights: neither model.safetensors, model.safetensors.index.json, pytorch_model.bin nor "
+       "pytorch_model.bin.index.json is there",
+       dir);
+}
+
+SafetensorsSet SafetensorsSet::open_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  SafetensorsSet set;
+  set.dir_ = dir;
+  set.source_ = find_weights_file(dir);
+  const std::string path = (fs::path(dir) / set.source_).string();
+  if (set.source_ == "model.safetensors" || set.source_ == "pytorch_model.bin") {
+    set.files_.push_back(set.source_ == "model.safetensors" ? SafetensorsFile::open(path) : open_torch_checkpoint(path));
+    for (const std::string& name : set.files_[0].names()) set.file_index_[name] = 0;
+  } else if (set.source_ == "model.safetensors.index.json") {
+    open_shards(dir, path, SafetensorsFile::open, set.files_, set.file_index_);
+  } else {
+    open_shards(dir, path, open_torch_checkpoint, set.files_, set.file_index_);
   }
   return set;
 }

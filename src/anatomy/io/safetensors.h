@@ -1,7 +1,8 @@
 // safetensors.h: a strict reader and an atomic writer of the safetensors format
 // (https://github.com/huggingface/safetensors), plus the set of files that make
 // up a Hugging Face checkpoint (one model.safetensors, or shards listed by
-// model.safetensors.index.json).
+// model.safetensors.index.json; else pytorch_model.bin or its shards, read
+// through torch_checkpoint.h into the same view).
 //
 // Layout: an 8-byte little-endian u64 N, N bytes of JSON header
 //   {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
@@ -68,6 +69,13 @@ class SafetensorsFile {
   // The tensor's bytes as stored (little-endian, not necessarily aligned).
   std::span<const uint8_t> raw(const std::string& name) const;
 
+  // A view of tensors that another container holds (torch_checkpoint.h): each
+  // info's [begin, end) is a byte range of `bytes` (the whole file), and ranges
+  // may overlap (tensors that share a storage). Error "<path>: ..." if a name
+  // repeats, a range lies outside `bytes` or does not span shape x dtype size.
+  static SafetensorsFile view(std::string path, std::shared_ptr<const std::vector<uint8_t>> bytes,
+                              std::vector<StTensorInfo> tensors);
+
  private:
   std::string path_;
   // Shared so that copying a SafetensorsFile does not copy a multi-GB buffer.
@@ -77,16 +85,21 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// A Hugging Face checkpoint's weights: DIR/model.safetensors, or the shards that
+// A Hugging Face checkpoint's weights, in transformers' order of preference:
+// DIR/model.safetensors; the safetensors shards that
 // DIR/model.safetensors.index.json lists ({"metadata": {...}, "weight_map":
-// {"tensor name": "shard file name"}}). model.safetensors wins when both exist,
-// as in transformers. Every mapped shard must exist and hold the tensors mapped
-// to it. Lookup is by tensor name across shards.
+// {"tensor name": "shard file name"}}); DIR/pytorch_model.bin, a state dict
+// saved by torch.save (torch_checkpoint.h); or the .bin shards that
+// DIR/pytorch_model.bin.index.json lists the same way. Every mapped shard must
+// exist and hold the tensors mapped to it. Lookup is by tensor name across
+// shards; every file is seen through SafetensorsFile's readers.
 class SafetensorsSet {
  public:
-  static SafetensorsSet open_dir(const std::string& dir);  // Error naming the dir if neither file exists
+  static SafetensorsSet open_dir(const std::string& dir);  // Error naming the dir if none of the four exists
 
   const std::string& dir() const { return dir_; }
+  // The file read: "model.safetensors", "pytorch_model.bin.index.json", ...
+  const std::string& source() const { return source_; }
   bool has(const std::string& name) const { return file_index_.count(name) != 0; }
   const SafetensorsFile& file_of(const std::string& name) const;  // Error naming the tensor and dir if absent
   std::vector<std::string> names() const;                          // sorted
@@ -94,9 +107,16 @@ class SafetensorsSet {
 
  private:
   std::string dir_;
+  std::string source_;
   std::vector<SafetensorsFile> files_;
   std::map<std::string, size_t> file_index_;  // tensor name -> index into files_
 };
+
+// Which of the four files SafetensorsSet::open_dir reads in `dir`, by name.
+// Without any: an Error that names the weights of other formats the directory
+// holds (tf_model.h5, flax_model.msgpack, model.ckpt.index, *.gguf, ...) and
+// the files that are missing.
+std::string find_weights_file(const std::string& dir);
 
 struct StWriteTensor {
   std::string name;
