@@ -492,6 +492,9 @@ TEST_F(TorchCheckpointCli, TrainsFromPytorchModelBinAsFromSafetensors) {
   for (const std::string dir : {"single", "sharded"}) {
     const auto b = train(bin_fixture(dir), tmp_.file(dir));
     ASSERT_EQ(b.exit_code, 0) << b.output;
+    EXPECT_NE(b.output.find(dir == "single" ? "weights from pytorch_model.bin\n" : "weights from pytorch_model.bin.index.json"),
+              std::string::npos)
+        << b.output;
     const auto x = test::log_records(tmp_.file("from-safetensors")), y = test::log_records(tmp_.file(dir));
     ASSERT_EQ(x.size(), 3u);
     ASSERT_EQ(y.size(), x.size());

@@ -185,6 +185,10 @@ std::string memory_anatomy_json(const MemoryAnatomy& m) {
   j["device"] = m.device;
   j["device_name"] = m.device_name;
   j["device_total"] = m.device_total;
+  if (!m.model.empty()) {
+    j["model"] = ordered_json::object();
+    for (const auto& [name, value] : m.model) j["model"][name] = value;
+  }
 
   j["rows"] = ordered_json::array();
   for (const MemoryRow& r : memory_rows(m))

@@ -42,6 +42,9 @@ struct MemoryAnatomy {
   std::optional<MemoryPrediction> predicted;
   // The engine's choices the run made (core/engine_options.h), by flag name.
   std::vector<std::pair<std::string, std::string>> engine_options;
+  // The model: name, source (preset, directory, Hugging Face cache), weights
+  // ("random initialisation" for a preset, else the file read).
+  std::vector<std::pair<std::string, std::string>> model;
 };
 
 // One row of the anatomy: a ledger category or one of the device-level rows

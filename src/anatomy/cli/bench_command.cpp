@@ -55,8 +55,8 @@ struct BenchFlags {
 };
 
 // Flags the bench sets on every child itself: after `--` they would be given twice.
-const std::vector<std::string> kOwnFlags = {"--output-dir", "--model",     "--dummy-size", "--dummy-seq-len",
-                                            "--device",     "--max-steps", "--no-progress"};
+const std::vector<std::string> kOwnFlags = {"--output-dir",    "--model",  "--model_name_or_path", "--dummy-size",
+                                            "--dummy-seq-len", "--device", "--max-steps",          "--no-progress"};
 
 std::vector<std::string> split_commas(const std::string& text) {
   std::vector<std::string> out;
@@ -604,7 +604,8 @@ Command add_bench_command(CLI::App& app) {
   auto flags = std::make_shared<BenchFlags>();
   app.add_option("--output-dir", flags->output_dir,
                  "Where bench.md, bench.json, bench.svg and rows/<row>/ (each row's train output) go (required)");
-  app.add_option("--model", flags->model, "A preset or a Hugging Face model directory, as anatomy train takes")
+  app.add_option("--model,--model_name_or_path", flags->model,
+                 "A preset, a Hugging Face model directory or a cached id, as anatomy train takes")
       ->capture_default_str();
   app.add_option("--dummy-size", flags->dummy_size, "Dummy sequences per row")
       ->capture_default_str()->check(positive_number());

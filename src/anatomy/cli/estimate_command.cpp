@@ -64,7 +64,7 @@ DataShape shape_from_flags(const TrainingArguments& args, ModelSource& source) {
 int run_estimate(const EstimateFlags& flags, const CLI::App& app) {
   const EngineOptions options = resolve_engine_options(flags.train.engine);
   TrainingArguments args = resolve_training_flags(flags.train, app);
-  ModelSource source = resolve_model(args.model);
+  ModelSource source = resolve_model(args.model, /*need_weights=*/false);  // the plan needs no weights
   EstimateRequest r;
   r.options = options;
   r.shape = shape_from_flags(args, source);

@@ -92,6 +92,8 @@ nlohmann::json prediction(const float* logits, int64_t C, ProblemType type, cons
 int run_inference(const EvaluateFlags& f, bool predict) {
   const DType dtype = f.bf16 ? DType::BF16 : f.fp16 ? DType::F16 : DType::F32;
   DeviceChoice device = choose_device(f.device, Fp32Products::Float32, 0, resolve_engine_options(f.engine));
+  const ModelSource source = resolve_model(f.model);
+  fmt::print("Model: {}\n", describe_model(source));  // first: a preset's weights are random
   if (!device.note.empty()) fmt::print("{}\n", device.note);
   Backend& backend = *device.backend;
   const bool on_gpu = !backend.device().is_cpu();
@@ -100,7 +102,6 @@ int run_inference(const EvaluateFlags& f, bool predict) {
          f.bf16 ? "bf16" : "fp16");
   if (predict && f.output.empty()) fail("--output: predict needs a file to write the predictions to");
 
-  const ModelSource source = resolve_model(f.model);
   const bool text = !f.input.empty() && is_text_data_file(f.input);
   if (!text && (!f.vocab.empty() || !f.do_lower_case.empty()))
     fail("--{}: only for text input (a .jsonl, .json, .csv or .tsv file)", f.vocab.empty() ? "do-lower-case" : "vocab");
@@ -260,7 +261,8 @@ int run_inference(const EvaluateFlags& f, bool predict) {
 
 Command add_evaluate_command(CLI::App& app, bool predict) {
   auto f = std::make_shared<EvaluateFlags>();
-  app.add_option("--model", f->model, "Directory with config.json + model.safetensors, or a preset (seeded)")
+  app.add_option("--model,--model_name_or_path", f->model,
+                 "Directory with config.json + weights, a Hugging Face id in the local hub cache, or a preset (seeded)")
       ->capture_default_str();
   app.add_option("--input,--validation-file", f->input,
                  "Text (.jsonl, .json, .csv, .tsv) or safetensors with input_ids [N, L] and optional attention_mask "

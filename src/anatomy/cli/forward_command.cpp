@@ -24,7 +24,8 @@ struct ForwardFlags {
 
 Command add_forward_command(CLI::App& app) {
   auto f = std::make_shared<ForwardFlags>();
-  app.add_option("--model", f->model, "Directory with config.json + model.safetensors (or a preset, seeded)")->required();
+  app.add_option("--model,--model_name_or_path", f->model,
+                 "Directory with config.json + weights, a Hugging Face id in the local hub cache, or a preset (seeded)")->required();
   app.add_option("--inputs", f->inputs, "safetensors with input_ids [B, L] and optional token_type_ids, "
                                         "attention_mask, labels")->required();
   app.add_option("--output", f->output, "safetensors to write: logits, loss, grad.<name>")->required();

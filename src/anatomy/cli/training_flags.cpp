@@ -11,8 +11,10 @@ namespace anatomy::cli {
 
 void add_training_flags(CLI::App& app, TrainFlags& flags) {
   TrainingArguments& a = flags.args;
-  app.add_option("--model", a.model, "Directory with config.json + model.safetensors, or a preset "
-                                   "(bert-large-uncased, bert-base-uncased, bert-medium, bert-small, bert-mini, bert-tiny)")
+  app.add_option("--model,--model_name_or_path", a.model,
+                 "Directory with config.json + model.safetensors (or pytorch_model.bin), a Hugging Face id in the local "
+                 "hub cache (nothing is downloaded), or a preset with random initialisation (bert-large-uncased, "
+                 "bert-base-uncased, bert-medium, bert-small, bert-mini, bert-tiny)")
       ->capture_default_str();
   app.add_option("--dataset", a.dataset, "Built-in dataset: dummy (the seed's random ids)")->capture_default_str();
   app.add_option("--train-file", a.train_file,

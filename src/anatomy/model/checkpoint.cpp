@@ -9,6 +9,7 @@
 
 #include "anatomy/core/random.h"
 #include "anatomy/io/files.h"
+#include "anatomy/io/hf_cache.h"
 #include "anatomy/io/safetensors.h"
 
 namespace anatomy {
@@ -40,13 +41,22 @@ void init_one(const Model& model, const Tensor& t, const ParamSpec& spec, size_t
 
 }  // namespace
 
-ModelSource resolve_model(const std::string& spec) {
+ModelSource resolve_model(const std::string& spec, bool need_weights) {
   ModelSource source;
-  if (io::is_directory(spec)) {
-    const std::string config_path = (fs::path(spec) / "config.json").string();
-    if (!io::path_exists(config_path)) fail("{}: no config.json in the model directory", spec);
+  auto from_directory = [&](const std::string& dir) {
+    const std::string config_path = (fs::path(dir) / "config.json").string();
+    if (!io::path_exists(config_path)) fail("{}: no config.json in the model directory", dir);
     source.config = load_model_config(config_path);
-    source.directory = spec;
+    source.directory = dir;
+    if (need_weights) source.weights = io::find_weights_file(dir);
+  };
+  if (io::is_directory(spec)) {
+    from_directory(spec);
+    return source;
+  }
+  if (const auto cached = io::find_cached_model(spec)) {
+    from_directory(cached->snapshot);
+    source.hub_id = spec;
     return source;
   }
   if (auto preset = model_preset(spec)) {
@@ -56,7 +66,23 @@ ModelSource resolve_model(const std::string& spec) {
   }
   std::string names;
   for (const auto& n : model_preset_names()) names += (names.empty() ? "" : ", ") + n;
+  if (io::is_hub_model_id(spec)) {
+    std::string folder = "models--";
+    for (char c : spec) folder += c == '/' ? std::string("--") : std::string(1, c);
+    fail("--model {}: not a directory, not in the Hugging Face cache (no {}) and not a preset ({}); anatomy "
+         "downloads nothing: fetch it first (hf download {}) or give its directory",
+         spec, (fs::path(io::hf_hub_cache_dir()) / folder).string(), names, spec);
+  }
   fail("--model {}: neither a directory with config.json nor a preset ({})", spec, names);
+}
+
+std::string describe_model(const ModelSource& source) {
+  if (!source.preset.empty())
+    return fmt::format("{} (a preset: random initialisation, no pretrained weights)", source.preset);
+  const std::string weights = source.weights.empty() ? std::string() : fmt::format(", weights from {}", source.weights);
+  if (!source.hub_id.empty())
+    return fmt::format("{} from the Hugging Face cache ({}){}", source.hub_id, source.directory, weights);
+  return source.directory + weights;
 }
 
 void init_weights(Model& model, uint64_t seed) {

@@ -16,10 +16,22 @@ struct ModelSource {
   ModelConfig config;
   std::string directory;  // empty for a preset
   std::string preset;     // empty for a directory
+  std::string hub_id;     // the id, when `directory` is a snapshot in the Hugging Face cache
+  std::string weights;    // the directory's weights file ("model.safetensors", "pytorch_model.bin", ...)
+
+  std::string name() const { return !preset.empty() ? preset : !hub_id.empty() ? hub_id : directory; }
 };
 
-// `spec` is a directory holding config.json, or a preset name. Errors name what is missing.
-ModelSource resolve_model(const std::string& spec);
+// `spec` is, in this order: a directory holding config.json; a Hugging Face
+// id ("org/name") whose snapshot the local hub cache holds (io/hf_cache.h:
+// nothing is downloaded); a preset name. With `need_weights`, a directory
+// must hold weights anatomy reads (io::find_weights_file). Errors name what
+// is missing, and for an unknown id where it was looked for.
+ModelSource resolve_model(const std::string& spec, bool need_weights = true);
+
+// One line for people: where the model comes from and its weights, e.g.
+// "bert-mini (a preset: random initialisation, no pretrained weights)".
+std::string describe_model(const ModelSource& source);
 
 // Normal(0, initializer_range) for linear and embedding weights, zero biases,
 // LayerNorm weights one, the row Model::zero_row_on_init() names zero (the

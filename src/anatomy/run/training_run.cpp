@@ -90,6 +90,16 @@ void print_gpu_memory(const Backend& backend, std::FILE* out) {
   fmt::print(out, "{}\n", line ? *line : "GPU memory occupied: unknown (NVML unavailable).");
 }
 
+// anatomy.json's "model": where the model came from and its weights.
+std::vector<std::pair<std::string, std::string>> model_fields(const ModelSource& source) {
+  if (!source.preset.empty())
+    return {{"name", source.preset}, {"source", "preset"}, {"weights", "random initialisation"}};
+  return {{"name", source.name()},
+          {"source", source.hub_id.empty() ? "directory" : "Hugging Face cache"},
+          {"directory", source.directory},
+          {"weights", source.weights}};
+}
+
 // What one attempt at training needs besides the flags.
 struct RunContext {
   Backend& backend;
@@ -144,8 +154,8 @@ void train_once(const TrainingRequest& flags, const TrainingArguments& args, Run
                         run.data.seq_len, args.group_by_length ? ", grouped by length" : "")
           : fmt::format("{} examples of {} tokens", run.data.size, run.data.seq_len);
   fmt::print(flags.out, "Training {} ({} parameters) on {}: {}, batch {}{}, {} steps\n",
-             run.source.preset.empty() ? run.source.directory : run.source.preset,
-             model.weights().parameter_count(), backend.device().str(), lengths, args.per_device_train_batch_size,
+             run.source.name(), model.weights().parameter_count(), backend.device().str(), lengths,
+             args.per_device_train_batch_size,
              run.comm ? fmt::format(" per rank on {} ranks (rank {}, {})", run.comm->world_size(), run.comm->rank(),
                                     run.comm->describe())
                       : std::string(),
@@ -171,7 +181,9 @@ void train_once(const TrainingRequest& flags, const TrainingArguments& args, Run
   int64_t context_bytes = -1;
   auto anatomy_now = [&] {
     const int64_t used = own_gpu_use(run.probe);
-    return take_memory_anatomy(backend, run.facts, on_gpu ? context_bytes : -1, on_gpu ? used : -1, &run.plan);
+    MemoryAnatomy m = take_memory_anatomy(backend, run.facts, on_gpu ? context_bytes : -1, on_gpu ? used : -1, &run.plan);
+    m.model = model_fields(run.source);
+    return m;
   };
   std::vector<StepTiming> timings;
   std::pair<int64_t, int64_t> window{0, 0};
@@ -294,6 +306,12 @@ int run_training(const TrainingRequest& flags) {
   if (flags.profile_steps > 0) profiler = std::make_unique<Profiler>(backend);
   if ((args.bf16 || args.fp16) && backend.device().is_cpu())
     fail("--{}: mixed precision runs on the GPU; this run is on the CPU", args.bf16 ? "bf16" : "fp16");
+  // The model first, so that the run's first line says what it trains: a
+  // preset's random initialisation, or where the weights come from. (The seed
+  // experiment scaled to the CPU trains bert-mini unless --model says otherwise.)
+  if (backend.device().is_cpu() && flags.device == "auto" && !flags.model_given) args.model = kCpuModel;
+  ModelSource source = resolve_model(args.model);
+  fmt::print(flags.out, "Model: {}\n", describe_model(source));
   if (!device.note.empty()) fmt::print(flags.out, "{}\n", device.note);
   const bool on_gpu = !backend.device().is_cpu();
   if (!on_gpu) probe.reset();
@@ -357,7 +375,6 @@ int run_training(const TrainingRequest& flags) {
     device.backend->ledger().release_unused();
     device.backend->ledger().reset_peaks();
   }
-  ModelSource source = resolve_model(args.model);
   // Dummy, tensor or text data; text sets the model's labels (and a preset's vocabulary size).
   TrainingData loaded = load_training_data(args, source);
   for (const std::string& note : loaded.notes) fmt::print(flags.out, "{}\n", note);
