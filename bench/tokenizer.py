@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tokenizer.py: `anatomy tokenize` against Hugging Face tokenizers' BertWordPieceTokenizer (Rust), one core.
+"""tokenizer.py: `anatomy tokenize` against Hugging Face tokenizers (Rust), one core.
 
 The text: every file of /usr/share/common-licenses concatenated, its non-empty lines repeated until the
 corpus has --megabytes of text; as one text a line (`lines`, ~70 bytes each: sentences) and as paragraphs of
@@ -14,10 +14,15 @@ Rust side on one thread.
 - Hugging Face: BertWordPieceTokenizer(vocab, lowercase=True).encode_batch(texts) and encode_batch_fast
   (no offsets), on the Python strings, best of 3 rounds each.
 
+With --tokenizer FILE (repeatable), each tokenizer.json is compared instead of the vocabulary: anatomy runs
+`tokenize --tokenizer FILE` and Hugging Face Tokenizer.from_file(FILE) with its own truncation and padding
+switched off (as transformers does when a call asks for none).
+
 First, both encode the `lines` corpus once (not repeated) and the ids are compared: the figures are only
 printed when every id agrees.
 
     /tmp/tokvenv/bin/python bench/tokenizer.py --anatomy build/anatomy [--megabytes 20] [--cpu 0]
+    /tmp/tokvenv/bin/python bench/tokenizer.py --anatomy build/anatomy --tokenizer tests/fixtures/tokenizers/*/tokenizer.json
 """
 import argparse
 import glob
@@ -33,7 +38,7 @@ os.environ["RAYON_NUM_THREADS"] = "1"  # before tokenizers starts its thread poo
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 import tokenizers  # noqa: E402
-from tokenizers import BertWordPieceTokenizer  # noqa: E402
+from tokenizers import BertWordPieceTokenizer, Tokenizer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -81,8 +86,8 @@ def time_hf(fn, texts, rounds=3):
     return best, tokens
 
 
-def time_anatomy(binary, vocab, path):
-    out = subprocess.run([binary, "tokenize", "--vocab", vocab, "--input", path, "--benchmark", "--threads", "1"],
+def time_anatomy(binary, source, path):
+    out = subprocess.run([binary, "tokenize", *source, "--input", path, "--benchmark", "--threads", "1"],
                          check=True, capture_output=True, text=True).stdout
     best = float(re.search(r"Best of \d+ rounds: ([0-9.]+) s", out).group(1))
     tokens = int(re.search(r"MB of text, (\d+) tokens", out).group(1))
@@ -93,18 +98,31 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--anatomy", default=os.path.join(ROOT, "build", "anatomy"))
     parser.add_argument("--vocab", default=os.path.join(ROOT, "tests/fixtures/wordpiece-uncased/vocab.txt"))
+    parser.add_argument("--tokenizer", action="append", default=[], help="a tokenizer.json (repeatable)")
     parser.add_argument("--megabytes", type=float, default=20)
     parser.add_argument("--cpu", type=int, default=min(os.sched_getaffinity(0)))
     args = parser.parse_args()
     os.sched_setaffinity(0, {args.cpu})
 
-    hf = BertWordPieceTokenizer(args.vocab, lowercase=True)
     lines = license_lines()
+    if args.tokenizer:
+        for path in args.tokenizer:
+            hf = Tokenizer.from_file(path)
+            hf.no_truncation()
+            hf.no_padding()
+            compare(args, lines, hf, ["--tokenizer", path], os.path.relpath(path, ROOT), fast=hf.encode_batch_fast)
+    else:
+        hf = BertWordPieceTokenizer(args.vocab, lowercase=True)
+        compare(args, lines, hf, ["--vocab", args.vocab], os.path.relpath(args.vocab, ROOT),
+                fast=hf._tokenizer.encode_batch_fast)
+
+
+def compare(args, lines, hf, source, name, fast):
     with tempfile.TemporaryDirectory() as tmp:
         # The same ids first.
         check = os.path.join(tmp, "check.jsonl")
         write_jsonl(check, lines)
-        out = subprocess.run([args.anatomy, "tokenize", "--vocab", args.vocab, "--input", check, "--threads", "1"],
+        out = subprocess.run([args.anatomy, "tokenize", *source, "--input", check, "--threads", "1"],
                              check=True, capture_output=True, text=True).stdout.splitlines()
         ours = [json.loads(line)["input_ids"] for line in out]
         theirs = [e.ids for e in hf.encode_batch(lines)]
@@ -113,24 +131,23 @@ def main():
             sys.exit(f"the ids differ on {len(differ)} of {len(lines)} lines (first: {lines[differ[0]]!r})")
         print(f"ids identical on all {len(lines)} lines of /usr/share/common-licenses "
               f"({sum(map(len, theirs))} tokens)")
-        print(f"one core (CPU {args.cpu}), vocabulary {os.path.relpath(args.vocab, ROOT)}, tokenizers "
-              f"{tokenizers.__version__}, best of 3 rounds\n")
+        print(f"one core (CPU {args.cpu}), {name}, tokenizers {tokenizers.__version__}, best of 3 rounds\n")
         print(f"{'corpus':<12} {'texts':>8} {'MB':>6} {'tokens':>9}   {'engine':<34} {'seconds':>8} {'MB/s':>7} "
               f"{'Mtokens/s':>10} {'vs HF':>6}")
-        for name, paragraph in (("lines", None), ("paragraphs", 2000)):
+        for corpus_name, paragraph in (("lines", None), ("paragraphs", 2000)):
             texts = corpus(lines, args.megabytes, paragraph)
             mb = sum(len(t.encode()) for t in texts) / 1e6
-            path = os.path.join(tmp, name + ".jsonl")
+            path = os.path.join(tmp, corpus_name + ".jsonl")
             write_jsonl(path, texts)
             rows = [("tokenizers encode_batch", *time_hf(hf.encode_batch, texts)),
-                    ("tokenizers encode_batch_fast", *time_hf(hf._tokenizer.encode_batch_fast, texts)),
-                    ("anatomy tokenize --benchmark", *time_anatomy(args.anatomy, args.vocab, path))]
+                    ("tokenizers encode_batch_fast", *time_hf(fast, texts)),
+                    ("anatomy tokenize --benchmark", *time_anatomy(args.anatomy, source, path))]
             base = min(r[1] for r in rows[:2])
             assert len({r[2] for r in rows}) == 1, f"token counts differ: {rows}"
             for engine, seconds, tokens in rows:
-                print(f"{name:<12} {len(texts):>8} {mb:>6.1f} {tokens:>9}   {engine:<34} {seconds:>8.3f} "
+                print(f"{corpus_name:<12} {len(texts):>8} {mb:>6.1f} {tokens:>9}   {engine:<34} {seconds:>8.3f} "
                       f"{mb / seconds:>7.2f} {tokens / seconds / 1e6:>10.2f} {base / seconds:>5.2f}x")
-
+        print()
 
 if __name__ == "__main__":
     main()

@@ -111,9 +111,9 @@ int run_inference(const EvaluateFlags& f, bool predict) {
     if (!text) return load_tensor_dataset(f.input);
     const TokenizerSettings settings =
         resolve_tokenizer(f.vocab, source.directory, f.do_lower_case, "--input " + f.input);
-    const data::WordPieceTokenizer tokenizer = data::WordPieceTokenizer::from_file(settings.vocab_file, settings.options);
+    const data::TextTokenizer tokenizer = load_tokenizer(settings);
     if (static_cast<int64_t>(tokenizer.vocab_size()) > source.config.vocab_size)
-      fail("{}: {} tokens, more than the model's vocab_size {}", settings.vocab_file, tokenizer.vocab_size(),
+      fail("{}: {} tokens, more than the model's vocab_size {}", tokenizer.file(), tokenizer.vocab_size(),
            source.config.vocab_size);
     if (f.max_seq_length > source.config.max_position_embeddings)
       fail("--max-seq-length {}: longer than the model's max_position_embeddings ({})", f.max_seq_length,

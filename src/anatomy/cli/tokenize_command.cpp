@@ -1,7 +1,10 @@
-// tokenize_command.cpp: `anatomy tokenize`: WordPiece-tokenizes the texts of a
-// JSON-lines file as Hugging Face's BertTokenizer(Fast) does, printing one JSON
-// line per input with input_ids, token_type_ids and attention_mask; or, with
-// --benchmark, times the encoding alone.
+// tokenize_command.cpp: `anatomy tokenize`: tokenizes the texts of a JSON-lines
+// file as Hugging Face does, printing one JSON line per input with input_ids,
+// token_type_ids and attention_mask (and offsets with --offsets); or, with
+// --benchmark, times the encoding alone. The tokenizer is a tokenizer.json
+// (--tokenizer: any model, normalizer, pre-tokenizer and post-processor the
+// `tokenizers` library writes; data/tokenizer/) or a WordPiece vocab.txt
+// (--vocab, as BertTokenizer(Fast) builds it, with the --do-lower-case family).
 //
 // Input: one JSON object a line with "text" (a string) and optionally
 // "text_pair" (a string, or null for none); other fields are ignored. Blank
@@ -17,6 +20,8 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <functional>
+#include <span>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -32,7 +37,9 @@
 
 #include "anatomy/cli/commands.h"
 #include "anatomy/core/error.h"
+#include "anatomy/data/tokenizer/tokenizer.h"
 #include "anatomy/data/wordpiece.h"
+#include "anatomy/io/files.h"
 #include "anatomy/io/json.h"
 
 namespace anatomy::cli {
@@ -40,7 +47,9 @@ namespace anatomy::cli {
 namespace {
 
 struct TokenizeFlags {
-  std::string vocab, input, padding;
+  std::string vocab, tokenizer, input, padding;
+  bool offsets = false;
+  bool add_special_tokens = true;
   bool lowercase = true;
   std::optional<bool> strip_accents;
   bool chinese = true;
@@ -156,7 +165,16 @@ void append_ids(std::string& out, const char* name, const std::vector<int32_t>& 
   out += ']';
 }
 
-void print_encodings(const std::vector<data::Encoding>& encodings) {
+void append_offsets(std::string& out, const std::vector<std::pair<uint32_t, uint32_t>>& offsets) {
+  out += "\"offsets\": [";
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    if (i) out += ", ";
+    out += fmt::format("[{}, {}]", offsets[i].first, offsets[i].second);
+  }
+  out += ']';
+}
+
+void print_encodings(const std::vector<data::Encoding>& encodings, bool offsets) {
   std::string out;
   out.reserve(1 << 20);
   for (const data::Encoding& e : encodings) {
@@ -166,6 +184,10 @@ void print_encodings(const std::vector<data::Encoding>& encodings) {
     append_ids(out, "token_type_ids", e.token_type_ids);
     out += ", ";
     append_ids(out, "attention_mask", e.attention_mask);
+    if (offsets) {
+      out += ", ";
+      append_offsets(out, e.offsets);
+    }
     out += "}\n";
     if (out.size() >= (1 << 20)) {
       std::fwrite(out.data(), 1, out.size(), stdout);
@@ -176,14 +198,16 @@ void print_encodings(const std::vector<data::Encoding>& encodings) {
   std::fflush(stdout);
 }
 
-int run_benchmark(const data::WordPieceTokenizer& tokenizer, const Texts& texts, const data::EncodeOptions& options,
-                  int threads) {
+// Either tokenizer, as one call.
+using EncodeBatch = std::function<std::vector<data::Encoding>(std::span<const data::TextInput>, int threads)>;
+
+int run_benchmark(const EncodeBatch& encode_batch, const Texts& texts, int threads) {
   constexpr int kRounds = 3;
   std::vector<double> seconds;
   size_t tokens = 0;
   for (int round = 0; round < kRounds; ++round) {
     const auto start = std::chrono::steady_clock::now();
-    const std::vector<data::Encoding> encodings = tokenizer.encode_batch(texts.inputs, options, threads);
+    const std::vector<data::Encoding> encodings = encode_batch(texts.inputs, threads);
     seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     tokens = 0;
     for (const data::Encoding& e : encodings)
@@ -201,7 +225,14 @@ int run_benchmark(const data::WordPieceTokenizer& tokenizer, const Texts& texts,
 
 Command add_tokenize_command(CLI::App& app) {
   auto f = std::make_shared<TokenizeFlags>();
-  app.add_option("--vocab", f->vocab, "vocab.txt: one WordPiece token a line")->required();
+  auto* vocab = app.add_option("--vocab", f->vocab, "vocab.txt: one WordPiece token a line");
+  auto* tokenizer = app.add_option("--tokenizer", f->tokenizer,
+                                   "tokenizer.json (or a directory holding one): Hugging Face tokenizers' format");
+  vocab->excludes(tokenizer);
+  app.add_flag("--offsets", f->offsets, "Also print each token's character span [start, end) in its text");
+  app.add_option("--add-special-tokens", f->add_special_tokens,
+                 "Add the post-processor's special tokens ([CLS], [SEP], <s>, ...)")
+      ->default_str("true");
   app.add_option("--input", f->input, "JSON lines with \"text\" and optional \"text_pair\" (- for stdin)")
       ->required();
   app.add_option("--do-lower-case", f->lowercase, "Lowercase (and, unless --strip-accents says, strip accents)")
@@ -236,28 +267,58 @@ Command add_tokenize_command(CLI::App& app) {
       options.truncate_to = *f->max_length;
     }
 
-    data::WordPieceOptions tokenizer_options;
-    tokenizer_options.lowercase = f->lowercase;
-    tokenizer_options.strip_accents = f->strip_accents;
-    tokenizer_options.tokenize_chinese_chars = f->chinese;
-    const data::WordPieceTokenizer tokenizer = data::WordPieceTokenizer::from_file(f->vocab, tokenizer_options);
-    const Texts texts = read_texts(f->input);
-    const size_t specials = texts.any_pair ? 3 : 2;
+    if (f->vocab.empty() && f->tokenizer.empty()) fail("--vocab or --tokenizer is required");
+    EncodeBatch encode_batch;
+    size_t specials = 0;
+    std::string special_text;
+    Texts texts;
+    if (!f->tokenizer.empty()) {
+      std::string path = f->tokenizer;
+      if (io::is_directory(path)) {
+        path += "/tokenizer.json";
+        if (!io::path_exists(path)) fail("{}: no tokenizer.json in this directory", f->tokenizer);
+      }
+      auto json = std::make_shared<const data::tok::Tokenizer>(data::tok::Tokenizer::from_file(path));
+      texts = read_texts(f->input);
+      specials = f->add_special_tokens ? json->added_special_tokens(texts.any_pair) : 0;
+      special_text = fmt::format("the {} special tokens that {} adds to {}", specials, path,
+                                 texts.any_pair ? "a pair" : "a text");
+      const bool add = f->add_special_tokens;
+      encode_batch = [json, options, add](std::span<const data::TextInput> inputs, int threads) {
+        return json->encode_batch(inputs, options, add, threads);
+      };
+    } else {
+      if (f->offsets) fail("--offsets needs --tokenizer (a tokenizer.json)");
+      if (!f->add_special_tokens) fail("--add-special-tokens false needs --tokenizer (a tokenizer.json)");
+      data::WordPieceOptions tokenizer_options;
+      tokenizer_options.lowercase = f->lowercase;
+      tokenizer_options.strip_accents = f->strip_accents;
+      tokenizer_options.tokenize_chinese_chars = f->chinese;
+      auto wordpiece = std::make_shared<const data::WordPieceTokenizer>(
+          data::WordPieceTokenizer::from_file(f->vocab, tokenizer_options));
+      texts = read_texts(f->input);
+      specials = texts.any_pair ? 3 : 2;
+      special_text = fmt::format("the {} special tokens of {}", specials,
+                                 texts.any_pair ? "a pair ([CLS] A [SEP] B [SEP])" : "[CLS] A [SEP]");
+      encode_batch = [wordpiece, options](std::span<const data::TextInput> inputs, int threads) {
+        return wordpiece->encode_batch(inputs, options, threads);
+      };
+    }
     if (options.truncate_to > 0 && options.truncate_to < specials)
-      fail("--max-length {} is shorter than the {} special tokens of {}", options.truncate_to, specials,
-           texts.any_pair ? "a pair ([CLS] A [SEP] B [SEP])" : "[CLS] A [SEP]");
+      fail("--max-length {} is shorter than {}", options.truncate_to, special_text);
 
     const std::string name = f->input == "-" ? "<stdin>" : f->input;
     if (texts.blank_lines > 0)
       fmt::print(stderr, "note: skipped {} blank line{} of {}\n", texts.blank_lines, texts.blank_lines == 1 ? "" : "s",
                  name);
     if (texts.empty_texts > 0)
-      fmt::print(stderr, "note: {} empty text{} (the first at line {} of {}), encoded as [CLS] [SEP] as Hugging Face does\n",
-                 texts.empty_texts, texts.empty_texts == 1 ? "" : "s", texts.first_empty_line, name);
+      fmt::print(stderr, "note: {} empty text{} (the first at line {} of {}), encoded as Hugging Face does{}\n",
+                 texts.empty_texts, texts.empty_texts == 1 ? "" : "s", texts.first_empty_line, name,
+                 f->tokenizer.empty() ? " ([CLS] [SEP])" : "");
 
     const int threads = f->threads > 0 ? f->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    if (f->benchmark) return run_benchmark(tokenizer, texts, options, threads);
-    print_encodings(tokenizer.encode_batch(texts.inputs, options, threads));
+    if (f->benchmark) return run_benchmark(encode_batch, texts, threads);
+    print_encodings(encode_batch(texts.inputs, threads), f->offsets);
     return 0;
   };
 }

@@ -21,11 +21,17 @@ bool is_text_data_file(const std::string& path) {
   return ext == ".jsonl" || ext == ".json" || ext == ".csv" || ext == ".tsv";
 }
 
-Dataset tokenize_text_table(const TextTable& table, const data::WordPieceTokenizer& tokenizer,
+Dataset tokenize_text_table(const TextTable& table, const data::TextTokenizer& tokenizer,
                             const LabelVocabulary* labels, const TextDataOptions& options) {
-  if (options.max_seq_length < 3)
-    fail("--max-seq-length {}: too short for [CLS] text [SEP] (at least 3)", options.max_seq_length);
   if (table.rows.empty()) fail("{}: no examples", table.source);
+  const bool pairs = std::any_of(table.rows.begin(), table.rows.end(),
+                                 [](const TextExample& row) { return !row.text_pair.empty(); });
+  const auto specials = static_cast<int64_t>(tokenizer.special_tokens(pairs));
+  if (options.max_seq_length < specials + 1)
+    fail("--max-seq-length {}: too short for the {} special tokens of {} and one token of text (at least {})",
+         options.max_seq_length, specials, tokenizer.file(), specials + 1);
+  if (tokenizer.pad_id() < 0)
+    fail("{}: the tokenizer has no pad token ([PAD] or <pad>), which batches of text need", tokenizer.file());
   std::vector<data::TextInput> inputs;
   inputs.reserve(table.rows.size());
   for (const TextExample& row : table.rows) {
@@ -79,9 +85,13 @@ constexpr const char* kTokenizerConfig = "tokenizer_config.json";
 
 std::optional<TokenizerSettings> read_tokenizer_settings(const std::string& dir) {
   const fs::path vocab = fs::path(dir) / "vocab.txt";
-  if (io::path_kind(vocab.string()) != io::PathKind::Other) return std::nullopt;
+  const fs::path json = fs::path(dir) / "tokenizer.json";
+  const bool has_vocab = io::path_kind(vocab.string()) == io::PathKind::Other;
+  const bool has_json = io::path_kind(json.string()) == io::PathKind::Other;
+  if (!has_vocab && !has_json) return std::nullopt;
   TokenizerSettings s;
-  s.vocab_file = vocab.string();
+  if (has_vocab) s.vocab_file = vocab.string();
+  if (has_json) s.tokenizer_file = json.string();
   const fs::path config = fs::path(dir) / kTokenizerConfig;
   if (!io::path_exists(config.string())) return s;
   const std::string path = config.string();
@@ -104,10 +114,20 @@ std::optional<TokenizerSettings> read_tokenizer_settings(const std::string& dir)
 }
 
 void save_tokenizer(const TokenizerSettings& s, const std::string& dir) {
-  const std::vector<uint8_t> vocab = io::read_file_bytes(s.vocab_file);
-  io::write_text_file_atomic((fs::path(dir) / "vocab.txt").string(),
-                             std::string_view(reinterpret_cast<const char*>(vocab.data()), vocab.size()));
+  const auto copy = [&](const std::string& from, const char* name) {
+    const std::vector<uint8_t> bytes = io::read_file_bytes(from);
+    io::write_text_file_atomic((fs::path(dir) / name).string(),
+                               std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  };
+  if (!s.vocab_file.empty()) copy(s.vocab_file, "vocab.txt");
   nlohmann::json j = s.config.is_object() ? s.config : nlohmann::json::object();
+  if (!s.tokenizer_file.empty()) {
+    copy(s.tokenizer_file, "tokenizer.json");
+    if (!j.contains("tokenizer_class")) j["tokenizer_class"] = "PreTrainedTokenizerFast";
+    j["model_max_length"] = s.model_max_length;
+    io::write_text_file_atomic((fs::path(dir) / kTokenizerConfig).string(), j.dump(2) + "\n");
+    return;
+  }
   j["tokenizer_class"] = "BertTokenizer";
   j["do_lower_case"] = s.options.lowercase;
   j["strip_accents"] = s.options.strip_accents ? nlohmann::json(*s.options.strip_accents) : nlohmann::json(nullptr);
@@ -117,6 +137,10 @@ void save_tokenizer(const TokenizerSettings& s, const std::string& dir) {
                                    {"cls_token", "[CLS]"}, {"mask_token", "[MASK]"}})
     if (!j.contains(key)) j[key] = token;
   io::write_text_file_atomic((fs::path(dir) / kTokenizerConfig).string(), j.dump(2) + "\n");
+}
+
+data::TextTokenizer load_tokenizer(const TokenizerSettings& settings) {
+  return data::TextTokenizer::load(settings.tokenizer_file, settings.vocab_file, settings.options);
 }
 
 }  // namespace anatomy

@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace anatomy::data {
@@ -51,6 +52,9 @@ struct Encoding {
   std::vector<int32_t> input_ids;
   std::vector<int32_t> token_type_ids;
   std::vector<int32_t> attention_mask;
+  // Character spans [start, end) of each token in its text ((0, 0) for special
+  // and padding tokens); filled by tokenizer.json tokenizers (tokenizer/tokenizer.h).
+  std::vector<std::pair<uint32_t, uint32_t>> offsets;
 };
 
 // One input: a text, or a pair of texts.

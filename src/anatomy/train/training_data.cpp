@@ -68,13 +68,17 @@ TokenizerSettings resolve_tokenizer(const std::string& vocab, const std::string&
     if (!std::filesystem::is_regular_file(vocab)) fail("--vocab {}: no such file", vocab);
     if (from_model) s = *from_model;  // the model's settings, another vocabulary
     s.vocab_file = vocab;
+    s.tokenizer_file.clear();
   } else if (from_model) {
     s = *from_model;
   } else {
     fail("{}: text needs a tokenizer: give --vocab vocab.txt{}", needed_by,
-         model_dir.empty() ? "" : fmt::format(" ({} has no vocab.txt)", model_dir));
+         model_dir.empty() ? "" : fmt::format(" ({} has no tokenizer.json or vocab.txt)", model_dir));
   }
   if (!do_lower_case.empty()) {
+    if (!s.tokenizer_file.empty())
+      fail("--do-lower-case {}: {} decides the case itself (its normalizer); the flag is for a vocab.txt",
+           do_lower_case, s.tokenizer_file);
     s.options.lowercase = parse_bool_flag(do_lower_case, "--do-lower-case");
     s.options.strip_accents.reset();  // follows do_lower_case, as BertTokenizer's default
     s.config.erase("strip_accents");
@@ -119,16 +123,16 @@ TrainingData load_training_data(const TrainingArguments& args, ModelSource& sour
     if (args.max_seq_length > config.max_position_embeddings)
       fail("--max-seq-length {}: longer than the model's max_position_embeddings ({})", args.max_seq_length,
            config.max_position_embeddings);
-    const data::WordPieceTokenizer tokenizer = data::WordPieceTokenizer::from_file(settings.vocab_file, settings.options);
+    const data::TextTokenizer tokenizer = load_tokenizer(settings);
     const auto vocab_size = static_cast<int64_t>(tokenizer.vocab_size());
     if (source.directory.empty()) {
       if (config.vocab_size != vocab_size)
         out.notes.push_back(fmt::format("The {} preset's vocab_size set to {}, the size of {}", source.preset,
-                                        vocab_size, settings.vocab_file));
+                                        vocab_size, tokenizer.file()));
       config.vocab_size = vocab_size;
       if (config.pad_token_id >= vocab_size) config.pad_token_id = tokenizer.pad_id();
     } else if (vocab_size > config.vocab_size) {
-      fail("{}: {} tokens, more than the model's vocab_size {} ({})", settings.vocab_file, vocab_size,
+      fail("{}: {} tokens, more than the model's vocab_size {} ({})", tokenizer.file(), vocab_size,
            config.vocab_size, source.directory);
     }
     if (!settings.config.contains("model_max_length")) settings.model_max_length = config.max_position_embeddings;

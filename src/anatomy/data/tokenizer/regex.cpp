@@ -6,9 +6,13 @@
 // text; they are rewritten before compiling:
 //   \w  Oniguruma: Alphabetic, marks, decimal digits, connector punctuation and
 //       the joiners (UTS #18's word); PCRE2 10.42: letters, numbers and '_'.
-//   \d  both \p{Nd}; \s  both White_Space (PCRE2: Z, \t-\r and U+0085): kept.
+//   \s  Oniguruma: White_Space; PCRE2 also U+180E (its horizontal space list).
 //   \h  Oniguruma: a hexadecimal digit; PCRE2: horizontal space.
-// A negated class escape (\W, \H) inside brackets has no rewrite and is refused.
+//   \p{Script}  Oniguruma: the Script property; PCRE2 10.40+: Script_Extensions
+//       (so \p{Katakana} would take U+30FC and the combining sound marks):
+//       written \p{sc:Script}, which PCRE2 reads as the Script property.
+//   \d  both \p{Nd}: kept.
+// A negated class escape (\W, \S, \H) inside brackets has no rewrite and is refused.
 #include "anatomy/data/tokenizer/regex.h"
 
 #include <pcre2.h>
@@ -23,22 +27,56 @@ namespace {
 
 constexpr const char* kWord = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}";
 constexpr const char* kHex = "0-9a-fA-F";
+constexpr const char* kSpace =
+    "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
 
-// The pattern with \w \W \h \H spelled out for PCRE2.
-std::string translate(std::string_view pattern) {
+// The general categories and PCRE2's own properties, which \p{...} keeps as they are.
+bool is_category(std::string_view name) {
+  static const char* const kNames[] = {
+      "L",  "Lu", "Ll", "Lt", "Lm", "Lo", "L&", "M",  "Mn",  "Mc",  "Me",  "N",   "Nd",     "Nl",   "No",
+      "P",  "Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po", "S",   "Sm",  "Sc",  "Sk",  "So",     "Z",    "Zs",
+      "Zl", "Zp", "C",  "Cc", "Cf", "Cs", "Co", "Cn", "Any", "Xan", "Xps", "Xsp", "Xwd",    "Xuc",  "Letter",
+      "Mark", "Number", "Punctuation", "Symbol", "Separator", "Other"};
+  for (const char* known : kNames)
+    if (name == known) return true;
+  return name.find_first_of("=:") != std::string_view::npos;
+}
+
+// The pattern with \w \W \s \S \h \H spelled out for PCRE2, and (with
+// `scripts`) \p{Name} of a script as \p{sc:Name}.
+std::string translate(std::string_view pattern, bool scripts) {
   std::string out;
   bool in_class = false;
   for (size_t i = 0; i < pattern.size(); ++i) {
     const char c = pattern[i];
     if (c == '\\' && i + 1 < pattern.size()) {
       const char e = pattern[++i];
-      const char* set = e == 'w' || e == 'W' ? kWord : e == 'h' || e == 'H' ? kHex : nullptr;
+      if ((e == 'p' || e == 'P') && i + 1 < pattern.size() && pattern[i + 1] == '{') {
+        const size_t close = pattern.find('}', i + 2);
+        if (close != std::string_view::npos) {
+          std::string_view name = pattern.substr(i + 2, close - i - 2);
+          const bool caret = !name.empty() && name[0] == '^';
+          if (caret) name.remove_prefix(1);
+          out += '\\';
+          out += e;
+          out += caret ? "{^" : "{";
+          if (scripts && !is_category(name)) out += "sc:";
+          out.append(name);
+          out += '}';
+          i = close;
+          continue;
+        }
+      }
+      const char* set = e == 'w' || e == 'W'   ? kWord
+                        : e == 'h' || e == 'H' ? kHex
+                        : e == 's' || e == 'S' ? kSpace
+                                               : nullptr;
       if (set == nullptr) {
         out += '\\';
         out += e;
         continue;
       }
-      const bool negated = e == 'W' || e == 'H';
+      const bool negated = e == 'W' || e == 'H' || e == 'S';
       if (in_class && negated) fail("\\{} inside brackets is not supported", e);
       if (in_class)
         out += set;
@@ -79,16 +117,21 @@ struct Regex::Compiled {
 };
 
 Regex::Regex(std::string_view pattern) : pattern_(pattern), compiled_(std::make_unique<Compiled>()) {
-  std::string translated;
-  try {
-    translated = translate(pattern);
-  } catch (const Error& e) {
-    fail("regular expression \"{}\": {}", pattern, e.what());
-  }
   int error = 0;
   PCRE2_SIZE error_offset = 0;
-  compiled_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
-                                  PCRE2_UTF | PCRE2_UCP, &error, &error_offset, nullptr);
+  // Scripts as \p{sc:...} first; a property that is no script (a binary
+  // property such as Alphabetic) fails that, and is then kept as written.
+  for (const bool scripts : {true, false}) {
+    std::string translated;
+    try {
+      translated = translate(pattern, scripts);
+    } catch (const Error& e) {
+      fail("regular expression \"{}\": {}", pattern, e.what());
+    }
+    compiled_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
+                                    PCRE2_UTF | PCRE2_UCP, &error, &error_offset, nullptr);
+    if (compiled_->code != nullptr) break;
+  }
   if (compiled_->code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
