@@ -1,6 +1,7 @@
 // model.cpp: WordPiece, BPE and WordLevel as tokenizers' models/ run them.
 #include "anatomy/data/tokenizer/model.h"
 
+#include <atomic>
 #include <queue>
 
 #include <fmt/format.h>
@@ -95,7 +96,9 @@ std::string WordPieceModel::id_to_token(int32_t id) const { return by_id_lookup(
 // ---- BPE ---------------------------------------------------------------------
 
 std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& model, const std::string& where) {
+  static std::atomic<uint64_t> next_id{1};
   auto out = std::make_unique<BpeModel>();
+  out->id_ = next_id.fetch_add(1);
   out->vocab_ = read_vocabulary(required_field(model, "vocab", where), where, out->by_id_);
   if (const nlohmann::json* unk = optional_field(model, "unk_token"); unk && !unk->is_null())
     out->unk_token_ = string_field(model, "unk_token", where, "");
@@ -250,7 +253,17 @@ void BpeModel::tokenize(std::string_view piece, std::vector<ModelToken>& out) co
       out.push_back({id, 0, static_cast<uint32_t>(piece.size())});
       return;
     }
+  using Cache = std::unordered_map<std::string, std::vector<ModelToken>, StringHash, std::equal_to<>>;
+  thread_local std::unordered_map<uint64_t, Cache> caches;
+  Cache& cache = caches[id_];
+  if (const auto hit = cache.find(piece); hit != cache.end()) {
+    out.insert(out.end(), hit->second.begin(), hit->second.end());
+    return;
+  }
+  const size_t first = out.size();
   merge_word(piece, out);
+  if (piece.size() < kCacheMaxWord && cache.size() < kCacheCapacity)
+    cache.emplace(std::string(piece), std::vector<ModelToken>(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()));
 }
 
 int32_t BpeModel::token_to_id(std::string_view token) const { return lookup(vocab_, token); }

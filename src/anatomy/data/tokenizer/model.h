@@ -80,6 +80,12 @@ class BpeModel : public Model {
   const Merge* find_merge(int32_t a, int32_t b) const;
   void merge_word(std::string_view word, std::vector<ModelToken>& out) const;
 
+  // Words seen before and their tokens, per thread, as the library caches them
+  // (a speed-up only: merging is a function of the word). Keyed by `id_`, not
+  // by address, so that a model made where a destroyed one was starts empty.
+  static constexpr size_t kCacheCapacity = 10000, kCacheMaxWord = 256;
+  uint64_t id_ = 0;
+
   Vocabulary vocab_;
   std::vector<std::string> by_id_;
   std::unordered_map<uint64_t, Merge> merges_;

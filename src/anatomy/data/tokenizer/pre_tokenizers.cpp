@@ -9,6 +9,7 @@
 #include "anatomy/core/error.h"
 #include "anatomy/data/tokenizer/json_fields.h"
 #include "anatomy/data/tokenizer/regex.h"
+#include "anatomy/data/tokenizer/unicode_scripts.h"
 #include "anatomy/data/tokenizer/unicode_tables.h"
 
 namespace anatomy::data::tok {
@@ -248,6 +249,7 @@ std::unique_ptr<PreTokenizer> pre_tokenizer_from_json(const nlohmann::json& valu
   const std::string at = where + " (pre-tokenizer " + type + ")";
   if (type == "BertPreTokenizer") return std::make_unique<BertPre>();
   if (type == "WhitespaceSplit") return std::make_unique<WhitespaceSplitPre>();
+  if (type == "UnicodeScripts") return make_unicode_scripts_pre_tokenizer();
   if (type == "Whitespace")
     return std::make_unique<RegexSplitPre>(R"(\w+|[^\w\s]+)", SplitBehavior::kRemoved, /*invert=*/true);
   if (type == "Punctuation")

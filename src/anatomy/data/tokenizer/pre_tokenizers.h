@@ -1,7 +1,8 @@
 // pre_tokenizers.h: the pre-tokenizers of tokenizer.json, which cut a
 // normalized text into the pieces the model tokenizes one by one: BertPreTokenizer,
 // ByteLevel, Metaspace, Whitespace, WhitespaceSplit, Punctuation, Digits,
-// Split, CharDelimiterSplit and Sequence, as Hugging Face tokenizers runs them.
+// Split, CharDelimiterSplit, UnicodeScripts (unicode_scripts.h) and Sequence,
+// as Hugging Face tokenizers runs them.
 #pragma once
 
 #include <memory>
