@@ -11,6 +11,7 @@
 #include "anatomy/data/tokenizer/regex.h"
 #include "anatomy/data/tokenizer/unicode_scripts.h"
 #include "anatomy/data/tokenizer/unicode_tables.h"
+#include "anatomy/data/tokenizer/whitespace_classes.h"
 
 namespace anatomy::data::tok {
 
@@ -80,6 +81,30 @@ class WhitespaceSplitPre : public PreTokenizer {
   void pre_tokenize(std::vector<Piece>& pieces) const override {
     split_pieces(pieces, [](const NormalizedText& t) {
       return t.split(find_char_matches(t.get(), is_white_space), SplitBehavior::kRemoved);
+    });
+  }
+};
+
+// `\w+|[^\w\s]+` kept, the rest removed: runs of word characters and runs of
+// other characters, white space dropped, with the Rust regex crate's classes.
+class WhitespacePre : public PreTokenizer {
+ public:
+  void pre_tokenize(std::vector<Piece>& pieces) const override {
+    split_pieces(pieces, [](const NormalizedText& t) {
+      const std::string& s = t.get();
+      std::vector<PatternMatch> runs;  // kept runs are non-matches, white space matches (removed)
+      int previous = -1;               // 0 space, 1 word, 2 other
+      for (size_t at = 0; at < s.size();) {
+        const auto start = static_cast<uint32_t>(at);
+        const char32_t c = next_utf8(s, at);
+        const int kind = is_regex_word(c) ? 1 : is_regex_space(c) ? 0 : 2;
+        if (kind == previous)
+          runs.back().end = static_cast<uint32_t>(at);
+        else
+          runs.push_back({start, static_cast<uint32_t>(at), kind == 0});
+        previous = kind;
+      }
+      return t.split(runs, SplitBehavior::kRemoved);
     });
   }
 };
@@ -250,8 +275,7 @@ std::unique_ptr<PreTokenizer> pre_tokenizer_from_json(const nlohmann::json& valu
   if (type == "BertPreTokenizer") return std::make_unique<BertPre>();
   if (type == "WhitespaceSplit") return std::make_unique<WhitespaceSplitPre>();
   if (type == "UnicodeScripts") return make_unicode_scripts_pre_tokenizer();
-  if (type == "Whitespace")
-    return std::make_unique<RegexSplitPre>(R"(\w+|[^\w\s]+)", SplitBehavior::kRemoved, /*invert=*/true);
+  if (type == "Whitespace") return std::make_unique<WhitespacePre>();
   if (type == "Punctuation")
     return std::make_unique<PunctuationPre>(behavior_from_json(value, at, SplitBehavior::kIsolated));
   if (type == "Digits") return std::make_unique<DigitsPre>(bool_field(value, "individual_digits", at, false));
