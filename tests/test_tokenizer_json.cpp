@@ -174,3 +174,55 @@ TEST(TokenizerJson, FileErrorsNameTheFile) {
 
 }  // namespace
 }  // namespace anatomy::data::tok
+
+namespace anatomy::data::tok {
+namespace {
+
+nlohmann::json fixture_document(const std::string& name) {
+  std::ifstream in(kFixtures / name / "tokenizer.json");
+  return nlohmann::json::parse(in);
+}
+
+// Found by fuzzing: an added token that normalizes to nothing (a control
+// character that BertNormalizer drops) hung the added-token search. The library
+// matches it, empty, at every character, so every character is a piece of its
+// own (tokenizers 0.23.3: h e l l o w o r l d, each alone).
+TEST(TokenizerJson, AddedTokenThatNormalizesToNothing) {
+  nlohmann::json document = fixture_document("wordpiece-uncased");
+  document["added_tokens"].push_back({{"id", 100000}, {"content", "\x01"}, {"single_word", false}, {"lstrip", false},
+                                      {"rstrip", false}, {"normalized", true}, {"special", false}});
+  const Tokenizer tokenizer(document, "wordpiece-uncased + empty added token");
+  const Encoding e = tokenizer.encode({"hello world", std::nullopt}, EncodeOptions{});
+  const std::vector<std::pair<uint32_t, uint32_t>> expected = {{0, 0}, {0, 1}, {1, 2},  {2, 3},  {3, 4},  {4, 5},
+                                                               {6, 7}, {7, 8}, {8, 9}, {9, 10}, {10, 11}, {0, 0}};
+  EXPECT_EQ(e.offsets, expected);
+}
+
+// Found by fuzzing: a file's strings (a type named "\n") made an error of several lines.
+TEST(TokenizerJson, ErrorsStayOneLine) {
+  nlohmann::json document = word_piece_document();
+  document["pre_tokenizer"]["type"] = "line\nbreak";
+  const std::string message = error_of(document);
+  EXPECT_NE(message.find("line\\nbreak"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+// Found by fuzzing: max_input_chars_per_word 2^63-1 let the greedy search try
+// every substring of a 5,000-character word, each hashed whole (minutes). The
+// search now starts at the longest token's length: the same tokens, at once.
+TEST(TokenizerJson, LongWordsWithoutALengthLimit) {
+  nlohmann::json document = word_piece_document();
+  document["model"]["max_input_chars_per_word"] = INT64_MAX;
+  document["model"]["vocab"]["##hello"] = 7;
+  const Tokenizer tokenizer(document, "t/tokenizer.json");
+  std::string word;
+  for (int i = 0; i < 2000; ++i) word += "hello";
+  const Encoding e = tokenizer.encode({word, std::nullopt}, EncodeOptions{});
+  ASSERT_EQ(e.input_ids.size(), 2002u);  // [CLS] hello ##hello x 1999 [SEP]
+  EXPECT_EQ(e.input_ids[1], 4);
+  EXPECT_EQ(e.input_ids[2000], 7);
+  EXPECT_EQ(e.offsets[2000], (std::pair<uint32_t, uint32_t>{9995, 10000}));
+}
+
+}  // namespace
+}  // namespace anatomy::data::tok

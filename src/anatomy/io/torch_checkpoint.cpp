@@ -543,9 +543,17 @@ SafetensorsFile open_torch_checkpoint(const std::string& path) {
   if (const ZipEntry* order = zip.find(prefix + "byteorder")) {
     const std::span<const uint8_t> text = zip.stored(*order);
     const std::string_view value(reinterpret_cast<const char*>(text.data()), text.size());
-    if (value != "little")
+    if (value != "little") {
+      // The entry's bytes, shown on one line: anything but printable ASCII as \xNN, and cut.
+      std::string shown;
+      for (const char c : value.substr(0, 40)) {
+        const auto u = static_cast<unsigned char>(c);
+        shown += u >= 0x20 && u < 0x7F ? std::string(1, c) : fmt::format("\\x{:02X}", u);
+      }
+      if (value.size() > 40) shown += "...";
       fail("{}: the tensors are stored {} (entry '{}'); anatomy reads little-endian files: {}", path,
-           value == "big" ? "big-endian" : fmt::format("in byte order '{}'", value), order->name, kConvertHint);
+           value == "big" ? "big-endian" : fmt::format("in byte order '{}'", shown), order->name, kConvertHint);
+    }
   }
   const ZipEntry* pickle_entry = zip.find(prefix + "data.pkl");
   if (!pickle_entry) fail("{}: no entry '{}data.pkl': not a file of torch.save", path, prefix);

@@ -160,8 +160,11 @@ ZipArchive ZipArchive::parse(std::string path, std::shared_ptr<const std::vector
     entry.local_header_offset = u32(h + 42);
     entry.name.assign(reinterpret_cast<const char*>(h + kCentralHeaderBytes), name_bytes);
     if (entry.name.empty()) fail("{}: central directory entry {} has an empty name", where, i);
-    if (entry.name.find('\0') != std::string::npos)
-      fail("{}: central directory entry {} has a name with a NUL byte", where, i);
+    // Names appear in error lines: control characters (a newline, say) are refused here.
+    for (const char c : entry.name)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F)
+        fail("{}: central directory entry {} has a name with a control character (byte 0x{:02X})", where, i,
+             static_cast<unsigned char>(c));
 
     // The ZIP64 extra field holds, in this order, each of these whose 32-bit field is saturated.
     const uint8_t* extra = h + kCentralHeaderBytes + name_bytes;

@@ -1,6 +1,8 @@
 // json_fields.cpp: see json_fields.h.
 #include "anatomy/data/tokenizer/json_fields.h"
 
+#include <fmt/format.h>
+
 #include "anatomy/core/error.h"
 #include "anatomy/io/json.h"
 
@@ -14,10 +16,21 @@ const char* json_kind(const nlohmann::json& value) {
 std::string short_dump(const nlohmann::json& value) { return io::short_dump(value); }
 
 std::string short_text(std::string_view text) {
-  if (text.size() <= 40) return std::string(text);
-  size_t cut = 40;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  return std::string(text.substr(0, cut)) + "...";
+  size_t cut = text.size();
+  if (cut > 40) {
+    cut = 40;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  }
+  // Control characters as escapes: an error stays one line.
+  std::string out;
+  for (const char c : text.substr(0, cut)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (u < 0x20 || u == 0x7F) out += fmt::format("\\x{:02X}", u);
+    else out += c;
+  }
+  return cut < text.size() ? out + "..." : out;
 }
 
 const nlohmann::json* optional_field(const nlohmann::json& object, const char* name) {

@@ -1,6 +1,7 @@
 // model.cpp: WordPiece, BPE and WordLevel as tokenizers' models/ run them.
 #include "anatomy/data/tokenizer/model.h"
 
+#include <algorithm>
 #include <atomic>
 #include <queue>
 
@@ -59,6 +60,9 @@ std::unique_ptr<WordPieceModel> WordPieceModel::from_json(const nlohmann::json& 
   for (const auto& [token, id] : out->vocab_)
     if (token.size() > out->prefix_.size() && token.compare(0, out->prefix_.size(), out->prefix_) == 0)
       out->continuations_[token.substr(out->prefix_.size())] = id;
+  for (const auto& [token, id] : out->vocab_) out->longest_word_ = std::max(out->longest_word_, token.size());
+  for (const auto& [token, id] : out->continuations_)
+    out->longest_continuation_ = std::max(out->longest_continuation_, token.size());
   return out;
 }
 
@@ -74,7 +78,8 @@ void WordPieceModel::tokenize(std::string_view piece, std::vector<ModelToken>& o
   for (size_t start = 0; start < piece.size();) {
     const Vocabulary& table = start > 0 ? continuations_ : vocab_;
     int32_t id = -1;
-    size_t end = piece.size();
+    size_t end = std::min(piece.size(), start + (start > 0 ? longest_continuation_ : longest_word_));
+    while (end > start && end < piece.size() && (static_cast<unsigned char>(piece[end]) & 0xC0) == 0x80) --end;
     while (start < end) {
       id = lookup(table, piece.substr(start, end - start));
       if (id >= 0) break;

@@ -59,6 +59,9 @@ class WordPieceModel : public Model {
   std::string unk_token_, prefix_;
   int32_t unk_id_ = -1;
   size_t max_input_chars_per_word_ = 100;
+  // The longest token, and continuation without its prefix, in bytes: no longer
+  // substring can match, so the greedy search starts there (the same result).
+  size_t longest_word_ = 0, longest_continuation_ = 0;
 };
 
 class BpeModel : public Model {

@@ -148,7 +148,14 @@ std::optional<NormalizedText> NormalizedText::slice(Span range) const {
   const std::optional<Span> original = original_of(range);
   if (!original) return std::nullopt;
   NormalizedText piece;
-  piece.original_ = original_.substr(original->first, original->second - original->first);
+  // An empty range maps to itself, in normalized bytes: its original may lie
+  // outside this one, and is then empty (the library's get() returns None).
+  const auto boundary_of_original = [&](uint32_t at) {
+    return at == original_.size() || (at < original_.size() && (original_[at] & 0xC0) != 0x80);
+  };
+  if (original->first <= original->second && boundary_of_original(original->first) &&
+      boundary_of_original(original->second))
+    piece.original_ = original_.substr(original->first, original->second - original->first);
   piece.normalized_ = normalized_.substr(range.first, range.second - range.first);
   piece.alignments_.reserve(range.second - range.first);
   for (uint32_t i = range.first; i < range.second; ++i)

@@ -214,7 +214,14 @@ void Tokenizer::cut_added_tokens(std::vector<Piece>& pieces, bool normalized) co
       }
       const AddedToken& token = added_[found->second];
       size_t start = at, stop = at + found->first.size();
-      at = stop;
+      // An added token that normalizes to nothing matches, empty, at every
+      // character: the search goes on one character later, as the library's.
+      if (found->first.empty()) {
+        if (at == s.size()) break;
+        next_utf8(s, at);
+      } else {
+        at = stop;
+      }
       if (token.single_word) {
         const bool start_space = start == 0 || !is_word_char(last_char(std::string_view(s).substr(0, start)));
         size_t after = stop;
