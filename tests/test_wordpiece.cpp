@@ -16,12 +16,15 @@
 #include <nlohmann/json.hpp>
 
 #include "anatomy/core/error.h"
+#include "anatomy/data/tokenizer/normalized_text.h"
 #include "anatomy/data/wordpiece.h"
 #include "cli_error_util.h"
 #include "test_util.h"
 
 namespace anatomy {
 namespace {
+
+using data::tok::append_utf8;
 
 using data::Encoding;
 using data::EncodeOptions;
@@ -270,24 +273,6 @@ uint64_t fnv1a64(std::string_view bytes) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (char c : bytes) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
   return h;
-}
-
-void append_utf8(std::string& out, char32_t c) {
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xC0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xE0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  }
 }
 
 // Each chunk of consecutive code points, as one text, gives Hugging Face's

@@ -6,18 +6,16 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstring>
-#include <exception>
 #include <fstream>
-#include <mutex>
 #include <sstream>
-#include <thread>
 
 #include <fmt/format.h>
 
 #include "anatomy/core/error.h"
 #include "anatomy/core/hash.h"
+#include "anatomy/data/parallel_encode.h"
+#include "anatomy/data/tokenizer/normalized_text.h"
 #include "anatomy/data/wordpiece_unicode.h"
 
 namespace anatomy::data {
@@ -72,23 +70,7 @@ const std::array<uint8_t, 128>& ascii_classes() {
   return table;
 }
 
-inline void append_utf8(std::string& out, char32_t c) {
-  if (c < 0x80) {
-    out.push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else if (c < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
-}
+using tok::append_utf8;
 
 // Decodes the code point at text[i] (not ASCII), advancing i; returns
 // char32_t(-1) on invalid UTF-8 (overlong forms, surrogates and values past
@@ -588,43 +570,9 @@ Encoding WordPieceTokenizer::encode(const TextInput& input, const EncodeOptions&
 std::vector<Encoding> WordPieceTokenizer::encode_batch(std::span<const TextInput> inputs, const EncodeOptions& options,
                                                        int threads) const {
   std::vector<Encoding> out(inputs.size());
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  constexpr size_t kChunk = 64;
-  const size_t chunks = (inputs.size() + kChunk - 1) / kChunk;
-  threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(threads), std::max<size_t>(chunks, 1)));
-  std::atomic<size_t> next{0};
-  std::mutex failure_mutex;
-  size_t failed_at = inputs.size();
-  std::string failure;
-  std::exception_ptr other_failure;
-  auto work = [&] {
-    Scratch scratch;
-    for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
-      const size_t end = std::min(inputs.size(), (c + 1) * kChunk);
-      for (size_t i = c * kChunk; i < end; ++i) {
-        try {
-          out[i] = encode(inputs[i], options, scratch);
-        } catch (const Error& e) {
-          std::lock_guard<std::mutex> lock(failure_mutex);
-          if (i < failed_at) failed_at = i, failure = e.what();
-          return;
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(failure_mutex);
-          if (!other_failure) other_failure = std::current_exception();
-          return;
-        }
-      }
-    }
-  };
-  if (threads <= 1) {
-    work();
-  } else {
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) pool.emplace_back(work);
-    for (std::thread& t : pool) t.join();
-  }
-  if (other_failure) std::rethrow_exception(other_failure);
-  if (failed_at < inputs.size()) fail("input {}: {}", failed_at + 1, failure);
+  encode_in_parallel(inputs.size(), threads, [&] {
+    return [&, scratch = Scratch()](size_t i) mutable { out[i] = encode(inputs[i], options, scratch); };
+  });
   if (options.padding == Padding::kLongest) {
     size_t longest = 0;
     for (const Encoding& e : out) longest = std::max(longest, e.input_ids.size());

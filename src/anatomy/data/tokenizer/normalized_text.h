@@ -93,8 +93,25 @@ class NormalizedText {
 
 // The characters of UTF-8 `text` (which must be valid).
 std::vector<char32_t> decode_utf8(std::string_view text);
-void append_utf8(std::string& out, char32_t c);
-size_t utf8_length(char32_t c);
+inline size_t utf8_length(char32_t c) { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; }
+// Appends `c` (a code point, not a surrogate) in UTF-8.
+inline void append_utf8(std::string& out, char32_t c) {
+  if (c < 0x80) {
+    out += static_cast<char>(c);
+  } else if (c < 0x800) {
+    out += static_cast<char>(0xC0 | (c >> 6));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  } else if (c < 0x10000) {
+    out += static_cast<char>(0xE0 | (c >> 12));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (c >> 18));
+    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  }
+}
 // Decodes the character at `text[at]`, advancing `at`.
 char32_t next_utf8(std::string_view text, size_t& at);
 

@@ -19,22 +19,6 @@ PreTokenizer::~PreTokenizer() = default;
 
 namespace {
 
-// Applies `split` (NormalizedText -> pieces) to every piece not yet tokenized.
-template <typename SplitFunction>
-void split_pieces(std::vector<Piece>& pieces, SplitFunction&& split) {
-  std::vector<Piece> out;
-  out.reserve(pieces.size() * 2);
-  for (Piece& piece : pieces) {
-    if (piece.tokens) {
-      out.push_back(std::move(piece));
-      continue;
-    }
-    for (NormalizedText& part : split(piece.text))
-      if (!part.empty()) out.push_back({std::move(part), std::nullopt});
-  }
-  pieces = std::move(out);
-}
-
 std::vector<PatternMatch> invert(std::vector<PatternMatch> matches) {
   for (PatternMatch& m : matches) m.is_match = !m.is_match;
   return matches;

@@ -31,6 +31,24 @@ class PreTokenizer {
   virtual void pre_tokenize(std::vector<Piece>& pieces) const = 0;
 };
 
+// Replaces every piece not yet tokenized by the parts `split` (NormalizedText&
+// -> std::vector<NormalizedText>) makes of it, dropping empty parts, as the
+// library's PreTokenizedString::split does.
+template <typename SplitFunction>
+void split_pieces(std::vector<Piece>& pieces, SplitFunction&& split) {
+  std::vector<Piece> out;
+  out.reserve(pieces.size() * 2);
+  for (Piece& piece : pieces) {
+    if (piece.tokens) {
+      out.push_back(std::move(piece));
+      continue;
+    }
+    for (NormalizedText& part : split(piece.text))
+      if (!part.empty()) out.push_back({std::move(part), std::nullopt});
+  }
+  pieces = std::move(out);
+}
+
 // The pre-tokenizer of a tokenizer.json's "pre_tokenizer" value (null: none).
 std::unique_ptr<PreTokenizer> pre_tokenizer_from_json(const nlohmann::json& value, const std::string& where);
 

@@ -3,15 +3,12 @@
 #include "anatomy/data/tokenizer/tokenizer.h"
 
 #include <algorithm>
-#include <atomic>
-#include <exception>
-#include <mutex>
-#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "anatomy/core/error.h"
+#include "anatomy/data/parallel_encode.h"
 #include "anatomy/data/tokenizer/json_fields.h"
 #include "anatomy/data/tokenizer/normalizers.h"
 #include "anatomy/data/tokenizer/pre_tokenizers.h"
@@ -358,39 +355,9 @@ Encoding Tokenizer::encode(const TextInput& input, const EncodeOptions& options,
 std::vector<Encoding> Tokenizer::encode_batch(std::span<const TextInput> inputs, const EncodeOptions& options,
                                               bool add_special_tokens, int threads) const {
   std::vector<Encoding> out(inputs.size());
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  constexpr size_t kChunk = 64;
-  const size_t chunks = (inputs.size() + kChunk - 1) / kChunk;
-  threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(threads), std::max<size_t>(chunks, 1)));
-  std::atomic<size_t> next{0};
-  std::mutex failure_mutex;
-  size_t failed_at = inputs.size();
-  std::string failure;
-  const auto work = [&] {
-    for (size_t chunk; (chunk = next.fetch_add(1)) < chunks;) {
-      const size_t end = std::min(inputs.size(), (chunk + 1) * kChunk);
-      for (size_t i = chunk * kChunk; i < end; ++i) {
-        try {
-          out[i] = encode(inputs[i], options, add_special_tokens);
-        } catch (const std::exception& e) {
-          std::lock_guard lock(failure_mutex);
-          if (i < failed_at) {
-            failed_at = i;
-            failure = e.what();
-          }
-          return;
-        }
-      }
-    }
-  };
-  if (threads == 1) {
-    work();
-  } else {
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) pool.emplace_back(work);
-    for (std::thread& t : pool) t.join();
-  }
-  if (failed_at < inputs.size()) fail("input {}: {}", failed_at + 1, failure);
+  encode_in_parallel(inputs.size(), threads, [&] {
+    return [&](size_t i) { out[i] = encode(inputs[i], options, add_special_tokens); };
+  });
   if (options.padding == Padding::kLongest) {
     size_t longest = 0;
     for (const Encoding& e : out) longest = std::max(longest, e.input_ids.size());

@@ -45,19 +45,7 @@ std::vector<NormalizedText> split_scripts(const NormalizedText& text) {
 
 class UnicodeScriptsPre : public PreTokenizer {
  public:
-  void pre_tokenize(std::vector<Piece>& pieces) const override {
-    std::vector<Piece> out;
-    out.reserve(pieces.size() * 2);
-    for (Piece& piece : pieces) {
-      if (piece.tokens) {
-        out.push_back(std::move(piece));
-        continue;
-      }
-      for (NormalizedText& part : split_scripts(piece.text))
-        if (!part.empty()) out.push_back({std::move(part), std::nullopt});
-    }
-    pieces = std::move(out);
-  }
+  void pre_tokenize(std::vector<Piece>& pieces) const override { split_pieces(pieces, split_scripts); }
 };
 
 }  // namespace
