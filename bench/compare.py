@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """compare.py: anatomy against Hugging Face Trainer on the same GPU, same settings, one run.
 
-For each configuration it trains bert-large-uncased (random init, the seed's dummy data: ids uniform
-in [100, 30000), labels 0, dropout 0.1) once with `anatomy train` and once with HF Trainer
+For each configuration it trains bert-large-uncased, or the model the configuration names (roberta-large,
+electra-large-discriminator, distilbert-base-uncased: each family's usual size, as anatomy's preset
+and as the same config.json keys given to transformers' AutoConfig) (random init, the seed's dummy data:
+ids uniform in [100, 30000), labels 0, the configs' dropout) once with `anatomy train` and once with HF Trainer
 (PyTorch + transformers must be importable; bench/hf_trainer.py), each in its own process, polling nvidia-smi for the
 peak memory used, and prints one table: samples/s, peak NVML MB, MFU and our/their ratio.
 
@@ -46,8 +48,21 @@ from bench_util import figure
 from gpu_memory import PeakMemory
 
 FUSED = dict(optim="adamw_torch_fused")
+BF16 = dict(bf16=True, tf32=True, **FUSED)
+# Other families: anatomy's preset, and its config for transformers (model_type, config.json keys, and the
+# sizes for the FLOP count: layers, hidden, intermediate).
+MODELS = {
+    "bert-large-uncased": ("bert", None, (24, 1024, 4096)),
+    "roberta-large": ("roberta", dict(vocab_size=50265, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                                      intermediate_size=4096, max_position_embeddings=514, type_vocab_size=1,
+                                      layer_norm_eps=1e-5, pad_token_id=1), (24, 1024, 4096)),
+    "electra-large-discriminator": ("electra", dict(embedding_size=1024, hidden_size=1024, num_hidden_layers=24,
+                                                    num_attention_heads=16, intermediate_size=4096),
+                                    (24, 1024, 4096)),
+    "distilbert-base-uncased": ("distilbert", dict(), (6, 768, 3072)),
+}
 CONFIGS = {
-    # name: (anatomy flags, HF TrainingArguments overrides, HF attention, samples, batch)
+    # name: (anatomy flags, HF TrainingArguments overrides, HF attention, samples, batch[, model])
     "fp32-b4-eager": ([], dict(), "eager", 1024, 4),      # the seed's vanilla run
     # the seed's run with our float32 products in split TF32 (--split-tf32: about 22 of float32's 24 bits);
     # Trainer's in plain float32, as in fp32-b4-eager
@@ -57,14 +72,17 @@ CONFIGS = {
     "bf16-b4-sdpa": (["--bf16"], dict(bf16=True), "sdpa", 1024, 4),
     "bf16-b32-sdpa": (["--bf16", "--tf32"], dict(bf16=True, tf32=True, **FUSED), "sdpa", 4096, 32),
     "bf16-b64-sdpa": (["--bf16", "--tf32"], dict(bf16=True, tf32=True, **FUSED), "sdpa", 4096, 64),
+    "roberta-large-bf16-b32": (["--bf16", "--tf32"], BF16, "sdpa", 4096, 32, "roberta-large"),
+    "electra-large-bf16-b32": (["--bf16", "--tf32"], BF16, "sdpa", 4096, 32, "electra-large-discriminator"),
+    "distilbert-base-bf16-b64": (["--bf16", "--tf32"], BF16, "sdpa", 8192, 64, "distilbert-base-uncased"),
 }
 
 # Hugging Face's side: one Trainer run per process, settings in, one JSON line out (shared with anatomy bench).
 HF_TRAINER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_trainer.py")
 
 
-def flops_per_sample(layers=24, hidden=1024, seq=512):
-    return 6 * layers * 12 * hidden ** 2 * seq + 3 * layers * 4 * seq ** 2 * hidden
+def flops_per_sample(layers=24, hidden=1024, intermediate=4096, seq=512):
+    return 6 * layers * (4 * hidden ** 2 + 2 * hidden * intermediate) * seq + 3 * layers * 4 * seq ** 2 * hidden
 
 
 def run(cmd, env=None):
@@ -94,10 +112,16 @@ def main():
         parser.error(f"--repeats {a.repeats}: must be at least 1")
     rows = []
     for name in a.configs.split(","):
-        flags, hf_args, attn, samples, batch = CONFIGS[name]
+        flags, hf_args, attn, samples, batch, *named = CONFIGS[name]
+        model = named[0] if named else "bert-large-uncased"
+        model_type, hf_config, sizes = MODELS[model]
         samples = a.samples or samples
         common = [a.anatomy, "train", "--no-progress", "--device", "cuda", "--per-device-train-batch-size", str(batch)]
+        if named:
+            common += ["--model", model]
         hf_cfg = dict(samples=samples, batch=batch, attn=attn, args=hf_args, step_times=True)
+        if hf_config is not None:
+            hf_cfg.update(model_type=model_type, config=hf_config)
         if not a.no_warm_up:
             with tempfile.TemporaryDirectory() as warm:
                 run(common + flags + ["--dummy-size", str(2 * batch), "--max-steps", "2", "--output-dir", warm])
@@ -132,7 +156,7 @@ def main():
         theirs = statistics.median(r["samples_per_second"] for r in hf_runs)
         ours_steady = statistics.median(r["steady_samples_per_second"] for r in ours_runs)
         theirs_steady = statistics.median(r["steady_samples_per_second"] for r in hf_runs)
-        mfu = lambda s: 100 * s * flops_per_sample() / (a.peak_tflops * 1e12)
+        mfu = lambda s: 100 * s * flops_per_sample(*sizes) / (a.peak_tflops * 1e12)
         rows.append(dict(config=name, samples=samples, repeats=a.repeats, ours=ours, theirs=theirs,
                          ours_steady=ours_steady, theirs_steady=theirs_steady,
                          ours_mb=max(r["peak_mb"] for r in ours_runs), theirs_mb=max(r["peak_mb"] for r in hf_runs),

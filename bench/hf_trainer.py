@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""hf_trainer.py: one Hugging Face Trainer run of BertForSequenceClassification on the seed's dummy data,
+"""hf_trainer.py: one Hugging Face Trainer run of BertForSequenceClassification (or another family's
+AutoModelForSequenceClassification) on the seed's dummy data,
 for the benchmarks that put anatomy beside it (`anatomy bench --with-hf`, bench/compare.py).
 
     python3 bench/hf_trainer.py '{"samples": 512, "batch": 4, "args": {"fp16": true}}'
@@ -11,6 +12,8 @@ Settings (a JSON object, the first argument; every key optional):
     batch       per_device_train_batch_size (4)
     attn        attn_implementation: "eager", "sdpa", ... (transformers' default when absent)
     config      a BertConfig as a dict (config.json's keys); bert-large-uncased's architecture when absent
+    model_type  the family of `config` ("bert" when absent; "roberta", "electra", "distilbert", ...): its
+                AutoConfig and AutoModelForSequenceClassification
     args        TrainingArguments overrides: gradient_accumulation_steps, gradient_checkpointing, fp16, bf16,
                 tf32, optim ("adamw_torch", "adafactor", "adamw_bnb_8bit"), max_steps, ...
     output_dir  TrainingArguments' output_dir (/tmp/hf_trainer); nothing is saved there
@@ -92,7 +95,8 @@ def train(cfg):
     import numpy as np
     import torch
     import transformers
-    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments, logging
+    from transformers import (AutoConfig, AutoModelForSequenceClassification, BertConfig, Trainer, TrainingArguments,
+                              logging)
     logging.set_verbosity_error()
 
     seed = cfg.get("seed", 42)
@@ -108,14 +112,15 @@ def train(cfg):
         def __getitem__(self, i):
             return {"input_ids": ids[i], "labels": labels[i]}
 
+    model_type = cfg.get("model_type", "bert")
     if cfg.get("config"):
-        config = BertConfig.from_dict(cfg["config"])
+        config = AutoConfig.for_model(model_type, **cfg["config"])
     else:
         config = BertConfig()
         config.update(BERT_LARGE)
     extra = {"attn_implementation": cfg["attn"]} if cfg.get("attn") else {}
     device = cfg.get("device", "cuda")
-    model = BertForSequenceClassification._from_config(config, **extra).to(device)
+    model = AutoModelForSequenceClassification.from_config(config, **extra).to(device)
     base = dict(use_cpu=device == "cpu", output_dir=cfg.get("output_dir", "/tmp/hf_trainer"), per_device_train_batch_size=cfg.get("batch", 4),
                 num_train_epochs=1, report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,
                 dataloader_drop_last=False, seed=seed)

@@ -9,8 +9,9 @@ It also polls nvidia-smi during the run for the device's peak use. It prints one
     python3 bench/memory_accuracy.py --anatomy build/anatomy [--configs base-fp32-b4,...] [--steps 3]
 
 Configurations are MODEL-PRECISION-bBATCH with an optional -ckpt (--gradient-checkpointing), -sel
-(its selective policy) or -acc4 (--gradient-accumulation-steps 4): bert-base or large, fp32/bf16/fp16, batch 4 or 32; the default
-runs the twelve without a suffix.
+(its selective policy) or -acc4 (--gradient-accumulation-steps 4): bert-base or large (or another family's
+preset: roberta, electra, distilbert, electra_small, xlmr), fp32/bf16/fp16, batch 4 or 32; the default runs
+the twelve of BERT without a suffix.
 
 Columns: predicted and measured ledger peak (the plan's exactness), predicted NVML total
 (pool segments + the context figure the plan assumed) against NVML's use of the process at the end
@@ -26,7 +27,9 @@ import tempfile
 
 from gpu_memory import PeakMemory
 
-MODELS = {"base": "bert-base-uncased", "large": "bert-large-uncased"}
+MODELS = {"base": "bert-base-uncased", "large": "bert-large-uncased", "roberta": "roberta-large",
+          "electra": "electra-large-discriminator", "distilbert": "distilbert-base-uncased",
+          "electra_small": "electra-small-discriminator", "xlmr": "xlm-roberta-base"}
 PRECISIONS = {"fp32": [], "bf16": ["--bf16"], "fp16": ["--fp16"]}
 
 
@@ -52,7 +55,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--anatomy", required=True)
     ap.add_argument("--configs",
-                    default=",".join(c for c in all_configs() if not c.endswith(("-ckpt", "-sel", "-acc4"))))
+                    default=",".join(c for c in all_configs() if not c.endswith(("-ckpt", "-sel", "-acc4"))
+                                     and c.startswith(("base-", "large-"))))
     ap.add_argument("--steps", type=int, default=3)
     opts = ap.parse_args()
     configs = all_configs()

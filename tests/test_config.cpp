@@ -14,6 +14,7 @@
 #include "anatomy/model/config.h"
 #include "anatomy/model/parameters.h"
 #include "cli_error_util.h"
+#include "anatomy/model/registry.h"
 #include "test_util.h"
 
 namespace anatomy {
@@ -187,7 +188,7 @@ TEST(Config, RejectsBadValuesNamingTheFileAndKey) {
 
 int64_t parameter_count(const ModelConfig& c) {
   int64_t total = 0;
-  for (const ParamSpec& spec : bert_parameter_specs(c)) {
+  for (const ParamSpec& spec : model_parameter_specs(c)) {
     int64_t n = 1;
     for (int64_t d : spec.shape) n *= d;
     total += n;

@@ -16,6 +16,7 @@
 #include "anatomy/io/safetensors.h"
 #include "anatomy/model/bert/bert_inference.h"
 #include "anatomy/model/checkpoint.h"
+#include "anatomy/model/registry.h"
 #include "test_util.h"
 
 namespace anatomy {
@@ -40,14 +41,16 @@ TEST_P(InferenceFixture, PackedAndPaddedLogitsMatchHuggingFace) {
   const std::string dir = fixture(GetParam());
   auto host = make_cpu_backend(1);
   const ModelSource source = resolve_model(dir);
-  BertForSequenceClassification loaded(*host, source.config);
+  const auto built = make_model(*host, source.config);
+  Model& loaded = *built;
   load_weights(loaded, dir, 0);
   const Dataset data = load_tensor_dataset(dir + "/reference.safetensors");
   const std::vector<double> expected =
       io::SafetensorsFile::open(dir + "/reference.safetensors").read_f64("logits");
 
   auto backend = make_cpu_backend(1);
-  BertInference model(*backend, source.config, DType::F32);
+  const auto inference = make_inference_model(*backend, source.config, DType::F32);
+  InferenceModel& model = *inference;
   model.load_from(loaded);
   for (const int64_t pad_to : {int64_t{0}, data.seq_len}) {
     const InferenceBatch batch = batch_of(data, pad_to);

@@ -53,7 +53,8 @@ TEST(Registry, AConfigWithoutModelTypeIsBert) {
 
 TEST(Registry, AnUnknownFamilyOrTaskNamesWhatIsSupported) {
   const std::string family = error_of([] { parse_model_config(R"({"model_type": "gpt2"})", "dir/config.json"); });
-  EXPECT_EQ(family, "dir/config.json: model_type \"gpt2\" is not supported (supported: \"bert\")");
+  EXPECT_EQ(family, "dir/config.json: model_type \"gpt2\" is not supported (supported: \"bert\", \"roberta\", "
+                    "\"xlm-roberta\", \"camembert\", \"electra\", \"distilbert\")");
   const std::string type = error_of([] { parse_model_config(R"({"model_type": 7})", "config.json"); });
   EXPECT_EQ(type, "config.json: 'model_type' must be a string, got 7");
   const ModelConfig bert = *model_preset("bert-tiny");
@@ -91,9 +92,12 @@ TEST(Registry, PresetsComeFromTheFamilies) {
   for (const std::string& name : names) {
     const std::optional<ModelConfig> c = model_preset(name);
     ASSERT_TRUE(c.has_value()) << name;
-    EXPECT_EQ(c->model_type, "bert") << name;
+    EXPECT_NO_THROW(model_architecture(*c)) << name;
+    // The preset's name says its family (a RoBERTa-family preset may be xlm-roberta or camembert).
+    EXPECT_NE(name.find(c->model_type == "xlm-roberta" ? "xlm-roberta" : c->model_type), std::string::npos) << name;
   }
-  EXPECT_FALSE(model_preset("roberta-base").has_value());
+  EXPECT_EQ(model_preset("roberta-base")->model_type, "roberta");
+  EXPECT_FALSE(model_preset("deberta-v3-large").has_value());
 }
 
 TEST(Registry, TheOutputsCarryHuggingFacesNames) {

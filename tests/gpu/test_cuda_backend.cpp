@@ -14,6 +14,7 @@
 #include "anatomy/kernels/cuda/cuda_backend.h"
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/model/checkpoint.h"
+#include "anatomy/model/registry.h"
 #include "anatomy/train/trainer.h"
 #include "../test_util.h"
 #include "backend_test_util.h"
@@ -76,6 +77,30 @@ TEST(CudaBackend, LinearMatchesTheCpuOnOddShapes) {
   }
 }
 
+// RoBERTa's position ids (Backend::positions_past_padding) on sequences longer
+// than a warp's 32 tokens, padding ids anywhere: the CPU backend's.
+TEST(CudaBackend, PositionsPastPaddingMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = cuda::make_cuda_backend(0);
+  auto cpu = make_cpu_backend(1);
+  const int64_t B = 13, L = 70, pad = 1;
+  std::mt19937 gen(3);
+  std::vector<int64_t> ids(B * L);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < L; ++t)
+      ids[b * L + t] = t >= L - 5 * b ? pad : (gen() % 7 == 0 ? pad : 2 + gen() % 100);
+  std::vector<int64_t> got(B * L), expected(B * L);
+  for (auto* backend : {gpu.get(), cpu.get()}) {
+    Tensor in = Tensor::empty(backend->ledger(), {B, L}, DType::I64, Category::Data, "input_ids");
+    Tensor out = Tensor::empty(backend->ledger(), {B, L}, DType::I64, Category::Data, "position_ids");
+    backend->copy_from_host(in, ids.data());
+    backend->positions_past_padding(in, pad, out);
+    backend->copy_to_host(out, (backend == cpu.get() ? expected : got).data());
+  }
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(expected[0] == pad ? pad : expected[0], ids[0] == pad ? pad : pad + 1);
+}
+
 class CudaFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaFixture, ForwardAndBackwardMatchHuggingFace) {
@@ -83,7 +108,8 @@ TEST_P(CudaFixture, ForwardAndBackwardMatchHuggingFace) {
   const std::string dir = fixtures_dir() + "/" + GetParam();
   auto backend = cuda::make_cuda_backend(0);
   const ModelSource source = resolve_model(dir);
-  BertForSequenceClassification model(*backend, source.config);
+  const auto built = make_model(*backend, source.config);
+  Model& model = *built;
   load_weights(model, dir, 0);
   const Dataset data = load_tensor_dataset(dir + "/reference.safetensors");
   const ModelInputs inputs = upload_dataset(*backend, data);
@@ -145,7 +171,8 @@ TEST_P(CudaFixture, TenTrainingStepsMatchHuggingFaceAndRepeatBitwise) {
                                               : run == 3 ? Fp32Products::SplitTf32
                                                          : Fp32Products::Float32);
     const ModelSource source = resolve_model(dir);
-    BertForSequenceClassification model(*backend, source.config);
+    const auto built = make_model(*backend, source.config);
+    Model& model = *built;
     load_weights(model, dir, 0);
     TrainingArguments args;
     args.max_steps = 10;
@@ -185,7 +212,8 @@ struct MixedCase {
 void check_mixed(const std::string& dir, const MixedCase& c) {
   auto backend = cuda::make_cuda_backend(0);
   const ModelSource source = resolve_model(dir);
-  BertForSequenceClassification model(*backend, source.config, c.dtype);
+  const auto built = make_model(*backend, source.config, c.dtype);
+  Model& model = *built;
   load_weights(model, dir, 0);
   const Dataset data = load_tensor_dataset(dir + "/reference.safetensors");
   const ModelInputs inputs = upload_dataset(*backend, data);

@@ -24,6 +24,7 @@
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/model/bert/bert_inference.h"
 #include "anatomy/model/checkpoint.h"
+#include "anatomy/model/registry.h"
 #include "../test_util.h"
 
 namespace anatomy {
@@ -125,14 +126,16 @@ TEST_P(CudaInferenceFixture, SixteenBitLogitsNearHuggingFace) {
   const std::string dir = test::fixtures_dir() + "/" + GetParam();
   auto host = make_cpu_backend(1);
   const ModelSource source = resolve_model(dir);
-  BertForSequenceClassification loaded(*host, source.config);
+  const auto built = make_model(*host, source.config);
+  Model& loaded = *built;
   load_weights(loaded, dir, 0);
   const Dataset data = load_tensor_dataset(dir + "/reference.safetensors");
   const std::vector<double> expected =
       io::SafetensorsFile::open(dir + "/reference.safetensors").read_f64("logits");
   auto backend = cuda::make_cuda_backend(0);
   for (const DType dtype : {DType::BF16, DType::F16}) {
-    BertInference model(*backend, source.config, dtype);
+    const auto inference = make_inference_model(*backend, source.config, dtype);
+    InferenceModel& model = *inference;
     model.load_from(loaded);
     for (const int64_t pad_to : {int64_t{0}, data.seq_len}) {
       const std::vector<float> got = download(*backend, model.forward(batch_of(data, pad_to)));

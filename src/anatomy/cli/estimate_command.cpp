@@ -55,9 +55,9 @@ DataShape shape_from_flags(const TrainingArguments& args, ModelSource& source) {
   s.seq_len = args.dummy_seq_len;
   s.label_width = 1;
   s.label_dtype = config.num_labels == 1 ? DType::F32 : DType::I64;
-  if (s.seq_len > config.max_position_embeddings)
-    fail("--dummy-seq-len {}: longer than the model's max_position_embeddings ({})", s.seq_len,
-         config.max_position_embeddings);
+  if (s.seq_len > config.max_sequence_length())
+    fail("--dummy-seq-len {}: longer than the model's {}", s.seq_len,
+         max_sequence_length_text(config));
   return s;
 }
 

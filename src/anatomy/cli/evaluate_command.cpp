@@ -115,9 +115,9 @@ int run_inference(const EvaluateFlags& f, bool predict) {
     if (static_cast<int64_t>(tokenizer.vocab_size()) > source.config.vocab_size)
       fail("{}: {} tokens, more than the model's vocab_size {}", tokenizer.file(), tokenizer.vocab_size(),
            source.config.vocab_size);
-    if (f.max_seq_length > source.config.max_position_embeddings)
-      fail("--max-seq-length {}: longer than the model's max_position_embeddings ({})", f.max_seq_length,
-           source.config.max_position_embeddings);
+    if (f.max_seq_length > source.config.max_sequence_length())
+      fail("--max-seq-length {}: longer than the model's {}", f.max_seq_length,
+           max_sequence_length_text(source.config));
     TextColumns columns = f.columns;
     if (predict) columns.label.clear();  // predictions need no labels
     else if (columns.label.empty()) fail("--label-column: evaluate needs labels");

@@ -122,9 +122,9 @@ Dataset load_tensor_dataset(const std::string& path) {
 
 void validate_dataset(const Dataset& d, const ModelConfig& c) {
   if (d.size <= 0 || d.seq_len <= 0) fail("{}: the dataset is empty ({} examples of {} tokens)", d.source, d.size, d.seq_len);
-  if (d.seq_len > c.max_position_embeddings)
-    fail("{}: input_ids has sequences of {} tokens, longer than the model's max_position_embeddings {}", d.source, d.seq_len,
-         c.max_position_embeddings);
+  if (d.seq_len > c.max_sequence_length())
+    fail("{}: input_ids has sequences of {} tokens, longer than the model's {}", d.source, d.seq_len,
+         max_sequence_length_text(c));
   auto check_range = [&](const std::vector<int64_t>& v, const char* name, int64_t hi) {
     for (size_t i = 0; i < v.size(); ++i)
       if (v[i] < 0 || v[i] >= hi)
@@ -132,7 +132,8 @@ void validate_dataset(const Dataset& d, const ModelConfig& c) {
              i % d.seq_len, v[i], hi);
   };
   check_range(d.input_ids, "input_ids", c.vocab_size);
-  check_range(d.token_type_ids, "token_type_ids", c.type_vocab_size);
+  // A model without token types (DistilBERT) does not read them, as its Hugging Face tokenizer does not make them.
+  if (c.type_vocab_size > 0) check_range(d.token_type_ids, "token_type_ids", c.type_vocab_size);
   check_range(d.attention_mask, "attention_mask", 2);
   if (!d.has_labels()) return;
   const ProblemType type = c.problem_type != ProblemType::Unset ? c.problem_type

@@ -243,6 +243,17 @@ void Backend::embedding_backward(const Tensor& ids, const Tensor& dout, const Te
       },
       [&] { do_embedding_backward(ids, dout, dtable, padding_idx); });
 }
+void Backend::positions_past_padding(const Tensor& ids, int64_t padding_idx, const Tensor& positions) {
+  ANATOMY_CHECK(ids.rank() == 2 && ids.dtype() == DType::I64 && positions.shape() == ids.shape() &&
+                    positions.dtype() == DType::I64,
+                "positions_past_padding: {} and {} must be int64 [batch, seq] alike", ids.name(), positions.name());
+  run_op(
+      [&] {
+        return OpInfo{"positions_past_padding", operand_name(positions.name()), OpClass::Elementwise, numel_of(ids),
+                      bytes_of(ids) + bytes_of(positions)};
+      },
+      [&] { do_positions_past_padding(ids, padding_idx, positions); });
+}
 void Backend::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
                                 const Tensor& mean, const Tensor& rstd) {
   run_op(
@@ -621,7 +632,7 @@ void Backend::embeddings_layernorm_forward_unfused(
                 sum.name(), out.name());
   embedding_forward(ids, word, sum, false);
   embedding_forward(positions, position, sum, true);
-  embedding_forward(token_types, token_type, sum, true);
+  if (token_type.defined()) embedding_forward(token_types, token_type, sum, true);
   layernorm_forward(sum, gamma, beta, eps, work, mean, rstd);
   dropout(work, work, dropout_spec);
   if (work.raw() != out.raw()) cast(work, out);

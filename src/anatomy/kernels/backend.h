@@ -201,10 +201,15 @@ class Backend {
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate);
   // dtable[ids[t]] += dout[t], skipping rows whose id equals padding_idx (pass -1 for none).
   void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable, int64_t padding_idx);
+  // RoBERTa's position ids of a [B, L] batch (int64, like ids): a padding
+  // token (id == padding_idx) gets padding_idx, the others padding_idx + 1 +
+  // the number of non-padding tokens before them in their sequence.
+  void positions_past_padding(const Tensor& ids, int64_t padding_idx, const Tensor& positions);
 
   // The embeddings block, forward: sum = word[ids] + position[positions] +
   // token_type[token_types] (float32 tables, added in that order, as three
-  // embedding_forward calls), y = LayerNorm(sum) (saves mean and rstd),
+  // embedding_forward calls; token_type undefined: a model without token
+  // types, two tables), y = LayerNorm(sum) (saves mean and rstd),
   // out = dropout(y) rounded once to out's dtype. `work` is float32 like sum:
   // where y is kept before the dropout and the rounding (out itself when out
   // is float32). The default runs those ops; a backend may fuse them (and then
@@ -434,6 +439,7 @@ class Backend {
   virtual void do_embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out, bool accumulate) = 0;
   virtual void do_embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable,
                                      int64_t padding_idx) = 0;
+  virtual void do_positions_past_padding(const Tensor& ids, int64_t padding_idx, const Tensor& positions) = 0;
   virtual void do_embeddings_layernorm_forward(const Tensor& ids, const Tensor& positions, const Tensor& token_types,
                                                const Tensor& word, const Tensor& position, const Tensor& token_type,
                                                const Tensor& gamma, const Tensor& beta, double eps,

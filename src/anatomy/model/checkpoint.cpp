@@ -1,6 +1,8 @@
 // checkpoint.cpp: loading, initialising and saving a model's parameters.
 #include "anatomy/model/checkpoint.h"
 
+#include "anatomy/model/registry.h"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -11,6 +13,7 @@
 #include "anatomy/io/files.h"
 #include "anatomy/io/hf_cache.h"
 #include "anatomy/io/safetensors.h"
+#include "anatomy/model/registry.h"
 
 namespace anatomy {
 
@@ -64,8 +67,19 @@ ModelSource resolve_model(const std::string& spec, bool need_weights) {
     source.preset = spec;
     return source;
   }
+  // The smallest preset of each family, as examples (README.md's Models table lists them all).
   std::string names;
-  for (const auto& n : model_preset_names()) names += (names.empty() ? "" : ", ") + n;
+  for (const ModelFamily& family : model_families()) {
+    std::string smallest;
+    int64_t fewest = 0;
+    for (const std::string& name : family.preset_names()) {
+      int64_t count = 0;
+      for (const ParamSpec& spec : model_parameter_specs(*family.preset(name))) count += shape_numel(spec.shape);
+      if (smallest.empty() || count < fewest) smallest = name, fewest = count;
+    }
+    if (!smallest.empty()) names += (names.empty() ? "" : ", ") + smallest;
+  }
+  names = "e.g. " + names + "; README.md lists them all";
   if (io::is_hub_model_id(spec)) {
     std::string folder = "models--";
     for (char c : spec) folder += c == '/' ? std::string("--") : std::string(1, c);

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "anatomy/core/error.h"
 #include "anatomy/io/json.h"
 #include "anatomy/model/registry.h"
@@ -30,6 +32,13 @@ std::string problem_type_name(ProblemType p) {
     case ProblemType::MultiLabel: return "multi_label_classification";
   }
   return "?";
+}
+
+std::string max_sequence_length_text(const ModelConfig& c) {
+  if (c.position_ids == PositionIds::PastPadding)
+    return fmt::format("max_position_embeddings {} less pad_token_id + 1 ({})", c.max_position_embeddings,
+                       c.max_sequence_length());
+  return fmt::format("max_position_embeddings ({})", c.max_position_embeddings);
 }
 
 ModelConfig parse_model_config(const std::string& text, const std::string& source) {
@@ -70,7 +79,8 @@ void validate_model_config(const ModelConfig& c, const std::string& source) {
   positive(c.num_attention_heads, "num_attention_heads");
   positive(c.intermediate_size, "intermediate_size");
   positive(c.max_position_embeddings, "max_position_embeddings");
-  positive(c.type_vocab_size, "type_vocab_size");
+  if (c.type_vocab_size < 0) fail("{}: 'type_vocab_size' must not be negative, got {}", source, c.type_vocab_size);
+  if (c.embedding_size < 0) fail("{}: 'embedding_size' must be positive, got {}", source, c.embedding_size);
   positive(c.num_labels, "num_labels");
   if (c.hidden_size % c.num_attention_heads != 0)
     fail("{}: hidden_size {} is not a multiple of num_attention_heads {}", source, c.hidden_size,
@@ -85,6 +95,9 @@ void validate_model_config(const ModelConfig& c, const std::string& source) {
   if (!(c.initializer_range >= 0.0)) fail("{}: 'initializer_range' must be non-negative", source);
   if (c.pad_token_id < 0 || c.pad_token_id >= c.vocab_size)
     fail("{}: pad_token_id {} is outside the vocabulary of {}", source, c.pad_token_id, c.vocab_size);
+  if (c.max_sequence_length() <= 0)
+    fail("{}: max_position_embeddings {} leaves no position past pad_token_id {} (positions start at "
+         "pad_token_id + 1)", source, c.max_position_embeddings, c.pad_token_id);
 }
 
 json model_config_to_json(const ModelConfig& config) {

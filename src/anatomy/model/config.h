@@ -14,6 +14,11 @@ namespace anatomy {
 
 enum class Activation { Gelu, GeluNew, Relu };
 enum class ProblemType { Unset, Regression, SingleLabel, MultiLabel };
+// How position ids are made from a batch: 0, 1, 2, ... in every sequence
+// (BERT, ELECTRA, DistilBERT), or RoBERTa's: padding tokens get position
+// pad_token_id, the others pad_token_id + 1 + their index among the sequence's
+// non-padding tokens (fairseq's make_positions).
+enum class PositionIds { Sequential, PastPadding };
 
 // The fields every encoder family has, under BERT's names; a family's parser
 // maps its own config.json keys onto them.
@@ -29,7 +34,11 @@ struct ModelConfig {
   double attention_probs_dropout_prob = 0.1;
   std::optional<double> classifier_dropout;  // null: use hidden_dropout_prob
   int64_t max_position_embeddings = 512;
-  int64_t type_vocab_size = 2;
+  int64_t type_vocab_size = 2;  // 0: no token type table (DistilBERT); token_type_ids are not read
+  // ELECTRA: the embeddings' width, projected to hidden_size before the
+  // encoder when it differs (0: hidden_size).
+  int64_t embedding_size = 0;
+  PositionIds position_ids = PositionIds::Sequential;
   double initializer_range = 0.02;
   double layer_norm_eps = 1e-12;
   int64_t pad_token_id = 0;
@@ -41,6 +50,12 @@ struct ModelConfig {
   nlohmann::json extra = nlohmann::json::object();
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  int64_t embedding_width() const { return embedding_size > 0 ? embedding_size : hidden_size; }
+  // The longest sequence the position table serves (RoBERTa's positions start past the padding id).
+  int64_t max_sequence_length() const {
+    return position_ids == PositionIds::PastPadding ? max_position_embeddings - pad_token_id - 1
+                                                    : max_position_embeddings;
+  }
   double classifier_dropout_prob() const { return classifier_dropout.value_or(hidden_dropout_prob); }
 };
 
@@ -57,6 +72,10 @@ void validate_model_config(const ModelConfig& config, const std::string& source)
 // Built-in sizes of every family (model_preset_names()), randomly initialised.
 std::optional<ModelConfig> model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
+
+// "max_position_embeddings (512)", or for RoBERTa's positions "max_position_embeddings
+// 514 less pad_token_id + 1 (512)": what bounds a sequence's length, for errors.
+std::string max_sequence_length_text(const ModelConfig& config);
 
 std::string activation_name(Activation a);
 std::string problem_type_name(ProblemType p);

@@ -7,6 +7,9 @@
 #include "anatomy/model/bert/bert_config.h"
 #include "anatomy/model/bert/bert_inference.h"
 #include "anatomy/model/bert/bert_parameters.h"
+#include "anatomy/model/distilbert/distilbert.h"
+#include "anatomy/model/electra/electra.h"
+#include "anatomy/model/roberta/roberta.h"
 
 namespace anatomy {
 
@@ -18,24 +21,44 @@ std::string joined(const std::vector<std::string>& names) {
   return out;
 }
 
+// A family laid out as BERT (model/bert/bert_layout.h), with its sequence classification head.
+ModelArchitecture bert_style_classifier(const BertLayout& layout) {
+  return {layout.architecture, layout.model_type, kSequenceClassification,
+          [&layout](const ModelConfig& config) { return bert_parameter_specs(config, layout); },
+          [&layout](Backend& backend, const ModelConfig& config, DType compute) -> std::unique_ptr<Model> {
+            return std::make_unique<BertForSequenceClassification>(backend, config, compute, layout);
+          },
+          [&layout](Backend& backend, const ModelConfig& config, DType dtype) -> std::unique_ptr<InferenceModel> {
+            return std::make_unique<BertInference>(backend, config, dtype, layout);
+          }};
+}
+
 }  // namespace
 
 const std::vector<ModelFamily>& model_families() {
+  // A preset's name is unique across the families (model_preset looks in each).
   static const std::vector<ModelFamily> families = {
       {"bert", parse_bert_config, bert_config_to_json, bert_preset, bert_preset_names},
+      {"roberta", parse_roberta_config, roberta_config_to_json, roberta_preset, roberta_preset_names},
+      {"xlm-roberta", parse_roberta_config, roberta_config_to_json, [](const std::string&) {
+         return std::optional<ModelConfig>();  // the RoBERTa entry serves the presets of all three
+       }, [] { return std::vector<std::string>(); }},
+      {"camembert", parse_roberta_config, roberta_config_to_json,
+       [](const std::string&) { return std::optional<ModelConfig>(); }, [] { return std::vector<std::string>(); }},
+      {"electra", parse_electra_config, electra_config_to_json, electra_preset, electra_preset_names},
+      {"distilbert", parse_distilbert_config, distilbert_config_to_json, distilbert_preset, distilbert_preset_names},
   };
   return families;
 }
 
 const std::vector<ModelArchitecture>& model_architectures() {
   static const std::vector<ModelArchitecture> architectures = {
-      {"BertForSequenceClassification", "bert", kSequenceClassification, bert_parameter_specs,
-       [](Backend& backend, const ModelConfig& config, DType compute) -> std::unique_ptr<Model> {
-         return std::make_unique<BertForSequenceClassification>(backend, config, compute);
-       },
-       [](Backend& backend, const ModelConfig& config, DType dtype) -> std::unique_ptr<InferenceModel> {
-         return std::make_unique<BertInference>(backend, config, dtype);
-       }},
+      bert_style_classifier(bert_layout()),
+      bert_style_classifier(roberta_layout("roberta")),
+      bert_style_classifier(roberta_layout("xlm-roberta")),
+      bert_style_classifier(roberta_layout("camembert")),
+      bert_style_classifier(electra_layout()),
+      bert_style_classifier(distilbert_layout()),
   };
   return architectures;
 }

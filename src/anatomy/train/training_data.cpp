@@ -120,9 +120,9 @@ TrainingData load_training_data(const TrainingArguments& args, ModelSource& sour
   if (train_text) {
     const std::string what = "--train-file " + args.train_file;
     TokenizerSettings settings = resolve_tokenizer(args.vocab, source.directory, args.do_lower_case, what);
-    if (args.max_seq_length > config.max_position_embeddings)
-      fail("--max-seq-length {}: longer than the model's max_position_embeddings ({})", args.max_seq_length,
-           config.max_position_embeddings);
+    if (args.max_seq_length > config.max_sequence_length())
+      fail("--max-seq-length {}: longer than the model's {}", args.max_seq_length,
+           max_sequence_length_text(config));
     const data::TextTokenizer tokenizer = load_tokenizer(settings);
     const auto vocab_size = static_cast<int64_t>(tokenizer.vocab_size());
     if (source.directory.empty()) {
@@ -135,7 +135,7 @@ TrainingData load_training_data(const TrainingArguments& args, ModelSource& sour
       fail("{}: {} tokens, more than the model's vocab_size {} ({})", tokenizer.file(), vocab_size,
            config.vocab_size, source.directory);
     }
-    if (!settings.config.contains("model_max_length")) settings.model_max_length = config.max_position_embeddings;
+    if (!settings.config.contains("model_max_length")) settings.model_max_length = config.max_sequence_length();
     TextColumns columns{args.text_column, args.text_pair_column, args.label_column};
     if (columns.label.empty()) fail("--label-column: training needs labels");
     const TextTable train = read_text_table(args.train_file, columns);

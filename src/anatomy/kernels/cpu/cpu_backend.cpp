@@ -157,6 +157,20 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void do_positions_past_padding(const Tensor& ids, int64_t padding_idx, const Tensor& positions) override {
+    const int64_t B = ids.dim(0), L = ids.dim(1);
+    const int64_t* id = ids.data<int64_t>();
+    int64_t* out = positions.data<int64_t>();
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t seen = 0;
+      for (int64_t t = 0; t < L; ++t) {
+        const bool real = id[b * L + t] != padding_idx;
+        seen += real;
+        out[b * L + t] = real ? padding_idx + seen : padding_idx;
+      }
+    }
+  }
+
   void do_layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
                             const Tensor& mean, const Tensor& rstd) override {
     const int64_t H = x.dim(-1), R = rows_of(x);

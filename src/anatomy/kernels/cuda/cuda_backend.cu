@@ -341,6 +341,11 @@ class CudaBackend final : public Backend {
                              dtable.dim(1), dtable.dim(0), padding_idx, scratch);
   }
 
+  void do_positions_past_padding(const Tensor& ids, int64_t padding_idx, const Tensor& positions) override {
+    cuda::positions_past_padding(stream_, ids.data<int64_t>(), ids.dim(0), ids.dim(1), padding_idx,
+                                 positions.data<int64_t>());
+  }
+
   void do_cast(const Tensor& src, const Tensor& dst) override {
     ANATOMY_CHECK(src.numel() == dst.numel(), "cast: {} and {} differ in size", src.name(), dst.name());
     if (src.dtype() == dst.dtype()) return copy(dst, src);
@@ -370,20 +375,22 @@ class CudaBackend final : public Backend {
                                        const Tensor& sum, const Tensor& mean, const Tensor& rstd, const Tensor& work,
                                        const Tensor& out) override {
     const int64_t H = sum.dim(-1), rows = rows_of(sum);
+    const bool types = token_type.defined();  // false: a model without token types
     const bool fused =
-        word.dtype() == DType::F32 && position.dtype() == DType::F32 && token_type.dtype() == DType::F32 &&
-        sum.dtype() == DType::F32 && work.dtype() == DType::F32 && out.numel() == sum.numel() && floating(out) &&
-        word.dim(-1) == H && position.dim(-1) == H && token_type.dim(-1) == H && ids.numel() == rows &&
-        positions.numel() == rows && token_types.numel() == rows && ids.dtype() == DType::I64 &&
-        positions.dtype() == DType::I64 && token_types.dtype() == DType::I64 && norm_params_fit(gamma, beta, H) &&
-        stats_fit(mean, rstd, rows) &&
+        word.dtype() == DType::F32 && position.dtype() == DType::F32 && sum.dtype() == DType::F32 &&
+        work.dtype() == DType::F32 && out.numel() == sum.numel() && floating(out) && word.dim(-1) == H &&
+        position.dim(-1) == H && ids.numel() == rows && positions.numel() == rows && ids.dtype() == DType::I64 &&
+        positions.dtype() == DType::I64 &&
+        (!types || (token_type.dtype() == DType::F32 && token_type.dim(-1) == H && token_types.numel() == rows &&
+                    token_types.dtype() == DType::I64)) &&
+        norm_params_fit(gamma, beta, H) && stats_fit(mean, rstd, rows) &&
         embeddings_layernorm_fused_supported(H, {word.raw(), position.raw(), token_type.raw(), sum.raw(), out.raw()});
     if (!fused)
       return embeddings_layernorm_forward_unfused(ids, positions, token_types, word, position, token_type, gamma,
                                                    beta, eps, dropout, sum, mean, rstd, work, out);
     cuda::embeddings_layernorm_forward_fused(stream_, out.dtype(), ids.data<int64_t>(), positions.data<int64_t>(),
-                                             token_types.data<int64_t>(), word.data<float>(), position.data<float>(),
-                                             token_type.data<float>(), gamma.data<float>(), beta.data<float>(), eps,
+                                             types ? token_types.data<int64_t>() : nullptr, word.data<float>(),
+                                             position.data<float>(), types ? token_type.data<float>() : nullptr, gamma.data<float>(), beta.data<float>(), eps,
                                              dropout, sum.data<float>(), out.raw(), mean.data<float>(),
                                              rstd.data<float>(), rows, H);
   }

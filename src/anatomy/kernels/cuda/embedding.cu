@@ -317,6 +317,39 @@ void embedding_backward_impl(cudaStream_t s, const int64_t* ids, const D* dout, 
 
 }  // namespace
 
+namespace {
+
+// One warp per sequence walks it 32 tokens at a time: each lane's token,
+// a ballot of the non-padding ones, and the count carried across chunks.
+__global__ void positions_past_padding_kernel(const int64_t* ids, int64_t B, int64_t L, int64_t padding_idx,
+                                              int64_t* positions) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (b >= B) return;  // whole warps leave together
+  int64_t seen = 0;
+  for (int64_t start = 0; start < L; start += 32) {
+    const int64_t t = start + lane;
+    const bool real = t < L && ids[b * L + t] != padding_idx;
+    const unsigned ballot = __ballot_sync(0xffffffffu, real);
+    const int64_t before = __popc(ballot & ((1u << lane) - 1u));
+    if (t < L) positions[b * L + t] = real ? padding_idx + seen + before + 1 : padding_idx;
+    seen += __popc(ballot);
+  }
+}
+
+}  // namespace
+
+void positions_past_padding(cudaStream_t s, const int64_t* ids, int64_t B, int64_t L, int64_t padding_idx,
+                            int64_t* positions) {
+  if (B <= 0 || L <= 0) return;
+  constexpr int kWarps = 8;
+  const int64_t blocks = (B + kWarps - 1) / kWarps;
+  ANATOMY_CHECK(blocks <= 0x7fffffff, "positions_past_padding: {} sequences are too many", B);
+  positions_past_padding_kernel<<<static_cast<unsigned>(blocks), 32 * kWarps, 0, s>>>(ids, B, L, padding_idx,
+                                                                                      positions);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
 void embedding_backward(cudaStream_t s, const int64_t* ids, const float* dout, float* dtable, int64_t T, int64_t H,
                         int64_t V, int64_t padding_idx, void* scratch) {
   embedding_backward_impl(s, ids, dout, dtable, T, H, V, padding_idx, scratch);

@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
   const int64_t base = r * H;
   const float* w = word + ids[r] * H;
   const float* p = pos + pos_ids[r] * H;
-  const float* y = type + type_ids[r] * H;
+  const float* y = type ? type + type_ids[r] * H : nullptr;  // no token types: adds zeros
   float4 a[kGroups], b[kGroups], c[kGroups];
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kWarp* kWarpsPerBlock)
     if (h >= H) continue;
     a[g] = ld4(w + h);
     b[g] = ld4(p + h);
-    c[g] = ld4(y + h);
+    c[g] = y ? ld4(y + h) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
   float v[kGroups][4];
   double lane_sum = 0.0;

@@ -50,6 +50,9 @@ void embedding_forward(cudaStream_t s, const int64_t* ids, const float* table, f
 // What CUB itself answers for the sort storage of T tokens (a size query, no
 // work), which cuda_memory.h's cub_sort_pairs_bytes(T) models; for tests.
 size_t cub_sort_pairs_query_bytes(int64_t T);
+// Backend::positions_past_padding: one warp per sequence, a running count of its non-padding tokens.
+void positions_past_padding(cudaStream_t s, const int64_t* ids, int64_t B, int64_t L, int64_t padding_idx,
+                            int64_t* positions);
 void embedding_backward(cudaStream_t s, const int64_t* ids, const float* dout, float* dtable, int64_t T, int64_t H,
                         int64_t V, int64_t padding_idx, void* scratch);
 

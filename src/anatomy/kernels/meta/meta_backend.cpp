@@ -141,6 +141,8 @@ class MetaBackend final : public Backend {
     if (cuda()) scratch_bytes(cuda::embedding_backward_scratch_bytes(ids.numel()));
   }
 
+  void do_positions_past_padding(const Tensor&, int64_t, const Tensor&) override {}
+
   // --- normalisation ---
   void do_layernorm_forward(const Tensor&, const Tensor&, const Tensor&, double, const Tensor&, const Tensor&,
                             const Tensor&) override {}

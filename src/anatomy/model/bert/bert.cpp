@@ -19,11 +19,12 @@ struct BertForSequenceClassification::Step {
 };
 
 BertForSequenceClassification::BertForSequenceClassification(Backend& backend, const ModelConfig& config,
-                                                             DType compute)
-    : Model(backend, config, compute, bert_parameter_specs(config),
-            [&config](const ParameterSet& set) { return bert_parameter_units(set, config); }),
-      encoder_(backend_, config_, compute_, w_, wh_, g_),
-      head_(backend_, config_, compute_, w_, g_, encoder_) {
+                                                             DType compute, const BertLayout& layout)
+    : Model(backend, config, compute, bert_parameter_specs(config, layout),
+            [&config, &layout](const ParameterSet& set) { return bert_parameter_units(set, config, layout); }),
+      layout_(layout),
+      encoder_(backend_, config_, layout_, compute_, w_, wh_, g_),
+      head_(backend_, config_, layout_, compute_, w_, g_, encoder_) {
   // The head reads the first token only: the last layer for that token alone,
   // unless asked otherwise or the backend's first-query attention does not
   // take the model's head size and longest sequence (then the whole layer).
@@ -49,19 +50,17 @@ BertTensors& BertForSequenceClassification::views_of(Views views) {
 }
 
 void BertForSequenceClassification::bind_views(Views views, const ParameterSet& set) {
-  views_of(views) = BertTensors::bind(set, config_);
+  views_of(views) = BertTensors::bind(set, config_, layout_);
 }
 
 void BertForSequenceClassification::bind_unit_views(Views views, int64_t unit,
                                                     const std::function<Tensor(const std::string&)>& get) {
-  views_of(views).bind_unit(unit, config_, get);
+  views_of(views).bind_unit(unit, config_, layout_, get);
 }
 
 bool BertForSequenceClassification::reads_float32_in_mixed_precision(const std::string& name) const {
-  const auto ends_with = [&](const std::string& suffix) {
-    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  return name.rfind("bert.encoder.", 0) != 0 || ends_with("LayerNorm.weight") || ends_with("LayerNorm.bias");
+  const bool projection = name.rfind(layout_.prefix + layout_.projection + ".", 0) == 0;
+  return !(layout_.in_encoder_layer(name) || projection) || layout_.is_layer_norm(name);
 }
 
 std::vector<std::string> BertForSequenceClassification::checkpoint_names(const std::string& name) const {
@@ -76,19 +75,24 @@ std::vector<std::string> BertForSequenceClassification::checkpoint_names(const s
     return n;
   };
   if (legacy(name) != name) names.push_back(legacy(name));
-  if (name.rfind("bert.", 0) == 0) {  // a bare BertModel's checkpoint has no "bert." prefix
-    names.push_back(name.substr(5));
-    if (legacy(name) != name) names.push_back(legacy(name).substr(5));
+  const std::string& prefix = layout_.prefix;
+  if (name.rfind(prefix, 0) == 0) {  // a bare base model's checkpoint has no "bert." prefix
+    names.push_back(name.substr(prefix.size()));
+    if (legacy(name) != name) names.push_back(legacy(name).substr(prefix.size()));
   }
   return names;
 }
 
 bool BertForSequenceClassification::optional_on_load(const std::string& name) const {
-  return name.rfind("classifier.", 0) == 0 || name.rfind("bert.pooler.", 0) == 0;
+  return name.rfind(layout_.head_dense + ".", 0) == 0 || name.rfind(layout_.classifier + ".", 0) == 0;
 }
 
 int64_t BertForSequenceClassification::zero_row_on_init(const ParamSpec& spec) const {
-  return spec.name == "bert.embeddings.word_embeddings.weight" ? config_.pad_token_id : -1;
+  // nn.Embedding(padding_idx=pad_token_id): that row starts at zero.
+  if (spec.name == layout_.prefix + layout_.word + ".weight") return config_.pad_token_id;
+  if (layout_.position_padding_row && spec.name == layout_.prefix + layout_.position + ".weight")
+    return config_.pad_token_id;
+  return -1;
 }
 
 BertForSequenceClassification::~BertForSequenceClassification() = default;
@@ -102,8 +106,8 @@ ForwardOutput BertForSequenceClassification::forward(const ModelInputs& inputs, 
 
   ledger.set_phase("forward embeddings");
   const ActivationPlan plan = encoder_.activation_plan();
-  step->embeddings = SavedTensors(backend_, saved_for_backward(LayerKind::Embeddings, config_, B, L, plan), kept,
-                                  "embeddings.");
+  step->embeddings = SavedTensors(backend_, saved_for_backward(LayerKind::Embeddings, config_, B, L, plan, 0, layout_),
+                                  kept, "embeddings.");
   use_unit_weights(0, 1);
   encoder_.embeddings_forward(step->embeddings);
   drop_unit_weights(0);
@@ -135,7 +139,8 @@ ForwardOutput BertForSequenceClassification::forward(const ModelInputs& inputs, 
     }
   }
   ledger.set_phase("forward head");
-  step->head = SavedTensors(backend_, saved_for_backward(LayerKind::Head, config_, B, 1, plan), kept, "head.");
+  step->head =
+      SavedTensors(backend_, saved_for_backward(LayerKind::Head, config_, B, 1, plan, 0, layout_), kept, "head.");
   use_unit_weights(config_.num_hidden_layers + 1, -1);
   head_.forward(*hidden, step->head);
   drop_unit_weights(config_.num_hidden_layers + 1);
@@ -171,7 +176,7 @@ void BertForSequenceClassification::backward(double loss_scale) {
   step->head = SavedTensors();
   drop_unit_weights(head_unit);
   unit_gradients_ready(head_unit);
-  gradients_ready("bert.pooler.dense.weight");
+  gradients_ready((layout_.head_dense + ".weight").c_str());
 
   for (int64_t l = config_.num_hidden_layers - 1; l >= 0; --l) {
     const Tensor& x = l > 0 ? step->layers[l - 1]["out"] : step->embeddings["out"];
@@ -205,7 +210,7 @@ void BertForSequenceClassification::backward(double loss_scale) {
     step->layers.pop_back();  // layer l's saved tensors are no longer needed
     drop_unit_weights(1 + l);
     unit_gradients_ready(1 + l);
-    gradients_ready(fmt::format("bert.encoder.layer.{}.attention.self.query.weight", l).c_str());
+    gradients_ready((layout_.layer_name(l, layout_.query) + ".weight").c_str());
   }
   ledger.set_phase("backward embeddings");
   use_unit_weights(0, -1);

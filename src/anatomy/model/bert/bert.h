@@ -2,6 +2,9 @@
 // encoder (bert_encoder.h) and the sequence classification head
 // (bert_classification_head.h) over the model's parameters, run unit by unit
 // (the embeddings, each encoder layer, the head), explicit forward and backward.
+// The same class is RobertaForSequenceClassification (XLM-RoBERTa,
+// CamemBERT), ElectraForSequenceClassification and
+// DistilBertForSequenceClassification, given their layout (bert_layout.h).
 #pragma once
 
 #include <functional>
@@ -27,22 +30,25 @@ class BertForSequenceClassification : public Model {
   // weights, while the float32 weights (masters), gradients, LayerNorm
   // statistics, the embeddings' sum, the pooler/classifier head and the loss
   // stay float32.
-  BertForSequenceClassification(Backend& backend, const ModelConfig& config, DType compute = DType::F32);
+  // `layout`: the family's (its model_type must be the config's).
+  BertForSequenceClassification(Backend& backend, const ModelConfig& config, DType compute = DType::F32,
+                                const BertLayout& layout = bert_layout());
   ~BertForSequenceClassification() override;
 
-  std::string architecture() const override { return "BertForSequenceClassification"; }
+  std::string architecture() const override { return layout_.architecture; }
+  const BertLayout& layout() const { return layout_; }
   ActivationPlan activation_plan() const { return encoder_.activation_plan(); }
   // Whether the last encoder layer computes its query, attention and what
   // follows for the first token only (the default; --last-layer all: no).
   bool first_token_last_layer() const { return encoder_.first_token_last_layer(); }
   std::string attention_note() const override;
-  // Under mixed precision the encoder's dense layers compute from the 16-bit
-  // copy; everything else (the embeddings, every LayerNorm, the pooler and
-  // the classifier) reads the float32 weights.
+  // Under mixed precision the encoder's dense layers (and ELECTRA's
+  // embeddings projection) compute from the 16-bit copy; everything else (the
+  // embeddings, every LayerNorm, the head) reads the float32 weights.
   bool reads_float32_in_mixed_precision(const std::string& name) const override;
-  // Old gamma/beta LayerNorm names, and a bare BertModel's checkpoint (no "bert." prefix).
+  // Old gamma/beta LayerNorm names, and a bare base model's checkpoint (no "bert." prefix).
   std::vector<std::string> checkpoint_names(const std::string& name) const override;
-  // The pooler and the classifier (a checkpoint of BertModel or BertForPreTraining has none).
+  // The head (a checkpoint of BertModel, BertForPreTraining or RobertaForMaskedLM has none).
   bool optional_on_load(const std::string& name) const override;
   int64_t zero_row_on_init(const ParamSpec& spec) const override;
 
@@ -59,6 +65,7 @@ class BertForSequenceClassification : public Model {
   struct Step;  // the state one training forward leaves for its backward
   BertTensors& views_of(Views views);
 
+  const BertLayout& layout_;
   BertTensors w_;   // the float32 weights
   BertTensors wh_;  // the encoder's weights: w_ or the 16-bit copy
   BertTensors g_;   // the gradients (or the units ZeRO lends)

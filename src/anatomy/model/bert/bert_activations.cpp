@@ -1,21 +1,27 @@
-// bert_activations.cpp: the saved-for-backward declaration of every BERT layer.
+// bert_activations.cpp: the saved-for-backward declaration of every layer of a BERT-style model.
 #include "anatomy/model/bert/bert_activations.h"
 
 namespace anatomy {
 
 std::vector<SavedSpec> saved_for_backward(LayerKind kind, const ModelConfig& c, int64_t B, int64_t L,
-                                          const ActivationPlan& plan, int64_t rows) {
+                                          const ActivationPlan& plan, int64_t rows, const BertLayout& layout) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, N = c.num_attention_heads, T = B * L;
   const int64_t R = rows > 0 ? rows : L, TR = B * R;  // the rows after attention
   const DType x = plan.compute, f32 = DType::F32;
   switch (kind) {
-    case LayerKind::Embeddings:
-      return {
-          {"ln_in", {B, L, H}, f32, "LayerNorm backward (word + position + token type)"},
+    case LayerKind::Embeddings: {
+      const int64_t E = c.embedding_width();
+      std::vector<SavedSpec> specs = {
+          {"ln_in", {B, L, E}, f32,
+           c.type_vocab_size > 0 ? "LayerNorm backward (word + position + token type)"
+                                 : "LayerNorm backward (word + position)"},
           {"ln_mean", {T}, f32, "LayerNorm backward"},
           {"ln_rstd", {T}, f32, "LayerNorm backward"},
-          {"out", {B, L, H}, x, "input of encoder layer 0 (query/key/value backward, residual)"},
       };
+      if (E != H) specs.push_back({"embedded", {B, L, E}, x, "embeddings projection backward"});
+      specs.push_back({"out", {B, L, H}, x, "input of encoder layer 0 (query/key/value backward, residual)"});
+      return specs;
+    }
     case LayerKind::EncoderLayer: {
       std::vector<SavedSpec> specs;
       if (R < L) {
@@ -61,9 +67,11 @@ std::vector<SavedSpec> saved_for_backward(LayerKind kind, const ModelConfig& c, 
     }
     case LayerKind::Head:
       return {
-          {"first_token", {B, H}, f32, "pooler dense backward"},
-          {"pooled", {B, H}, f32, "tanh backward"},
-          {"classifier_in", {B, H}, f32, "classifier backward (pooled after dropout)"},
+          {"first_token", {B, H}, f32, "head dense backward"},
+          layout.head_activation == ActivationKind::Tanh
+              ? SavedSpec{"pooled", {B, H}, f32, "tanh backward"}
+              : SavedSpec{"head_pre", {B, H}, f32, "head activation backward"},
+          {"classifier_in", {B, H}, f32, "classifier backward (after dropout)"},
           {"logits", {B, c.num_labels}, f32, "loss"},
       };
   }

@@ -1,4 +1,4 @@
-// bert_activations.h: what each BERT layer saves for its backward pass,
+// bert_activations.h: what each layer of a BERT-style model saves for its backward pass,
 // declared in one place. BertForSequenceClassification allocates exactly
 // these tensors during a training forward pass, the memory plan reads the
 // same list (it runs the same model on the meta backend), and gradient
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "anatomy/model/activations.h"
+#include "anatomy/model/bert/bert_layout.h"
 #include "anatomy/model/config.h"
 
 namespace anatomy {
@@ -29,7 +30,9 @@ const std::set<std::string>& selective_recomputed();
 // input). With 1 the layer computes the query and the attention of the
 // first token only (keys and values of all L tokens): it saves q_first and
 // kv instead of qkv, the first query's probabilities as attn_saved.
+// `layout`: the family's (the embeddings' projection and the head's activation).
 std::vector<SavedSpec> saved_for_backward(LayerKind kind, const ModelConfig& config, int64_t B, int64_t L,
-                                          const ActivationPlan& plan = {}, int64_t rows = 0);
+                                          const ActivationPlan& plan = {}, int64_t rows = 0,
+                                          const BertLayout& layout = bert_layout());
 
 }  // namespace anatomy

@@ -1,6 +1,9 @@
-// bert_encoder.cpp: BERT's embeddings and encoder layers, forward and backward,
-// per Hugging Face's modeling_bert:
+// bert_encoder.cpp: a BERT-style model's embeddings and encoder layers,
+// forward and backward, per Hugging Face's modeling_bert (and modeling_roberta,
+// modeling_electra, modeling_distilbert, which differ where the layout says):
 //   embeddings: LayerNorm(word[ids] + position[pos] + token_type[tt]) -> dropout
+//               (no token types in DistilBERT; RoBERTa's positions start past
+//               the padding id; ELECTRA then projects embedding_size -> hidden_size)
 //   layer:      q,k,v = linear(x); ctx = attention(q,k,v, key mask, dropout on probs)
 //               h1  = LayerNorm(dropout(linear(ctx)) + x)
 //               out = LayerNorm(dropout(linear(act(linear(h1)))) + h1)
@@ -62,10 +65,11 @@ ActivationKind activation_kind(Activation a) {
   return ActivationKind::GeluErf;
 }
 
-BertEncoder::BertEncoder(Backend& backend, const ModelConfig& config, DType compute, const BertTensors& w,
-                         const BertTensors& wh, const BertTensors& g)
+BertEncoder::BertEncoder(Backend& backend, const ModelConfig& config, const BertLayout& layout, DType compute,
+                         const BertTensors& w, const BertTensors& wh, const BertTensors& g)
     : backend_(backend),
       config_(config),
+      layout_(layout),
       compute_(compute),
       w_(w),
       wh_(wh),
@@ -93,6 +97,10 @@ DropoutSpec BertEncoder::dropout_at(double p, int64_t site) const {
   return spec;
 }
 
+DropoutSpec BertEncoder::attention_output_dropout(int64_t l) const {
+  return dropout_at(layout_.attention_output_dropout ? config_.hidden_dropout_prob : 0.0, site_attention_output(l));
+}
+
 Tensor BertEncoder::temporary(Shape shape, const std::string& name, DType dtype) {
   return Tensor::empty(backend_.ledger(), std::move(shape), dtype, Category::Temporary, name);
 }
@@ -104,7 +112,14 @@ void BertEncoder::prepare_inputs(const ModelInputs& in, const ForwardOptions& op
   const int64_t B = in.input_ids.dim(0), L = in.input_ids.dim(1);
   Ledger& ledger = backend_.ledger();
   ids_ = in.input_ids;
-  if (B != B_ || L != L_ || !positions_.defined()) {
+  if (config_.position_ids == PositionIds::PastPadding) {
+    // RoBERTa's positions depend on where the padding is: made from the ids on the device, every batch.
+    positions_ = Tensor();
+    positions_ = Tensor::empty(ledger, {B, L}, DType::I64, Category::Data, "position_ids");
+    backend_.positions_past_padding(ids_, config_.pad_token_id, positions_);
+    B_ = B;
+    L_ = L;
+  } else if (B != B_ || L != L_ || !positions_.defined()) {
     std::vector<int64_t> host(B * L);
     for (int64_t i = 0; i < B * L; ++i) host[i] = i % L;
     positions_ = Tensor::empty(ledger, {B, L}, DType::I64, Category::Data, "position_ids");
@@ -112,7 +127,9 @@ void BertEncoder::prepare_inputs(const ModelInputs& in, const ForwardOptions& op
     B_ = B;
     L_ = L;
   }
-  if (in.token_type_ids.defined()) {
+  if (config_.type_vocab_size == 0) {
+    token_types_ = Tensor();
+  } else if (in.token_type_ids.defined()) {
     token_types_ = in.token_type_ids;
   } else {
     token_types_ = Tensor::empty(ledger, {B, L}, DType::I64, Category::Data, "token_type_ids");
@@ -123,12 +140,17 @@ void BertEncoder::prepare_inputs(const ModelInputs& in, const ForwardOptions& op
 
 void BertEncoder::embeddings_forward(const SavedTensors& s) {
   const Tensor& sum = s["ln_in"];
-  // The embeddings compute in float32; under mixed precision their output is rounded once for the encoder.
-  const Tensor work = compute_ == DType::F32 ? s["out"] : temporary(sum.shape(), "embeddings_out");
+  // The embeddings compute in float32; under mixed precision their output is
+  // rounded once for the encoder (or for ELECTRA's projection, which computes
+  // in the encoder's dtype).
+  const bool projected = w_.projection_w.defined();
+  const Tensor& embedded = projected ? s["embedded"] : s["out"];
+  const Tensor work = compute_ == DType::F32 ? embedded : temporary(sum.shape(), "embeddings_out");
   backend_.embeddings_layernorm_forward(ids_, positions_, token_types_, w_.word, w_.position, w_.token_type,
                                         w_.emb_ln_w, w_.emb_ln_b, config_.layer_norm_eps,
                                         dropout_at(config_.hidden_dropout_prob, site_embeddings()), sum,
-                                        s["ln_mean"], s["ln_rstd"], work, s["out"]);
+                                        s["ln_mean"], s["ln_rstd"], work, embedded);
+  if (projected) backend_.linear_forward(embedded, wh_.projection_w, &wh_.projection_b, s["out"]);
 }
 
 // Query, key, value and the attention of every token: s["qkv"], s["attn_saved"], s["ctx"].
@@ -179,8 +201,7 @@ void BertEncoder::layer_forward(int64_t l, const Tensor& x, const SavedTensors& 
   const Tensor& ctx = s["ctx"];
   Tensor projected = temporary({B_, R, H}, "projected", compute_);
   backend_.linear_forward(ctx, w.attn_out_w, &w.attn_out_b, projected);
-  backend_.residual_layernorm_forward(projected, residual,
-                                      dropout_at(config_.hidden_dropout_prob, site_attention_output(l)),
+  backend_.residual_layernorm_forward(projected, residual, attention_output_dropout(l),
                                       masters.attn_ln_w, masters.attn_ln_b, config_.layer_norm_eps, s["attn_ln_in"],
                                       s["h1"], s["attn_ln_mean"], s["attn_ln_rstd"]);
   backend_.linear_forward(s["h1"], w.inter_w, &w.inter_b, s["inter_pre"]);
@@ -244,7 +265,7 @@ Tensor BertEncoder::layer_backward(int64_t l, const Tensor& x, const SavedTensor
   // h1 = LayerNorm(dropout(attention.output.dense(ctx)) + x)
   Tensor d_x = dout;  // dout is consumed: its buffer now collects the input gradient
   backend_.residual_layernorm_backward(d_h1, s["attn_ln_in"], s["attn_ln_mean"], s["attn_ln_rstd"], masters.attn_ln_w,
-                                       dropout_at(config_.hidden_dropout_prob, site_attention_output(l)), d_x,
+                                       attention_output_dropout(l), d_x,
                                        d_branch, g.attn_ln_w, g.attn_ln_b, &g.attn_out_b);
   Tensor d_ctx = d_h1;  // d_h1 is consumed too
   backend_.linear_backward(d_branch, s["ctx"], w.attn_out_w, &d_ctx, g.attn_out_w, nullptr);
@@ -293,15 +314,22 @@ Tensor BertEncoder::layer_backward(int64_t l, const Tensor& x, const SavedTensor
 }
 
 void BertEncoder::embeddings_backward(const SavedTensors& s, const Tensor& dout_in) {
+  Tensor d_embedded = dout_in;
+  if (w_.projection_w.defined()) {  // ELECTRA's projection, in the encoder's dtype
+    d_embedded = temporary(s["embedded"].shape(), "d_embedded", compute_);
+    backend_.linear_backward(dout_in, s["embedded"], wh_.projection_w, &d_embedded, g_.projection_w,
+                             &g_.projection_b);
+  }
   // Back to float32, where the embeddings computed (in place when the model computes in float32).
-  const Tensor work = compute_ == DType::F32 ? dout_in : temporary(dout_in.shape(), "d_embeddings_out");
-  Tensor d_sum = temporary({B_, L_, config_.hidden_size}, "d_embeddings");
-  backend_.embeddings_layernorm_backward(dout_in, s["ln_in"], s["ln_mean"], s["ln_rstd"], w_.emb_ln_w,
+  const Tensor work = compute_ == DType::F32 ? d_embedded : temporary(d_embedded.shape(), "d_embeddings_out");
+  Tensor d_sum = temporary({B_, L_, config_.embedding_width()}, "d_embeddings");
+  backend_.embeddings_layernorm_backward(d_embedded, s["ln_in"], s["ln_mean"], s["ln_rstd"], w_.emb_ln_w,
                                          dropout_at(config_.hidden_dropout_prob, site_embeddings()), work, d_sum,
                                          g_.emb_ln_w, g_.emb_ln_b);
   backend_.embedding_backward(ids_, d_sum, g_.word, config_.pad_token_id);
-  backend_.embedding_backward(positions_, d_sum, g_.position, -1);
-  backend_.embedding_backward(token_types_, d_sum, g_.token_type, -1);
+  backend_.embedding_backward(positions_, d_sum, g_.position,
+                              layout_.position_padding_row ? config_.pad_token_id : -1);
+  if (token_types_.defined()) backend_.embedding_backward(token_types_, d_sum, g_.token_type, -1);
 }
 
 }  // namespace anatomy

@@ -1,5 +1,6 @@
-// bert_encoder.h: BERT's encoder — the embeddings and the encoder layers —
-// as an explicit forward and backward per layer over the backend's ops. It
+// bert_encoder.h: a BERT-style encoder — the embeddings and the encoder
+// layers, as the family's layout arranges them (bert_layout.h) — as an
+// explicit forward and backward per layer over the backend's ops. It
 // reads and writes through the model's parameter handles (the model binds
 // them, lends units to ZeRO and runs the layers in order); a head reads its
 // output (bert_classification_head.h).
@@ -23,8 +24,8 @@ class BertEncoder {
   // `w`: the float32 weights; `wh`: what the encoder's products read (`w`, or
   // the 16-bit copy under mixed precision); `g`: the gradients. The handles
   // are the model's and may be rebound between batches.
-  BertEncoder(Backend& backend, const ModelConfig& config, DType compute, const BertTensors& w,
-              const BertTensors& wh, const BertTensors& g);
+  BertEncoder(Backend& backend, const ModelConfig& config, const BertLayout& layout, DType compute,
+              const BertTensors& w, const BertTensors& wh, const BertTensors& g);
 
   // Whether the last layer computes past attention for the first token only
   // (set by the model when its head reads only that token's output).
@@ -35,7 +36,8 @@ class BertEncoder {
   // is read.
   int64_t rows_after_attention(int64_t l) const;
 
-  // A batch: its ids, token types (0 when absent), positions and key mask.
+  // A batch: its ids, token types (0 when absent; not read without a token
+  // type table), positions (the config's PositionIds) and key mask.
   void prepare_inputs(const ModelInputs& inputs, const ForwardOptions& options);
   int64_t batch() const { return B_; }
   int64_t length() const { return L_; }
@@ -60,9 +62,12 @@ class BertEncoder {
   void attention_part(int64_t layer, const Tensor& x, const SavedTensors& s);
   void first_query_attention_part(int64_t layer, const Tensor& x, const Tensor& x0, const SavedTensors& s);
   Tensor first_token_row(const Tensor& x);
+  // The dropout of layer l's attention output (p 0 where the family has none).
+  DropoutSpec attention_output_dropout(int64_t l) const;
 
   Backend& backend_;
   const ModelConfig& config_;
+  const BertLayout& layout_;
   DType compute_;
   const BertTensors& w_;
   const BertTensors& wh_;

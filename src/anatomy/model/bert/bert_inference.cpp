@@ -1,10 +1,11 @@
 // bert_inference.cpp: the inference-only forward of bert_inference.h, the
 // same steps as BertForSequenceClassification's forward with dropout off:
-//   embeddings: LayerNorm(word[ids] + position[pos] + token_type[tt])  (float32 sum, then rounded)
+//   embeddings: LayerNorm(word[ids] + position[pos] + token_type[tt])  (float32 sum, then rounded;
+//               the layout's positions, token types and projection as in training)
 //   layer:      q,k,v = linear(x); ctx = attention per sequence
 //               h1  = LayerNorm(linear(ctx) + x)
 //               out = LayerNorm(linear(act(linear(h1))) + h1)
-//   head:       pooled = tanh(linear(out[first token])); logits = linear(pooled)
+//   head:       pooled = act(linear(out[first token])); logits = linear(pooled)
 // every encoder product in the inference dtype; LayerNorm statistics and the
 // small head in float32.
 #include "anatomy/model/bert/bert_inference.h"
@@ -19,38 +20,36 @@ namespace anatomy {
 
 namespace {
 
-bool is_layernorm(const ParamSpec& spec) { return spec.name.find("LayerNorm") != std::string::npos; }
-
-std::vector<ParamSpec> layernorm_specs(const ModelConfig& config) {
+std::vector<ParamSpec> layernorm_specs(const ModelConfig& config, const BertLayout& layout) {
   std::vector<ParamSpec> out;
-  for (const ParamSpec& spec : bert_parameter_specs(config))
-    if (is_layernorm(spec)) out.push_back(spec);
+  for (const ParamSpec& spec : bert_parameter_specs(config, layout))
+    if (layout.is_layer_norm(spec.name)) out.push_back(spec);
   return out;
 }
 
 }  // namespace
 
-BertInference::BertInference(Backend& backend, ModelConfig config, DType dtype)
+BertInference::BertInference(Backend& backend, ModelConfig config, DType dtype, const BertLayout& layout)
     : backend_(backend),
       config_(std::move(config)),
+      layout_(layout),
       dtype_(dtype),
-      weights_(backend, bert_parameter_specs(config_), Category::Weights, "", dtype),
-      w_(BertTensors::bind(weights_, config_)),
-      norms_(backend, dtype == DType::F32 ? std::vector<ParamSpec>{} : layernorm_specs(config_), Category::Weights,
-             "f32.", DType::F32),
+      weights_(backend, bert_parameter_specs(config_, layout_), Category::Weights, "", dtype),
+      w_(BertTensors::bind(weights_, config_, layout_)),
+      norms_(backend, dtype == DType::F32 ? std::vector<ParamSpec>{} : layernorm_specs(config_, layout_),
+             Category::Weights, "f32.", DType::F32),
       n_(w_),
       activation_(activation_kind(config_.hidden_act)) {
   ANATOMY_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
                 "inference dtype {} is not float32, bf16 or fp16", dtype_name(dtype));
   if (dtype_ != DType::F32) {
-    n_.emb_ln_w = norms_.get("bert.embeddings.LayerNorm.weight");
-    n_.emb_ln_b = norms_.get("bert.embeddings.LayerNorm.bias");
+    n_.emb_ln_w = norms_.get(layout_.prefix + layout_.embeddings_norm + ".weight");
+    n_.emb_ln_b = norms_.get(layout_.prefix + layout_.embeddings_norm + ".bias");
     for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
-      const std::string p = fmt::format("bert.encoder.layer.{}.", l);
-      n_.layers[l].attn_ln_w = norms_.get(p + "attention.output.LayerNorm.weight");
-      n_.layers[l].attn_ln_b = norms_.get(p + "attention.output.LayerNorm.bias");
-      n_.layers[l].out_ln_w = norms_.get(p + "output.LayerNorm.weight");
-      n_.layers[l].out_ln_b = norms_.get(p + "output.LayerNorm.bias");
+      n_.layers[l].attn_ln_w = norms_.get(layout_.layer_name(l, layout_.attention_norm) + ".weight");
+      n_.layers[l].attn_ln_b = norms_.get(layout_.layer_name(l, layout_.attention_norm) + ".bias");
+      n_.layers[l].out_ln_w = norms_.get(layout_.layer_name(l, layout_.output_norm) + ".weight");
+      n_.layers[l].out_ln_b = norms_.get(layout_.layer_name(l, layout_.output_norm) + ".bias");
     }
   }
 }
@@ -100,17 +99,29 @@ Tensor BertInference::forward(const InferenceBatch& batch) {
                 batch.input_ids.size());
   ANATOMY_CHECK(Lp == 0 || T == B * Lp, "BertInference::forward: a padded batch of {} rows is not {} x {}", T, B, Lp);
   for (int64_t len : batch.lengths)
-    ANATOMY_CHECK(len <= config_.max_position_embeddings, "a sequence of {} tokens is longer than the model's {} "
-                  "positions", len, config_.max_position_embeddings);
+    ANATOMY_CHECK(len <= config_.max_sequence_length(), "a sequence of {} tokens is longer than the model's {}", len,
+                  max_sequence_length_text(config_));
   Ledger& ledger = backend_.ledger();
   const DType dt = dtype_;
 
-  // Inputs: positions restart at every sequence; the first token of each
-  // sequence feeds the head; a padded batch also has a key mask.
+  // Inputs: positions restart at every sequence (RoBERTa's: past the padding
+  // id, counting non-padding ids, as Backend::positions_past_padding); the
+  // first token of each sequence feeds the head; a padded batch also has a key mask.
   std::vector<int64_t> positions(T), first(B), mask;
+  const int64_t pad = config_.pad_token_id;
   for (int64_t b = 0; b < B; ++b) {
     first[b] = batch.offsets[b];
-    for (int64_t t = batch.offsets[b]; t < batch.offsets[b + 1]; ++t) positions[t] = t - batch.offsets[b];
+    int64_t seen = 0;
+    const int64_t end = Lp > 0 ? batch.offsets[b] + Lp : batch.offsets[b + 1];
+    for (int64_t t = batch.offsets[b]; t < end; ++t) {
+      if (config_.position_ids == PositionIds::Sequential) {
+        positions[t] = t - batch.offsets[b];
+      } else {
+        const bool real = batch.input_ids[t] != pad;
+        seen += real;
+        positions[t] = real ? pad + seen : pad;
+      }
+    }
   }
   if (Lp > 0) {
     mask.assign(T, 0);
@@ -121,7 +132,9 @@ Tensor BertInference::forward(const InferenceBatch& batch) {
   const Tensor ids = upload(batch.input_ids, "input_ids");
   const Tensor pos = upload(positions, "position_ids");
   Tensor types;
-  if (batch.token_type_ids.empty()) {
+  if (config_.type_vocab_size == 0) {
+    // no token types
+  } else if (batch.token_type_ids.empty()) {
     types = Tensor::empty(ledger, {T}, DType::I64, Category::Data, "token_type_ids");
     backend_.zero(types);
   } else {
@@ -135,14 +148,18 @@ Tensor BertInference::forward(const InferenceBatch& batch) {
   ledger.set_phase("embeddings");
   Tensor x = temporary({T, H}, "hidden", dt);
   {
-    Tensor sum = temporary({T, H}, "embeddings_sum", DType::F32);
+    const int64_t E = config_.embedding_width();
+    const bool projected = w_.projection_w.defined();
+    Tensor embedded = projected ? temporary({T, E}, "embedded", dt) : x;
+    Tensor sum = temporary({T, E}, "embeddings_sum", DType::F32);
     backend_.embedding_forward(ids, w_.word, sum, false);
     backend_.embedding_forward(pos, w_.position, sum, true);
-    backend_.embedding_forward(types, w_.token_type, sum, true);
+    if (types.defined()) backend_.embedding_forward(types, w_.token_type, sum, true);
     Tensor mean = temporary({T}, "ln_mean", DType::F32), rstd = temporary({T}, "ln_rstd", DType::F32);
-    Tensor normed = dt == DType::F32 ? x : temporary({T, H}, "embeddings_out", DType::F32);
+    Tensor normed = dt == DType::F32 ? embedded : temporary({T, E}, "embeddings_out", DType::F32);
     backend_.layernorm_forward(sum, n_.emb_ln_w, n_.emb_ln_b, config_.layer_norm_eps, normed, mean, rstd);
-    if (dt != DType::F32) backend_.cast(normed, x);
+    if (dt != DType::F32) backend_.cast(normed, embedded);
+    if (projected) backend_.linear_forward(embedded, w_.projection_w, &w_.projection_b, x);
   }
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
@@ -196,12 +213,13 @@ Tensor BertInference::forward(const InferenceBatch& batch) {
     backend_.cast(t, f);
     return f;
   };
-  const Tensor pooler_w = widened(w_.pooler_w, "pooler_w_f32"), pooler_b = widened(w_.pooler_b, "pooler_b_f32");
+  const Tensor dense_w = widened(w_.head_dense_w, "head_dense_w_f32");
+  const Tensor dense_b = widened(w_.head_dense_b, "head_dense_b_f32");
   const Tensor classifier_w = widened(w_.classifier_w, "classifier_w_f32");
   const Tensor classifier_b = widened(w_.classifier_b, "classifier_b_f32");
   Tensor pooled = temporary({B, H}, "pooled", DType::F32);
-  backend_.linear_forward(first_token, pooler_w, &pooler_b, pooled);
-  backend_.activation_forward(ActivationKind::Tanh, pooled, pooled);
+  backend_.linear_forward(first_token, dense_w, &dense_b, pooled);
+  backend_.activation_forward(layout_.head_activation, pooled, pooled);
   Tensor logits = Tensor::empty(ledger, {B, C}, DType::F32, Category::Activations, "logits");
   backend_.linear_forward(pooled, classifier_w, &classifier_b, logits);
   return logits;

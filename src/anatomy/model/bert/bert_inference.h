@@ -1,4 +1,5 @@
-// bert_inference.h: BertForSequenceClassification for inference only
+// bert_inference.h: BertForSequenceClassification (and the other families of
+// a BERT-style layout, bert_layout.h) for inference only
 // (InferenceModel of model/inference.h), as
 // model.eval() under torch.no_grad() with the model cast to one dtype
 // (model.to(torch.bfloat16)): no gradients, no optimizer, no masters, nothing
@@ -28,7 +29,7 @@ namespace anatomy {
 class BertInference : public InferenceModel {
  public:
   // `dtype`: F32, BF16 or F16 (16-bit only where the backend computes in 16 bits).
-  BertInference(Backend& backend, ModelConfig config, DType dtype);
+  BertInference(Backend& backend, ModelConfig config, DType dtype, const BertLayout& layout = bert_layout());
 
   const ModelConfig& config() const override { return config_; }
   DType dtype() const override { return dtype_; }
@@ -46,6 +47,7 @@ class BertInference : public InferenceModel {
 
   Backend& backend_;
   ModelConfig config_;
+  const BertLayout& layout_;
   DType dtype_;
   ParameterSet weights_;
   BertTensors w_;

@@ -1,18 +1,19 @@
-// bert_parameters.h: BERT's parameters (BertForSequenceClassification's
-// Hugging Face names and shapes, in the flat layout's order), named handles
-// into a ParameterSet of them, and their ZeRO units.
+// bert_parameters.h: a BERT-style model's parameters (its family's Hugging
+// Face names and shapes from the layout, in the flat layout's order), named
+// handles into a ParameterSet of them, and their ZeRO units.
 #pragma once
 
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "anatomy/model/bert/bert_layout.h"
 #include "anatomy/model/config.h"
 #include "anatomy/model/parameters.h"
 
 namespace anatomy {
 
-std::vector<ParamSpec> bert_parameter_specs(const ModelConfig& config);
+std::vector<ParamSpec> bert_parameter_specs(const ModelConfig& config, const BertLayout& layout = bert_layout());
 
 // Named handles into a ParameterSet (weights or their gradients), so the model
 // code reads `w.layers[3].query_w` instead of an index.
@@ -28,18 +29,26 @@ struct EncoderLayerTensors {
 };
 
 struct BertTensors {
-  Tensor word, position, token_type, emb_ln_w, emb_ln_b;
+  Tensor word, position, token_type, emb_ln_w, emb_ln_b;  // token_type undefined without token types
+  Tensor projection_w, projection_b;                      // ELECTRA's embeddings projection, or undefined
   std::vector<EncoderLayerTensors> layers;
-  Tensor pooler_w, pooler_b, classifier_w, classifier_b;
+  // The head: its dense layer (BERT's pooler, RoBERTa's classifier.dense,
+  // DistilBERT's pre_classifier) and the classifier.
+  Tensor head_dense_w, head_dense_b, classifier_w, classifier_b;
 
-  static BertTensors bind(const ParameterSet& set, const ModelConfig& config);
+  static BertTensors bind(const ParameterSet& set, const ModelConfig& config, const BertLayout& layout = bert_layout());
   // Binds the tensors of one unit (see bert_parameter_units) to what `get`
   // returns for each Hugging Face name (an undefined tensor unbinds).
-  void bind_unit(int64_t unit, const ModelConfig& config, const std::function<Tensor(const std::string&)>& get);
+  void bind_unit(int64_t unit, const ModelConfig& config, const BertLayout& layout,
+                 const std::function<Tensor(const std::string&)>& get);
 };
 
-// BERT's units: the embeddings (unit 0), encoder layer l (unit 1 + l), the
-// pooler and the classifier (unit L + 1).
-std::vector<ParameterUnit> bert_parameter_units(const ParameterSet& set, const ModelConfig& config);
+// Whether the model of `config` has ELECTRA's embeddings projection.
+bool has_embeddings_projection(const ModelConfig& config);
+
+// The units: the embeddings (unit 0), encoder layer l (unit 1 + l), the
+// head's dense layer and the classifier (unit L + 1).
+std::vector<ParameterUnit> bert_parameter_units(const ParameterSet& set, const ModelConfig& config,
+                                                const BertLayout& layout = bert_layout());
 
 }  // namespace anatomy

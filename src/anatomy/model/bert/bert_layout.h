@@ -1,0 +1,66 @@
+// bert_layout.h: the arrangement of a BERT-style encoder as one family
+// spells it. BERT, RoBERTa (and XLM-RoBERTa, CamemBERT), ELECTRA and
+// DistilBERT are the same computation — embeddings summed and normalised,
+// post-LayerNorm layers of attention and a feed-forward, a first-token head —
+// under other parameter names, with small differences this struct lists:
+// token types or none, RoBERTa's positions, ELECTRA's embedding projection,
+// DistilBERT's attention without output dropout, and the head's shape. Each
+// family (model/roberta/, model/electra/, model/distilbert/) fills one in;
+// the BERT-style model, its parameters, its saved activations and its
+// inference read it.
+#pragma once
+
+#include <string>
+
+#include "anatomy/kernels/backend.h"
+#include "anatomy/model/config.h"
+
+namespace anatomy {
+
+struct BertLayout {
+  std::string model_type;    // config.json's, e.g. "roberta"
+  std::string architecture;  // Hugging Face's class, e.g. "RobertaForSequenceClassification"
+  std::string prefix;        // base_model_prefix and a dot, e.g. "roberta."
+
+  // Embeddings, under `prefix`.
+  std::string word = "embeddings.word_embeddings";
+  std::string position = "embeddings.position_embeddings";
+  std::string token_type = "embeddings.token_type_embeddings";  // used when type_vocab_size > 0
+  std::string embeddings_norm = "embeddings.LayerNorm";
+  // ELECTRA: the Linear(embedding_size, hidden_size) after the embeddings,
+  // present when the config's embedding_size differs from hidden_size.
+  std::string projection = "embeddings_project";
+  // nn.Embedding(padding_idx=pad_token_id) for the positions too (RoBERTa):
+  // that row starts at zero and gets no gradient.
+  bool position_padding_row = false;
+
+  // Encoder layer l: `prefix` + fmt::format(layer, l) + each name.
+  std::string layer = "encoder.layer.{}.";
+  std::string query = "attention.self.query", key = "attention.self.key", value = "attention.self.value";
+  std::string attention_output = "attention.output.dense";
+  std::string attention_norm = "attention.output.LayerNorm";
+  std::string intermediate = "intermediate.dense";
+  std::string output = "output.dense";
+  std::string output_norm = "output.LayerNorm";
+  // Dropout on the attention output before its residual (DistilBERT has none).
+  bool attention_output_dropout = true;
+
+  // The sequence classification head over the first token:
+  //   [dropout] -> dense (H -> H) -> activation -> dropout -> classifier (H -> labels)
+  // Full names (not under `prefix` unless they say so).
+  std::string head_dense = "bert.pooler.dense";
+  std::string classifier = "classifier";
+  ActivationKind head_activation = ActivationKind::Tanh;
+  bool dropout_before_head_dense = false;  // RoBERTa, ELECTRA
+
+  std::string layer_name(int64_t l, const std::string& part) const;
+  // Whether parameter `name` is a LayerNorm's (weight or bias).
+  bool is_layer_norm(const std::string& name) const;
+  // Whether `name` is an encoder layer's.
+  bool in_encoder_layer(const std::string& name) const;
+};
+
+// BERT's own layout (BertForSequenceClassification).
+const BertLayout& bert_layout();
+
+}  // namespace anatomy

@@ -1,0 +1,176 @@
+// test_families.cpp: the families laid out as BERT (model/roberta, model/electra,
+// model/distilbert): their config.json keys and defaults, the sizes of their
+// presets against Hugging Face's parameter counts, what they refuse, and
+// RoBERTa's position ids. The numerics are test_fixtures.cpp's (Hugging Face
+// fixtures of every family).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "anatomy/core/error.h"
+#include "anatomy/model/config.h"
+#include "anatomy/model/registry.h"
+#include "cli_error_util.h"
+#include "test_util.h"
+
+namespace anatomy {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+int64_t parameter_count(const ModelConfig& c) {
+  int64_t total = 0;
+  for (const ParamSpec& spec : model_parameter_specs(c)) total += shape_numel(spec.shape);
+  return total;
+}
+
+// AutoModelForSequenceClassification.from_config(AutoConfig.for_model(...)) with
+// each checkpoint's published sizes, counted by transformers 5.24 (2 labels).
+TEST(Families, PresetsHaveHuggingFacesParameterCounts) {
+  const std::vector<std::pair<std::string, int64_t>> counts = {
+      {"roberta-base", 124'647'170},
+      {"roberta-large", 355'361'794},
+      {"xlm-roberta-base", 278'045'186},
+      {"camembert-base", 110'623'490},
+      {"electra-small-discriminator", 13'549'314},
+      {"electra-base-discriminator", 109'483'778},
+      {"electra-large-discriminator", 335'143'938},
+      {"distilbert-base-uncased", 66'955'010},
+      {"distilbert-base-cased", 65'783'042},
+  };
+  for (const auto& [name, count] : counts) {
+    const std::optional<ModelConfig> c = model_preset(name);
+    ASSERT_TRUE(c.has_value()) << name;
+    EXPECT_EQ(parameter_count(*c), count) << name;
+  }
+}
+
+TEST(Families, EachModelTypeHasItsClass) {
+  const std::vector<std::pair<std::string, std::string>> classes = {
+      {"roberta", "RobertaForSequenceClassification"},
+      {"xlm-roberta", "XLMRobertaForSequenceClassification"},
+      {"camembert", "CamembertForSequenceClassification"},
+      {"electra", "ElectraForSequenceClassification"},
+      {"distilbert", "DistilBertForSequenceClassification"},
+  };
+  auto cpu = make_cpu_backend(1);
+  for (const auto& [type, name] : classes) {
+    const ModelConfig c = parse_model_config(
+        nlohmann::json{{"model_type", type}, {"vocab_size", 50}, {"hidden_size", 16}, {"dim", 16},
+                       {"num_attention_heads", 2}, {"n_heads", 2}, {"num_hidden_layers", 1}, {"n_layers", 1},
+                       {"intermediate_size", 32}, {"hidden_dim", 32}, {"embedding_size", 8},
+                       {"max_position_embeddings", 20}}
+            .dump(),
+        "config.json");
+    EXPECT_EQ(c.model_type, type);
+    const auto model = make_model(*cpu, c);
+    EXPECT_EQ(model->architecture(), name);
+    // Written back, the config names the class and reads back the same.
+    const nlohmann::json j = model_config_to_json(c);
+    EXPECT_EQ(j["architectures"][0], name);
+    const ModelConfig again = parse_model_config(j.dump(), "saved config.json");
+    EXPECT_EQ(again.model_type, type);
+    EXPECT_EQ(again.hidden_size, 16);
+    EXPECT_EQ(again.num_hidden_layers, 1);
+    EXPECT_EQ(again.intermediate_size, 32);
+    EXPECT_EQ(again.embedding_width(), c.embedding_width());
+    EXPECT_EQ(again.type_vocab_size, c.type_vocab_size);
+    EXPECT_EQ(again.pad_token_id, c.pad_token_id);
+    EXPECT_EQ(again.classifier_dropout_prob(), c.classifier_dropout_prob());
+  }
+}
+
+TEST(Families, DefaultsAreTheConfigClasses) {
+  const ModelConfig roberta = parse_model_config(R"({"model_type": "roberta"})", "config.json");
+  EXPECT_EQ(roberta.vocab_size, 50265);
+  EXPECT_EQ(roberta.pad_token_id, 1);
+  EXPECT_EQ(roberta.position_ids, PositionIds::PastPadding);
+  EXPECT_EQ(roberta.max_sequence_length(), 510);  // 512 positions less pad_token_id + 1
+  const ModelConfig electra = parse_model_config(R"({"model_type": "electra"})", "config.json");
+  EXPECT_EQ(electra.embedding_width(), 128);
+  EXPECT_EQ(electra.hidden_size, 256);
+  EXPECT_EQ(electra.num_attention_heads, 4);
+  const ModelConfig distil = parse_model_config(R"({"model_type": "distilbert", "dim": 64, "n_heads": 4})",
+                                                "config.json");
+  EXPECT_EQ(distil.num_hidden_layers, 6);
+  EXPECT_EQ(distil.intermediate_size, 3072);  // hidden_dim's default is 4 x 768, not 4 x dim
+  EXPECT_EQ(distil.type_vocab_size, 0);
+  EXPECT_DOUBLE_EQ(distil.classifier_dropout_prob(), 0.2);  // seq_classif_dropout
+  EXPECT_DOUBLE_EQ(distil.layer_norm_eps, 1e-12);
+}
+
+TEST(Families, WhatIsNotImplementedIsRefusedNamingTheField) {
+  EXPECT_EQ(error_of([] {
+              parse_model_config(R"({"model_type": "roberta", "position_embedding_type": "relative_key"})",
+                                 "m/config.json");
+            }),
+            "m/config.json: position_embedding_type \"relative_key\" is not supported (only \"absolute\")");
+  EXPECT_EQ(error_of([] {
+              parse_model_config(R"({"model_type": "distilbert", "sinusoidal_pos_embds": true})", "m/config.json");
+            }),
+            "m/config.json: sinusoidal_pos_embds true is not supported (learned position embeddings only)");
+  EXPECT_EQ(error_of([] { parse_model_config(R"({"model_type": "electra", "is_decoder": true})", "m/config.json"); }),
+            "m/config.json: is_decoder true is not supported");
+  EXPECT_EQ(error_of([] {
+              parse_model_config(R"({"model_type": "roberta", "max_position_embeddings": 2})", "m/config.json");
+            }),
+            "m/config.json: max_position_embeddings 2 leaves no position past pad_token_id 1 (positions start at "
+            "pad_token_id + 1)");
+  EXPECT_EQ(error_of([] { parse_model_config(R"({"model_type": "roberta", "type_vocab_size": 0})", "m/config.json"); }),
+            "m/config.json: 'type_vocab_size' must be positive, got 0");
+  EXPECT_EQ(error_of([] { parse_model_config(R"({"model_type": "distilbert", "dim": "big"})", "m/config.json"); }),
+            "m/config.json: 'dim' must be an integer, got \"big\"");
+  for (const char* type : {"deberta-v2", "modernbert"})
+    EXPECT_NE(error_of([&] { parse_model_config(nlohmann::json{{"model_type", type}}.dump(), "m/config.json"); })
+                  .find(std::string("model_type \"") + type + "\" is not supported"),
+              std::string::npos);
+}
+
+// Hugging Face's create_position_ids_from_input_ids: padding tokens get the
+// padding id, the others count up from it past the padding tokens before them.
+TEST(Families, RobertaPositionsSkipPaddingTokens) {
+  auto cpu = make_cpu_backend(1);
+  const std::vector<int64_t> ids = {0, 5, 1, 7, 2, 1, 1, 1,   // a padding id among real tokens, then padding
+                                    0, 9, 9, 9, 9, 9, 9, 2};  // no padding
+  const std::vector<int64_t> expected = {2, 3, 1, 4, 5, 1, 1, 1,  //
+                                         2, 3, 4, 5, 6, 7, 8, 9};
+  Tensor t = Tensor::empty(cpu->ledger(), {2, 8}, DType::I64, Category::Data, "input_ids");
+  Tensor p = Tensor::empty(cpu->ledger(), {2, 8}, DType::I64, Category::Data, "position_ids");
+  cpu->copy_from_host(t, ids.data());
+  cpu->positions_past_padding(t, 1, p);
+  std::vector<int64_t> got(16);
+  cpu->copy_to_host(p, got.data());
+  EXPECT_EQ(got, expected);
+}
+
+// A sequence as long as the positions allow trains; one token more is refused with the reason.
+TEST(Families, RobertaSequencesEndTwoShortOfThePositions) {
+  test::TempDir tmp;
+  const std::string model = test::copy_fixture(tmp, "roberta-tiny-padded");  // 24 positions, pad_token_id 1
+  const std::string train = tmp.file("train.safetensors");
+  const auto tensors = [](int64_t len) {  // ids within the fixture's 300, no token types, 3 labels
+    test::I64Tensor ids{"input_ids", {4, len}, {}}, labels{"labels", {4}, {0, 1, 2, 0}};
+    for (int64_t i = 0; i < 4 * len; ++i) ids.values.push_back(3 + (i * 37) % 290);
+    return std::vector<test::I64Tensor>{ids, labels};
+  };
+  test::write_i64_tensors(train, tensors(23));
+  const auto r = test::run_anatomy("train --model " + model + " --train-file " + train +
+                                   " --max-steps 1 --device cpu --no-progress --output-dir " + tmp.file("out"));
+  EXPECT_TRUE(test::failed_cleanly(r, {train, "23 tokens", "max_position_embeddings 24 less pad_token_id + 1 (22)"}));
+  test::write_i64_tensors(train, tensors(22));
+  const auto ok = test::run_anatomy("train --model " + model + " --train-file " + train +
+                                    " --max-steps 1 --device cpu --no-progress --output-dir " + tmp.file("out"));
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+}
+
+}  // namespace
+}  // namespace anatomy

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""make_family_fixtures.py: reference fixtures for the model families other than BERT (RoBERTa,
+XLM-RoBERTa, ELECTRA, DistilBERT), made with Hugging Face transformers in the format of
+tests/fixtures/bert-tiny-cls (tests/fixtures/README.md): tiny random configurations, dropout 0,
+float32 weights saved with save_pretrained, the reference computed in float64 on the CPU — logits,
+loss, every gradient, 10 AdamW steps and the parameters after them.
+
+    python3 tests/tools/make_family_fixtures.py OUT_DIR
+
+Needs torch and transformers (the GPU machine has them). The batches carry only the inputs the
+model's forward takes (DistilBERT has no token_type_ids).
+"""
+import json
+import os
+import sys
+
+import torch
+from safetensors.torch import save_file
+from transformers import (DistilBertConfig, DistilBertForSequenceClassification, ElectraConfig,
+                          ElectraForSequenceClassification, RobertaConfig, RobertaForSequenceClassification,
+                          XLMRobertaConfig, XLMRobertaForSequenceClassification)
+
+NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+CASES = {
+    # name: (config class, model class, config overrides, batch, seq_len, label kind, token types)
+    "roberta-tiny-padded": (RobertaConfig, RobertaForSequenceClassification,
+                            dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=96,
+                                 vocab_size=300, max_position_embeddings=24, type_vocab_size=1, layer_norm_eps=1e-5,
+                                 num_labels=3, **NO_DROPOUT), 3, 12, "single", 1),
+    "xlm-roberta-regression": (XLMRobertaConfig, XLMRobertaForSequenceClassification,
+                               dict(hidden_size=48, num_attention_heads=3, num_hidden_layers=3, intermediate_size=80,
+                                    vocab_size=250, max_position_embeddings=20, type_vocab_size=2, num_labels=1,
+                                    hidden_act="gelu_new", **NO_DROPOUT), 2, 16, "regression", 2),
+    "electra-tiny-padded": (ElectraConfig, ElectraForSequenceClassification,
+                            dict(embedding_size=32, hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
+                                 intermediate_size=80, vocab_size=300, max_position_embeddings=32, num_labels=2,
+                                 **NO_DROPOUT), 3, 14, "single", 2),
+    "distilbert-tiny-multilabel": (DistilBertConfig, DistilBertForSequenceClassification,
+                                   dict(dim=64, n_heads=4, n_layers=2, hidden_dim=96, vocab_size=300,
+                                        max_position_embeddings=32, num_labels=4, dropout=0.0, attention_dropout=0.0,
+                                        seq_classif_dropout=0.0, problem_type="multi_label_classification"),
+                                   2, 16, "multi", 0),
+}
+
+
+def make_batch(gen, cfg, B, L, kind, type_vocab, first):
+    pad = cfg.pad_token_id
+    low = max(pad, 2) + 1
+    ids = torch.randint(low, cfg.vocab_size, (B, L), generator=gen)
+    mask = torch.ones(B, L, dtype=torch.long)
+    for b in range(B):
+        keep = L - (b * 3) % (L // 2)  # right padding of a different length per sequence
+        mask[b, keep:] = 0
+        ids[b, keep:] = pad
+    if first:
+        ids[0, 3] = pad  # a padding id among real tokens: RoBERTa's positions skip it, as Hugging Face's do
+    batch = {"input_ids": ids, "attention_mask": mask}
+    if type_vocab > 0:
+        types = torch.randint(0, type_vocab, (B, L), generator=gen)
+        types[mask == 0] = 0
+        batch["token_type_ids"] = types
+    if kind == "single":
+        batch["labels"] = torch.randint(0, cfg.num_labels, (B,), generator=gen)
+    elif kind == "regression":
+        batch["labels"] = torch.randn(B, generator=gen, dtype=torch.float64)
+    else:
+        batch["labels"] = (torch.rand(B, cfg.num_labels, generator=gen) > 0.5).to(torch.float64)
+    return batch
+
+
+def no_decay_names(model):
+    names = set()
+    for module_name, module in model.named_modules():
+        for param_name, _ in module.named_parameters(recurse=False):
+            full = f"{module_name}.{param_name}" if module_name else param_name
+            if isinstance(module, torch.nn.LayerNorm) or param_name == "bias":
+                names.add(full)
+    return names
+
+
+def make(name, config_class, model_class, overrides, B, L, kind, type_vocab, out):
+    torch.manual_seed(sum(map(ord, name)))
+    gen = torch.Generator().manual_seed(1234)
+    cfg = config_class(**overrides)
+    cfg._attn_implementation = "eager"
+    model = model_class(cfg).float()
+    with torch.no_grad():  # biases and LayerNorm parameters away from 0/1, so mistakes show
+        for n, p in model.named_parameters():
+            if n.endswith("bias") or ("norm" in n.lower() and n.endswith("weight")):
+                p.add_(0.1 * torch.randn_like(p))
+    d = os.path.join(out, name)
+    model.save_pretrained(d)
+    model = model.double()
+    batches = [make_batch(gen, cfg, B, L, kind, type_vocab, i == 0) for i in range(2)]
+
+    tensors = {}
+    for i, suffix in enumerate(["", "_1"]):
+        for key, value in batches[i].items():
+            tensors[key + suffix] = value
+    out0 = model(**batches[0])
+    out0.loss.backward()
+    tensors["logits"] = out0.logits.detach()
+    tensors["loss"] = out0.loss.detach().reshape(1)
+    for n, p in model.named_parameters():
+        tensors["grad." + n] = p.grad.detach().clone()
+    model.zero_grad()
+    skip = no_decay_names(model)
+    decay = [p for n, p in model.named_parameters() if n not in skip]
+    no_decay = [p for n, p in model.named_parameters() if n in skip]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
+    losses = []
+    for step in range(10):
+        opt.zero_grad()
+        loss = model(**batches[step % 2]).loss
+        losses.append(loss.item())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    tensors["train_losses"] = torch.tensor(losses, dtype=torch.float64)
+    for n, p in model.named_parameters():
+        tensors["after." + n] = p.detach().clone()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(d, "reference.safetensors"))
+    with open(os.path.join(d, "reference.json"), "w") as f:
+        json.dump({"description": f"float64 CPU reference from transformers {model_class.__name__}, dropout 0, "
+                                  "made by tests/tools/make_family_fixtures.py",
+                   "optimizer": "AdamW, lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01 on all weights "
+                                "except biases and LayerNorm params, no lr schedule",
+                   "grad_clip_max_norm": 1.0, "steps": 10,
+                   "batch_schedule": "step i uses batch i % 2 (suffix '' then '_1')",
+                   "loss": model.config.problem_type, "train_losses": losses}, f, indent=1)
+    print(name, "loss", out0.loss.item(), "problem", model.config.problem_type)
+
+
+if __name__ == "__main__":
+    out = sys.argv[1]
+    for name, case in CASES.items():
+        make(name, *case, out)
