@@ -5,14 +5,18 @@
 // fixtures of every family).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <fstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "anatomy/core/error.h"
+#include "anatomy/io/safetensors.h"
 #include "anatomy/model/config.h"
 #include "anatomy/model/registry.h"
 #include "cli_error_util.h"
+#include "test_process.h"
 #include "test_util.h"
 
 namespace anatomy {
@@ -171,6 +175,89 @@ TEST(Families, RobertaSequencesEndTwoShortOfThePositions) {
                                     " --max-steps 1 --device cpu --no-progress --output-dir " + tmp.file("out"));
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
 }
+
+}  // namespace
+}  // namespace anatomy
+
+namespace anatomy {
+namespace {
+
+// The reference's two batches as one training file (as test_fixtures.cpp writes it); returns the batch size.
+int64_t write_reference_batches(const std::string& fixture_dir, const std::string& path) {
+  const io::SafetensorsFile ref = io::SafetensorsFile::open(fixture_dir + "/reference.safetensors");
+  std::vector<std::vector<int64_t>> integers;
+  std::vector<std::vector<float>> floats;
+  std::vector<io::StWriteTensor> tensors;
+  int64_t batch = 0;
+  for (const std::string name : {"input_ids", "token_type_ids", "attention_mask", "labels"}) {
+    if (!ref.has(name)) continue;
+    std::vector<int64_t> shape = ref.info(name).shape;
+    batch = shape[0];
+    shape[0] *= 2;
+    if (io::st_dtype_is_float(ref.info(name).dtype)) {
+      std::vector<float> a = ref.read_f32(name), b = ref.read_f32(name + "_1");
+      a.insert(a.end(), b.begin(), b.end());
+      floats.push_back(std::move(a));
+      tensors.push_back({name, io::StDType::F32, shape, floats.back().data()});
+    } else {
+      std::vector<int64_t> a = ref.read_i64(name), b = ref.read_i64(name + "_1");
+      a.insert(a.end(), b.begin(), b.end());
+      integers.push_back(std::move(a));
+      tensors.push_back({name, io::StDType::I64, shape, integers.back().data()});
+    }
+  }
+  io::write_safetensors(path, tensors);
+  return batch;
+}
+
+// Every technique on each family, on the CPU: both checkpointing policies
+// give the plain run's losses; two batches of b accumulated give one batch of
+// 2b; two ranks under ZeRO stage 3 give one process; the other optimizers,
+// profile and estimate run, and each run's memory plan is its ledger.
+class FamilyTechniques : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FamilyTechniques, EveryTechniqueRuns) {
+  test::TempDir tmp;
+  const std::string model = test::fixture(GetParam());
+  const std::string data = tmp.file("train.safetensors");
+  const int64_t b = write_reference_batches(model, data);
+  const std::string common = " --device cpu --no-progress --model " + model + " --train-file " + data +
+                             " --num-train-epochs 2 --logging-steps 1 --learning-rate 1e-3 --no-shuffle --seed 3";
+  const auto train = [&](const std::string& name, const std::string& flags, int64_t batch) {
+    const auto r = test::run_anatomy("train" + common + " --per-device-train-batch-size " + std::to_string(batch) +
+                                     flags + " --output-dir " + tmp.file(name));
+    EXPECT_EQ(r.exit_code, 0) << name << ":\n" << r.output;
+    const nlohmann::json j = nlohmann::json::parse(std::ifstream(tmp.file(name) + "/anatomy.json"));
+    EXPECT_EQ(j["predicted"]["peak_total"], j["ledger"]["peak_total"]) << name;
+    return test::log_records(tmp.file(name));
+  };
+  const auto plain = train("plain", "", b);
+  ASSERT_EQ(plain.size(), 4u);
+  test::expect_records_within(plain, train("full", " --gradient-checkpointing", b), 1e-6);
+  test::expect_records_within(
+      plain, train("selective", " --gradient-checkpointing --gradient-checkpointing-policy selective", b), 1e-6);
+  const auto whole = train("whole", "", 2 * b);
+  test::expect_records_within(whole, train("accumulated", " --gradient-accumulation-steps 2", b), 1e-5);
+  for (const char* optim : {"adafactor", "sgd", "adamw_8bit"}) {
+    const auto records = train(optim, std::string(" --optim ") + optim, b);
+    ASSERT_EQ(records.size(), 4u) << optim;
+    for (const auto& [step, record] : records) EXPECT_TRUE(std::isfinite(record["loss"].get<double>())) << optim;
+  }
+  const auto ranks = test::run_anatomy("launch --nproc-per-node 2 --master-port " + std::to_string(test::free_port()) +
+                                       " -- train" + common + " --zero-stage 3 --per-device-train-batch-size " +
+                                       std::to_string(b) + " --output-dir " + tmp.file("zero3"));
+  ASSERT_EQ(ranks.exit_code, 0) << ranks.output;
+  test::expect_records_within(whole, test::log_records(tmp.file("zero3")), 1e-5);
+  for (const std::string command : {"profile", "estimate"}) {
+    const auto r = test::run_anatomy(command + common + " --per-device-train-batch-size " + std::to_string(b) +
+                                     (command == "profile" ? " --max-steps 2 --output-dir " + tmp.file("profile") : ""));
+    EXPECT_EQ(r.exit_code, 0) << command << ":\n" << r.output;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, FamilyTechniques,
+                         ::testing::Values("roberta-tiny-padded", "electra-tiny-padded", "distilbert-tiny-multilabel"),
+                         [](const auto& info) { return test::test_name(info.param); });
 
 }  // namespace
 }  // namespace anatomy
