@@ -129,6 +129,7 @@ def main():
         ours_runs, hf_runs = [], []
         for i in range(a.repeats):
             ours_out, ours_mem, ours_wall = run(common + flags + ["--dummy-size", str(samples)])
+            parameters = int(figure(r"^Training \S+ \(([0-9]+) parameters\)", ours_out, "the parameter count")[-1])
             ours_runs.append(dict(samples_per_second=float(figure(r"^Samples/second: ([0-9.]+)", ours_out,
                                                                   "Samples/second")[-1]),
                                   steady_samples_per_second=float(
@@ -140,6 +141,9 @@ def main():
             if hf_result["status"] != "ok":
                 sys.exit(f"{name}: Hugging Face {hf_result['status']}: "
                          f"{hf_result.get('error') or hf_result.get('reason')}")
+            if hf_result.get("parameters") != parameters:
+                sys.exit(f"{name}: Trainer's {hf_result.get('model_class')} has {hf_result.get('parameters')} "
+                         f"parameters, anatomy's {model} {parameters}: not the same model")
             steps_ms = hf_result["step_ms"]
             if len(steps_ms) != -(-samples // batch):
                 sys.exit(f"{name}: Trainer timed {len(steps_ms)} steps, not {-(-samples // batch)}")

@@ -26,7 +26,8 @@ It prints one JSON line on stdout, the last line it prints:
     {"status": "ok", "train_runtime": s, "train_samples_per_second": x, "train_steps_per_second": y,
      "global_step": n, "train_loss": l, "gpu_memory_occupied_mb": the seed's reading after training (NVML's used on
      GPU 0, or null), "torch_max_memory_allocated_mb", "torch_max_memory_reserved_mb" (null on the CPU),
-     "peak_rss_mb" (the process's peak resident memory), "attn_implementation", "torch", "transformers"}   exit 0
+     "peak_rss_mb" (the process's peak resident memory), "attn_implementation", "model_class", "parameters",
+     "torch", "transformers"}   exit 0
     {"status": "n/a", "reason": "..."}  the technique is not available here (adamw_bnb_8bit without bitsandbytes); exit 0
     {"status": "oom", "error": "..."}   torch.cuda.OutOfMemoryError;                                        exit 3
     {"status": "error", "error": "..."} anything else (the traceback goes to stderr);                       exit 1
@@ -113,8 +114,8 @@ def train(cfg):
             return {"input_ids": ids[i], "labels": labels[i]}
 
     model_type = cfg.get("model_type", "bert")
-    if cfg.get("config"):
-        config = AutoConfig.for_model(model_type, **cfg["config"])
+    if cfg.get("config") is not None or model_type != "bert":  # another family's defaults, even with no keys
+        config = AutoConfig.for_model(model_type, **cfg.get("config", {}))
     else:
         config = BertConfig()
         config.update(BERT_LARGE)
@@ -151,6 +152,7 @@ def train(cfg):
               torch_max_memory_reserved_mb=torch.cuda.max_memory_reserved() / 1024 ** 2 if gpu else None,
               peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
               attn_implementation=getattr(model.config, "_attn_implementation", None),
+              model_class=type(model).__name__, parameters=sum(p.numel() for p in model.parameters()),
               torch=torch.__version__, transformers=transformers.__version__, **extra))
 
 
