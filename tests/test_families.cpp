@@ -13,6 +13,7 @@
 
 #include "anatomy/core/error.h"
 #include "anatomy/io/safetensors.h"
+#include "anatomy/model/checkpoint.h"
 #include "anatomy/model/config.h"
 #include "anatomy/model/registry.h"
 #include "cli_error_util.h"
@@ -258,6 +259,49 @@ TEST_P(FamilyTechniques, EveryTechniqueRuns) {
 INSTANTIATE_TEST_SUITE_P(Families, FamilyTechniques,
                          ::testing::Values("roberta-tiny-padded", "electra-tiny-padded", "distilbert-tiny-multilabel"),
                          [](const auto& info) { return test::test_name(info.param); });
+
+}  // namespace
+}  // namespace anatomy
+
+namespace anatomy {
+namespace {
+
+// A RoBERTa model directory with its byte-level BPE tokenizer.json (no
+// vocab.txt) trains on text with validation, saves a directory that reads
+// back as RoBERTa with its tokenizer, and predicts every validation example.
+TEST(Families, RobertaTrainsOnTextWithItsTokenizerJson) {
+  test::TempDir tmp;
+  const std::string dir = tmp.file("roberta");
+  std::filesystem::create_directories(dir);
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::copy_file(test::fixture("tokenizers/roberta-bpe/") + file, dir + "/" + file);
+  const ModelConfig config = parse_model_config(
+      R"({"model_type": "roberta", "vocab_size": 2000, "hidden_size": 32, "num_hidden_layers": 2,
+          "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 130,
+          "type_vocab_size": 1, "pad_token_id": 1, "num_labels": 10})",
+      "config.json");
+  auto cpu = make_cpu_backend(1);
+  const auto model = make_model(*cpu, config);
+  init_weights(*model, 7);
+  save_pretrained(*model, *cpu, dir);
+
+  const std::string data = test::fixture("license-text");
+  const std::string out = tmp.file("out");
+  const auto r = test::run_anatomy("train --model " + dir + " --train-file " + data + "/train.jsonl --validation-file " +
+                                   data + "/validation.jsonl --max-seq-length 128 --num-train-epochs 1 "
+                                   "--per-device-train-batch-size 16 --device cpu --no-progress --output-dir " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const ModelSource saved = resolve_model(out);
+  EXPECT_EQ(saved.config.model_type, "roberta");
+  EXPECT_TRUE(std::filesystem::exists(out + "/tokenizer.json"));
+  const auto predicted = test::run_anatomy("predict --model " + out + " --validation-file " + data +
+                                           "/validation.jsonl --device cpu --output " + tmp.file("p.jsonl"));
+  ASSERT_EQ(predicted.exit_code, 0) << predicted.output;
+  std::ifstream in(tmp.file("p.jsonl"));
+  int lines = 0;
+  for (std::string line; std::getline(in, line);) ++lines;
+  EXPECT_EQ(lines, 87);  // the validation paragraphs
+}
 
 }  // namespace
 }  // namespace anatomy
