@@ -51,6 +51,8 @@ TEST(Families, PresetsHaveHuggingFacesParameterCounts) {
       {"electra-large-discriminator", 335'143'938},
       {"distilbert-base-uncased", 66'955'010},
       {"distilbert-base-cased", 65'783'042},
+      {"modernbert-base", 149'606'402},
+      {"modernbert-large", 395'833'346},
   };
   for (const auto& [name, count] : counts) {
     const std::optional<ModelConfig> c = model_preset(name);
@@ -134,7 +136,21 @@ TEST(Families, WhatIsNotImplementedIsRefusedNamingTheField) {
             "m/config.json: 'type_vocab_size' must be positive, got 0");
   EXPECT_EQ(error_of([] { parse_model_config(R"({"model_type": "distilbert", "dim": "big"})", "m/config.json"); }),
             "m/config.json: 'dim' must be an integer, got \"big\"");
-  for (const char* type : {"deberta-v2", "modernbert"})
+  EXPECT_EQ(error_of([] {
+              parse_model_config(R"({"model_type": "modernbert", "classifier_pooling": "mean"})", "m/config.json");
+            }),
+            "m/config.json: classifier_pooling \"mean\" is not supported (only \"cls\")");
+  EXPECT_EQ(error_of([] {
+              parse_model_config(R"({"model_type": "modernbert", "rope_parameters": {"full_attention":
+                  {"rope_type": "linear", "factor": 2.0}}})", "m/config.json");
+            }),
+            "m/config.json: rope_parameters.full_attention.rope_type \"linear\" is not supported (only \"default\")");
+  EXPECT_EQ(error_of([] {
+              parse_model_config(R"({"model_type": "modernbert", "num_hidden_layers": 2,
+                  "layer_types": ["full_attention", "chunked_attention"]})", "m/config.json");
+            }),
+            "m/config.json: layer type \"chunked_attention\" is not supported (full_attention, sliding_attention)");
+  for (const char* type : {"deberta-v2", "gpt2"})
     EXPECT_NE(error_of([&] { parse_model_config(nlohmann::json{{"model_type", type}}.dump(), "m/config.json"); })
                   .find(std::string("model_type \"") + type + "\" is not supported"),
               std::string::npos);
@@ -257,7 +273,8 @@ TEST_P(FamilyTechniques, EveryTechniqueRuns) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyTechniques,
-                         ::testing::Values("roberta-tiny-padded", "electra-tiny-padded", "distilbert-tiny-multilabel"),
+                         ::testing::Values("roberta-tiny-padded", "electra-tiny-padded", "distilbert-tiny-multilabel",
+                                           "modernbert-tiny-padded"),
                          [](const auto& info) { return test::test_name(info.param); });
 
 }  // namespace

@@ -54,7 +54,7 @@ TEST(Registry, AConfigWithoutModelTypeIsBert) {
 TEST(Registry, AnUnknownFamilyOrTaskNamesWhatIsSupported) {
   const std::string family = error_of([] { parse_model_config(R"({"model_type": "gpt2"})", "dir/config.json"); });
   EXPECT_EQ(family, "dir/config.json: model_type \"gpt2\" is not supported (supported: \"bert\", \"roberta\", "
-                    "\"xlm-roberta\", \"camembert\", \"electra\", \"distilbert\")");
+                    "\"xlm-roberta\", \"camembert\", \"electra\", \"distilbert\", \"modernbert\")");
   const std::string type = error_of([] { parse_model_config(R"({"model_type": 7})", "config.json"); });
   EXPECT_EQ(type, "config.json: 'model_type' must be a string, got 7");
   const ModelConfig bert = *model_preset("bert-tiny");

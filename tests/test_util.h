@@ -109,7 +109,8 @@ inline WeightDifference weight_difference(const std::string& dir_a, const std::s
 // The Hugging Face reference models in tests/fixtures (see its README).
 inline const std::vector<std::string> kHuggingFaceFixtures = {
     "bert-tiny-cls", "bert-tiny-cls-padded", "bert-regression-gelu-new", "bert-multilabel-relu", "bert-cls5-wide",
-    "roberta-tiny-padded", "xlm-roberta-regression", "electra-tiny-padded", "distilbert-tiny-multilabel"};
+    "roberta-tiny-padded", "xlm-roberta-regression", "electra-tiny-padded", "distilbert-tiny-multilabel",
+    "modernbert-tiny-padded", "modernbert-biases"};
 
 // A fixture name as a GoogleTest parameter name (letters, digits, underscores).
 inline std::string test_name(std::string name) {

@@ -17,8 +17,9 @@ import sys
 import torch
 from safetensors.torch import save_file
 from transformers import (DistilBertConfig, DistilBertForSequenceClassification, ElectraConfig,
-                          ElectraForSequenceClassification, RobertaConfig, RobertaForSequenceClassification,
-                          XLMRobertaConfig, XLMRobertaForSequenceClassification)
+                          ElectraForSequenceClassification, ModernBertConfig, ModernBertForSequenceClassification,
+                          RobertaConfig, RobertaForSequenceClassification, XLMRobertaConfig,
+                          XLMRobertaForSequenceClassification)
 
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
@@ -41,6 +42,24 @@ CASES = {
                                         max_position_embeddings=32, num_labels=4, dropout=0.0, attention_dropout=0.0,
                                         seq_classif_dropout=0.0, problem_type="multi_label_classification"),
                                    2, 16, "multi", 0),
+    # ModernBERT: layer 0 global, layers 1 and 2 local (a window of ±6 over 20 tokens), no biases. The padding
+    # (up to 6 tokens) stays within the window: a padding query whose window holds only padding keys gives
+    # Hugging Face NaN rows (every score masked), which reach the real rows as 0 · NaN.
+    "modernbert-tiny-padded": (ModernBertConfig, ModernBertForSequenceClassification,
+                               dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=3, intermediate_size=48,
+                                    vocab_size=300, max_position_embeddings=64, local_attention=12,
+                                    global_attn_every_n_layers=3, pad_token_id=0, bos_token_id=1, cls_token_id=1,
+                                    eos_token_id=2, sep_token_id=2, num_labels=3), 3, 20, "single", 0),
+    # every bias on, gelu_pytorch_tanh, other thetas. (As a regression task this configuration's tenth-step
+    # losses were ill-conditioned: PyTorch's own float32 run missed its float64 reference by 2.3e-5 at step 9.)
+    "modernbert-biases": (ModernBertConfig, ModernBertForSequenceClassification,
+                                     dict(hidden_size=48, num_attention_heads=2, num_hidden_layers=2,
+                                          intermediate_size=40, vocab_size=250, max_position_embeddings=64,
+                                          local_attention=6, global_attn_every_n_layers=2, pad_token_id=0,
+                                          bos_token_id=1, cls_token_id=1, eos_token_id=2, sep_token_id=2,
+                                          norm_bias=True, attention_bias=True, mlp_bias=True, classifier_bias=True,
+                                          hidden_activation="gelu_pytorch_tanh", global_rope_theta=50000.0,
+                                          local_rope_theta=5000.0, num_labels=4), 2, 18, "single", 0),
 }
 
 

@@ -433,6 +433,72 @@ void Backend::attention_backward_interleaved(const Tensor& dctx, const Tensor& q
 
 // The first query's attention: scores and context, 2·B·L·H each; backward
 // dP, dQ, dK and dV, four more.
+void Backend::attention_window_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                       int64_t heads, double scale, int64_t window, const DropoutSpec& dropout,
+                                       const Tensor& probs, const Tensor& ctx) {
+  ANATOMY_CHECK(q.rank() == 3 && heads > 0 && q.dim(2) % heads == 0 && k.shape() == q.shape() &&
+                    v.shape() == q.shape() && ctx.shape() == q.shape() && window >= 0,
+                "attention_window_forward: q, k, v, ctx must be [B, L, heads*d] alike (window {})", window);
+  ANATOMY_CHECK(probs.dtype() == DType::F32 && probs.numel() == q.dim(0) * heads * q.dim(1) * q.dim(1),
+                "attention_window_forward: {} must be float32 [B, heads, L, L]", probs.name());
+  run_op(
+      [&] {
+        const double B = static_cast<double>(q.dim(0)), L = static_cast<double>(q.dim(1)),
+                     hd = static_cast<double>(q.dim(2));
+        return OpInfo{"attention_forward", "attention", OpClass::Contraction, 4.0 * B * L * L * hd,
+                      bytes_of(q) + bytes_of(k) + bytes_of(v) + bytes_of(key_mask) + bytes_of(probs) + bytes_of(ctx)};
+      },
+      [&] { do_attention_window_forward(q, k, v, key_mask, heads, scale, window, dropout, probs, ctx); });
+}
+void Backend::attention_window_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
+                                        const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  ANATOMY_CHECK(dq.shape() == q.shape() && dk.shape() == q.shape() && dv.shape() == q.shape() &&
+                    dctx.shape() == q.shape() && probs.dtype() == DType::F32,
+                "attention_window_backward: gradients must be shaped as q, probabilities float32");
+  run_op(
+      [&] {
+        const double B = static_cast<double>(q.dim(0)), L = static_cast<double>(q.dim(1)),
+                     hd = static_cast<double>(q.dim(2));
+        return OpInfo{"attention_backward", "attention", OpClass::Contraction, 8.0 * B * L * L * hd,
+                      bytes_of(dctx) + bytes_of(q) + bytes_of(k) + bytes_of(v) + bytes_of(probs) + bytes_of(dq) +
+                          bytes_of(dk) + bytes_of(dv)};
+      },
+      [&] { do_attention_window_backward(dctx, q, k, v, probs, heads, scale, dropout, dq, dk, dv); });
+}
+void Backend::rotary(const Tensor& x, int64_t heads, double theta, bool inverse) {
+  ANATOMY_CHECK(x.rank() == 3 && heads > 0 && x.dim(2) % heads == 0 && (x.dim(2) / heads) % 2 == 0 && theta > 0.0,
+                "rotary: {} must be [B, L, heads*d] with an even head size d", x.name());
+  run_op(
+      [&] {
+        return OpInfo{inverse ? "rotary_backward" : "rotary", operand_name(x.name()), OpClass::Elementwise,
+                      3.0 * numel_of(x), 2.0 * bytes_of(x)};
+      },
+      [&] { do_rotary(x, heads, theta, inverse); });
+}
+void Backend::gated_activation_forward(ActivationKind kind, const Tensor& u, const Tensor& y) {
+  ANATOMY_CHECK(kind != ActivationKind::Tanh, "gated_activation_forward: tanh is not a gate's activation");
+  ANATOMY_CHECK(u.numel() == 2 * y.numel() && u.dim(-1) == 2 * y.dim(-1) && u.dtype() == y.dtype(),
+                "gated_activation_forward: {} must be {} with a last dimension twice as wide", u.name(), y.name());
+  run_op(
+      [&] {
+        return OpInfo{"gated_activation", operand_name(y.name()), OpClass::Elementwise, 10.0 * numel_of(y),
+                      bytes_of(u) + bytes_of(y)};
+      },
+      [&] { do_gated_activation_forward(kind, u, y); });
+}
+void Backend::gated_activation_backward(ActivationKind kind, const Tensor& u, const Tensor& dy, const Tensor& du) {
+  ANATOMY_CHECK(kind != ActivationKind::Tanh, "gated_activation_backward: tanh is not a gate's activation");
+  ANATOMY_CHECK(u.shape() == du.shape() && u.numel() == 2 * dy.numel() && u.dim(-1) == 2 * dy.dim(-1) &&
+                    u.dtype() == dy.dtype() && du.dtype() == u.dtype(),
+                "gated_activation_backward: {}, {} and {} do not fit", u.name(), dy.name(), du.name());
+  run_op(
+      [&] {
+        return OpInfo{"gated_activation_backward", operand_name(du.name()), OpClass::Elementwise,
+                      16.0 * numel_of(dy), bytes_of(u) + bytes_of(dy) + bytes_of(du)};
+      },
+      [&] { do_gated_activation_backward(kind, u, dy, du); });
+}
 void Backend::attention_first_query_forward(const Tensor& q0, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                             int64_t heads, double scale, const DropoutSpec& dropout,
                                             const Tensor& probs, const Tensor& ctx0) {

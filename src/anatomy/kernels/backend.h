@@ -315,6 +315,33 @@ class Backend {
                                       const Tensor& ctx, const Tensor& saved, const Tensor& key_mask, int64_t heads,
                                       double scale, const DropoutSpec& dropout, const Tensor& dqkv);
 
+  // Attention within a window (ModernBERT's local layers): query i attends to
+  // the keys j with |i − j| ≤ window that the key mask keeps, as Hugging
+  // Face's bidirectional sliding-window mask. The probabilities [B, heads, L, L]
+  // (float32, before dropout) are always materialised in `probs`; q, k, v and
+  // ctx as attention_forward's (float32, or 16-bit computed through float32 copies).
+  void attention_window_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                int64_t heads, double scale, int64_t window, const DropoutSpec& dropout,
+                                const Tensor& probs, const Tensor& ctx);
+  // Its backward from the saved probabilities (the window and mask are in their zeros); dq, dk, dv written.
+  void attention_window_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
+                                 const Tensor& dq, const Tensor& dk, const Tensor& dv);
+
+  // Rotary position embedding, in place on x [B, L, heads·d] (queries or keys),
+  // positions 0 .. L−1: in each head, element i < d/2 and element i + d/2 of
+  // token t turn by the angle t·f_i, f_i = 1 / theta^(2i/d), as Hugging Face's
+  // rotate_half convention computes it (frequencies and angles in float32, the
+  // rotation in float32 on the widened input, rounded once to x's dtype).
+  // `inverse` turns by −angle: the backward, applied to a gradient.
+  void rotary(const Tensor& x, int64_t heads, double theta, bool inverse);
+
+  // Gated activation (GeGLU with GELU): u [.., 2I] holds the input half then
+  // the gate half, as Hugging Face's chunk(2, dim=-1); y [.., I] = act(input) · gate.
+  void gated_activation_forward(ActivationKind kind, const Tensor& u, const Tensor& y);
+  // du [.., 2I] (written): act'(input) · gate · dy, then act(input) · dy.
+  void gated_activation_backward(ActivationKind kind, const Tensor& u, const Tensor& dy, const Tensor& du);
+
   // Attention of the first token only (query row 0) over all L keys: what the
   // last encoder layer needs when only its first token's output is read.
   // q0, ctx0: [B, 1, heads*d]; k, v: [B, L, heads*d] (q0's dtype); key_mask
@@ -484,6 +511,17 @@ class Backend {
                                                  const Tensor& ctx, const Tensor& saved, const Tensor& key_mask,
                                                  int64_t heads, double scale, const DropoutSpec& dropout,
                                                  const Tensor& dqkv) = 0;
+  virtual void do_attention_window_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                           int64_t heads, double scale, int64_t window, const DropoutSpec& dropout,
+                                           const Tensor& probs, const Tensor& ctx) = 0;
+  virtual void do_attention_window_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                            const Tensor& probs, int64_t heads, double scale,
+                                            const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,
+                                            const Tensor& dv) = 0;
+  virtual void do_rotary(const Tensor& x, int64_t heads, double theta, bool inverse) = 0;
+  virtual void do_gated_activation_forward(ActivationKind kind, const Tensor& u, const Tensor& y) = 0;
+  virtual void do_gated_activation_backward(ActivationKind kind, const Tensor& u, const Tensor& dy,
+                                            const Tensor& du) = 0;
   virtual void do_attention_first_query_forward(const Tensor& q0, const Tensor& k, const Tensor& v,
                                                 const Tensor& key_mask, int64_t heads, double scale,
                                                 const DropoutSpec& dropout, const Tensor& probs,

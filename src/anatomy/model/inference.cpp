@@ -1,7 +1,11 @@
 // inference.cpp: packing a host batch for InferenceModel::forward.
 #include "anatomy/model/inference.h"
 
+#include <algorithm>
+
 #include "anatomy/core/error.h"
+#include "anatomy/kernels/backend.h"
+#include "anatomy/model/model.h"
 
 namespace anatomy {
 
@@ -27,6 +31,60 @@ InferenceBatch make_inference_batch(const std::vector<const int64_t*>& ids, cons
   }
   if (batch.token_type_ids.size() != batch.input_ids.size()) batch.token_type_ids.clear();
   return batch;
+}
+
+namespace {
+
+class PaddedInference final : public InferenceModel {
+ public:
+  PaddedInference(Backend& backend, std::unique_ptr<Model> model) : backend_(backend), model_(std::move(model)) {}
+  const ModelConfig& config() const override { return model_->config(); }
+  DType dtype() const override { return model_->compute_dtype(); }
+  int64_t parameter_count() const override { return model_->weights().parameter_count(); }
+  void load_from(const Model& source) override {
+    const ParameterSet& from = source.weights();
+    ANATOMY_CHECK(from.flat().numel() == model_->weights().flat().numel() && from.flat().dtype() == DType::F32,
+                  "load_from: the source model's parameters differ from this model's");
+    std::vector<float> values(from.flat().numel());
+    source.backend().copy_to_host(from.flat(), values.data());
+    backend_.copy_from_host(model_->weights().flat(), values.data());
+    model_->refresh_half_weights();
+  }
+  Tensor forward(const InferenceBatch& batch) override {
+    const int64_t B = batch.sequences();
+    ANATOMY_CHECK(B > 0 && static_cast<int64_t>(batch.offsets.size()) == B + 1, "inference: a batch of {} sequences",
+                  B);
+    int64_t L = batch.padded_length;
+    if (L == 0)
+      for (int64_t len : batch.lengths) L = std::max(L, len);
+    for (int64_t len : batch.lengths)
+      ANATOMY_CHECK(len <= config().max_sequence_length(), "a sequence of {} tokens is longer than the model's {}",
+                    len, max_sequence_length_text(config()));
+    std::vector<int64_t> ids(B * L, config().pad_token_id), mask(B * L, 0);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < batch.lengths[b]; ++t) {
+        ids[b * L + t] = batch.input_ids[batch.offsets[b] + t];
+        mask[b * L + t] = 1;
+      }
+    Ledger& ledger = backend_.ledger();
+    ledger.set_phase("inputs");
+    ModelInputs inputs;
+    inputs.input_ids = Tensor::empty(ledger, {B, L}, DType::I64, Category::Data, "input_ids");
+    inputs.attention_mask = Tensor::empty(ledger, {B, L}, DType::I64, Category::Data, "attention_mask");
+    backend_.copy_from_host(inputs.input_ids, ids.data());
+    backend_.copy_from_host(inputs.attention_mask, mask.data());
+    return model_->forward(inputs, ForwardOptions{}).logits;
+  }
+
+ private:
+  Backend& backend_;
+  std::unique_ptr<Model> model_;
+};
+
+}  // namespace
+
+std::unique_ptr<InferenceModel> make_padded_inference(Backend& backend, std::unique_ptr<Model> model) {
+  return std::make_unique<PaddedInference>(backend, std::move(model));
 }
 
 }  // namespace anatomy

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "anatomy/core/tensor.h"
@@ -32,6 +33,16 @@ struct InferenceBatch {
 // `pad_to` > 0 builds a padded batch of that length instead (pad id 0).
 InferenceBatch make_inference_batch(const std::vector<const int64_t*>& ids, const std::vector<const int64_t*>& types,
                                     const std::vector<int64_t>& lengths, int64_t pad_to = 0);
+
+class InferenceModel;
+class Backend;
+
+// An InferenceModel over a training model of the architecture (a family
+// without a packed inference of its own: ModernBERT): its forward without
+// saving anything, on the batch padded to its longest sequence (padding id
+// `pad_token_id`, masked as keys). `model` computes in the inference dtype
+// (its float32 weights and, in 16 bits, their copy).
+std::unique_ptr<InferenceModel> make_padded_inference(Backend& backend, std::unique_ptr<Model> model);
 
 class InferenceModel {
  public:

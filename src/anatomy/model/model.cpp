@@ -11,6 +11,29 @@ ProblemType resolve_problem_type(const ModelConfig& config, DType labels_dtype) 
   return ProblemType::MultiLabel;
 }
 
+double sequence_classification_loss(Backend& backend, const Tensor& logits, const Tensor& labels, ProblemType type,
+                                   const Tensor& dlogits) {
+  const int64_t B = logits.dim(0), C = logits.dim(1);
+  switch (type) {
+    case ProblemType::SingleLabel:
+      ANATOMY_CHECK(labels.dtype() == DType::I64 && labels.numel() == B,
+                    "single-label classification needs int64 labels [{}]", B);
+      return backend.cross_entropy(logits, labels, dlogits);
+    case ProblemType::Regression:
+      // Hugging Face squeezes both sides when num_labels == 1, else compares [B, C] with [B, C].
+      ANATOMY_CHECK(labels.dtype() == DType::F32 && labels.numel() == B * C,
+                    "regression needs float32 labels with {} values", B * C);
+      return backend.mse(logits, labels, dlogits);
+    case ProblemType::MultiLabel:
+      ANATOMY_CHECK(labels.dtype() == DType::F32 && labels.numel() == B * C,
+                    "multi-label classification needs float32 labels [{}, {}]", B, C);
+      return backend.bce_with_logits(logits, labels, dlogits);
+    case ProblemType::Unset: break;
+  }
+  ANATOMY_CHECK(false, "problem type unresolved");
+  return 0.0;
+}
+
 Model::Model(Backend& backend, ModelConfig config, DType compute, std::vector<ParamSpec> specs,
              const std::function<std::vector<ParameterUnit>(const ParameterSet&)>& units)
     : backend_(backend),

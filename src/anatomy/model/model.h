@@ -85,6 +85,12 @@ class ParameterUnits {
 // num_labels == 1, single-label when labels are integers, multi-label otherwise.
 ProblemType resolve_problem_type(const ModelConfig& config, DType labels_dtype);
 
+// The mean loss of logits [B, C] against `labels` for the problem type
+// (cross-entropy, MSE, binary cross-entropy with logits), its gradient into
+// `dlogits`; labels as ModelInputs holds them.
+double sequence_classification_loss(Backend& backend, const Tensor& logits, const Tensor& labels, ProblemType type,
+                                    const Tensor& dlogits);
+
 class Model {
  public:
   virtual ~Model();

@@ -9,6 +9,8 @@
 #include "anatomy/model/bert/bert_parameters.h"
 #include "anatomy/model/distilbert/distilbert.h"
 #include "anatomy/model/electra/electra.h"
+#include "anatomy/model/modernbert/modernbert.h"
+#include "anatomy/model/modernbert/modernbert_config.h"
 #include "anatomy/model/roberta/roberta.h"
 
 namespace anatomy {
@@ -47,6 +49,7 @@ const std::vector<ModelFamily>& model_families() {
        [](const std::string&) { return std::optional<ModelConfig>(); }, [] { return std::vector<std::string>(); }},
       {"electra", parse_electra_config, electra_config_to_json, electra_preset, electra_preset_names},
       {"distilbert", parse_distilbert_config, distilbert_config_to_json, distilbert_preset, distilbert_preset_names},
+      {"modernbert", parse_modernbert_config, modernbert_config_to_json, modernbert_preset, modernbert_preset_names},
   };
   return families;
 }
@@ -59,6 +62,14 @@ const std::vector<ModelArchitecture>& model_architectures() {
       bert_style_classifier(roberta_layout("camembert")),
       bert_style_classifier(electra_layout()),
       bert_style_classifier(distilbert_layout()),
+      {"ModernBertForSequenceClassification", "modernbert", kSequenceClassification, modernbert_parameter_specs,
+       [](Backend& backend, const ModelConfig& config, DType compute) -> std::unique_ptr<Model> {
+         return std::make_unique<ModernBertForSequenceClassification>(backend, config, compute);
+       },
+       [](Backend& backend, const ModelConfig& config, DType dtype) -> std::unique_ptr<InferenceModel> {
+         return make_padded_inference(backend, std::make_unique<ModernBertForSequenceClassification>(backend, config,
+                                                                                                       dtype));
+       }},
   };
   return architectures;
 }

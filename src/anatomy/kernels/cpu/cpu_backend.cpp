@@ -11,6 +11,7 @@
 
 #include "anatomy/core/random.h"
 #include "anatomy/kernels/backend.h"
+#include "anatomy/kernels/rotary_frequencies.h"
 #include "anatomy/kernels/cpu/optimizer_kernels.h"
 
 namespace anatomy {
@@ -260,29 +261,34 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0, n = dst.numel(); i < n; ++i) d[i] += s[i];
   }
 
+  // f(v), and f'(v) for `saved` v as activation_backward reads it (tanh: its output), in double.
+  static double activation_value(ActivationKind kind, double v) {
+    switch (kind) {
+      case ActivationKind::GeluErf: return 0.5 * v * (1.0 + std::erf(v * kSqrt1_2));
+      case ActivationKind::GeluTanh: return 0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v)));
+      case ActivationKind::Relu: return v > 0.0 ? v : 0.0;
+      case ActivationKind::Tanh: return std::tanh(v);
+    }
+    return 0.0;
+  }
+  static double activation_derivative(ActivationKind kind, double v) {
+    switch (kind) {
+      case ActivationKind::GeluErf: return 0.5 * (1.0 + std::erf(v * kSqrt1_2)) + v * kInvSqrt2Pi * std::exp(-0.5 * v * v);
+      case ActivationKind::GeluTanh: {
+        const double t = std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v));
+        return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * v * v);
+      }
+      case ActivationKind::Relu: return v > 0.0 ? 1.0 : 0.0;
+      case ActivationKind::Tanh: return 1.0 - v * v;  // saved is tanh(x)
+    }
+    return 0.0;
+  }
+
   void do_activation_forward(ActivationKind kind, const Tensor& x, const Tensor& y) override {
     expect_same_numel(x, y, "activation_forward");
     const float* in = x.data<float>();
     float* out = y.data<float>();
-    for (int64_t i = 0, n = x.numel(); i < n; ++i) {
-      const double v = in[i];
-      double r = 0.0;
-      switch (kind) {
-        case ActivationKind::GeluErf:
-          r = 0.5 * v * (1.0 + std::erf(v * kSqrt1_2));
-          break;
-        case ActivationKind::GeluTanh:
-          r = 0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v)));
-          break;
-        case ActivationKind::Relu:
-          r = v > 0.0 ? v : 0.0;
-          break;
-        case ActivationKind::Tanh:
-          r = std::tanh(v);
-          break;
-      }
-      out[i] = static_cast<float>(r);
-    }
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) out[i] = static_cast<float>(activation_value(kind, in[i]));
   }
 
   void do_activation_backward(ActivationKind kind, const Tensor& saved, const Tensor& dy, const Tensor& dx) override {
@@ -290,23 +296,8 @@ class CpuBackend final : public Backend {
     expect_same_numel(saved, dx, "activation_backward");
     const float *s = saved.data<float>(), *g = dy.data<float>();
     float* out = dx.data<float>();
-    for (int64_t i = 0, n = saved.numel(); i < n; ++i) {
-      const double v = s[i];
-      double d = 0.0;
-      switch (kind) {
-        case ActivationKind::GeluErf:
-          d = 0.5 * (1.0 + std::erf(v * kSqrt1_2)) + v * kInvSqrt2Pi * std::exp(-0.5 * v * v);
-          break;
-        case ActivationKind::GeluTanh: {
-          const double t = std::tanh(kSqrt2OverPi * (v + 0.044715 * v * v * v));
-          d = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * v * v);
-          break;
-        }
-        case ActivationKind::Relu: d = v > 0.0 ? 1.0 : 0.0; break;
-        case ActivationKind::Tanh: d = 1.0 - v * v; break;  // saved is tanh(x)
-      }
-      out[i] = static_cast<float>(g[i] * d);
-    }
+    for (int64_t i = 0, n = saved.numel(); i < n; ++i)
+      out[i] = static_cast<float>(g[i] * activation_derivative(kind, s[i]));
   }
 
   void do_activation_backward_recompute(ActivationKind kind, const Tensor& x, const Tensor& dy, const Tensor& dx,
@@ -373,6 +364,88 @@ class CpuBackend final : public Backend {
                     ctx.data<float>() + b * L * H + h * D, H);
       }
     }
+  }
+
+  void do_attention_window_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                   int64_t heads, double scale, int64_t window, const DropoutSpec& dropout,
+                                   const Tensor& probs, const Tensor& ctx) override {
+    const int64_t B = q.dim(0), L = q.dim(1), H = q.dim(2), D = H / heads;
+    const int64_t* mask = key_mask.defined() ? key_mask.data<int64_t>() : nullptr;
+    std::vector<float> dropped(L * L);
+    std::vector<int64_t> keys(L);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* qh = q.data<float>() + b * L * H + h * D;
+        const float* kh = k.data<float>() + b * L * H + h * D;
+        const float* vh = v.data<float>() + b * L * H + h * D;
+        float* p = probs.data<float>() + (b * heads + h) * L * L;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, D, static_cast<float>(scale), qh, H, kh, H, 0.0f,
+                    p, L);
+        for (int64_t i = 0; i < L; ++i) {
+          // The keys of row i: the key mask's, within the window.
+          for (int64_t j = 0; j < L; ++j) keys[j] = (mask == nullptr || mask[b * L + j] != 0) && std::abs(i - j) <= window;
+          softmax_row(p + i * L, keys.data(), L);
+        }
+        const float* weights = p;
+        if (dropout.p > 0.0f) {
+          apply_dropout(p, dropped.data(), L * L, dropout, static_cast<uint64_t>((b * heads + h) * L * L));
+          weights = dropped.data();
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, D, L, 1.0f, weights, L, vh, H, 0.0f,
+                    ctx.data<float>() + b * L * H + h * D, H);
+      }
+    }
+  }
+  void do_attention_window_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
+                                    const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
+    attention_backward_into(dctx, q, k, v, probs, heads, scale, dropout, dq.data<float>(), dk.data<float>(),
+                            dv.data<float>(), q.dim(2));
+  }
+
+  void do_rotary(const Tensor& x, int64_t heads, double theta, bool inverse) override {
+    expect_f32(x, "rotary");
+    const int64_t B = x.dim(0), L = x.dim(1), H = x.dim(2), D = H / heads, half = D / 2;
+    const std::vector<float> f = rotary_inverse_frequencies(theta, D);
+    float* p = x.data<float>();
+    for (int64_t t = 0; t < L; ++t) {
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = static_cast<float>(t) * f[i];
+        const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
+        const float s = static_cast<float>(std::sin(static_cast<double>(angle))) * (inverse ? -1.0f : 1.0f);
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t h = 0; h < heads; ++h) {
+            float* row = p + (b * L + t) * H + h * D;
+            const float a = row[i], z = row[i + half];
+            row[i] = a * c - z * s;
+            row[i + half] = z * c + a * s;
+          }
+      }
+    }
+  }
+
+  void do_gated_activation_forward(ActivationKind kind, const Tensor& u, const Tensor& y) override {
+    expect_f32(u, "gated_activation_forward");
+    const int64_t I = y.dim(-1), rows = y.numel() / I;
+    const float* in = u.data<float>();
+    float* out = y.data<float>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < I; ++i)
+        out[r * I + i] = static_cast<float>(activation_value(kind, in[r * 2 * I + i]) * in[r * 2 * I + I + i]);
+  }
+  void do_gated_activation_backward(ActivationKind kind, const Tensor& u, const Tensor& dy,
+                                    const Tensor& du) override {
+    expect_f32(u, "gated_activation_backward");
+    const int64_t I = dy.dim(-1), rows = dy.numel() / I;
+    const float* in = u.data<float>();
+    const float* g = dy.data<float>();
+    float* d = du.data<float>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < I; ++i) {
+        const double a = in[r * 2 * I + i], gate = in[r * 2 * I + I + i], grad = g[r * I + i];
+        d[r * 2 * I + i] = static_cast<float>(grad * gate * activation_derivative(kind, a));
+        d[r * 2 * I + I + i] = static_cast<float>(grad * activation_value(kind, a));
+      }
   }
 
   void do_attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx,

@@ -117,14 +117,20 @@ __device__ __forceinline__ void dropout_row(const float* in, float* out, uint64_
 // a row with every key masked attends uniformly (1/L), as the CPU does. When
 // `dropped` is given it receives dropout(probs): element r*L + j is element
 // (b*heads + h)*L*L + i*L + j, the index the CPU's mask uses.
+// With `window` > 0, keys farther than it from the row's query are masked too.
 __global__ void softmax_rows_kernel(float* probs, float* dropped, const int64_t* key_mask, int64_t rows, int64_t L,
                                     int64_t rows_per_batch, float p, float keep_scale, uint64_t seed,
-                                    uint64_t stream) {
+                                    uint64_t stream, int64_t window) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
   if (row >= rows) return;  // the whole warp leaves together
   const int lane = threadIdx.x % kWarp;
   float* x = probs + row * L;
-  const int64_t* mask = key_mask ? key_mask + (row / rows_per_batch) * L : nullptr;
+  const int64_t* key_row = key_mask ? key_mask + (row / rows_per_batch) * L : nullptr;
+  const int64_t query = row % L;
+  const auto masked = [&](const int64_t*, int64_t j) {
+    return (key_row != nullptr && key_row[j] == 0) || (window > 0 && (j - query > window || query - j > window));
+  };
+  const int64_t* mask = key_row;
 
   double mx = -INFINITY;
   for (int64_t j = lane; j < L; j += kWarp)
@@ -191,7 +197,7 @@ unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kWarpsP
 
 void attention_forward(cudaStream_t s, cublasHandle_t cublas, const float* q, const float* k, const float* v,
                        const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, double scale,
-                       const DropoutSpec& dropout, float* probs, float* ctx, void* scratch) {
+                       const DropoutSpec& dropout, float* probs, float* ctx, void* scratch, int64_t window) {
   if (B == 0 || L == 0 || heads == 0) return;
   const int64_t H = heads * D;
   const int64_t LL = L * L;
@@ -210,7 +216,7 @@ void attention_forward(cudaStream_t s, cublasHandle_t cublas, const float* q, co
   const int64_t rows = B * heads * L;
   softmax_rows_kernel<<<row_blocks(rows), kWarpsPerBlock * kWarp, 0, s>>>(
       probs, dropped, key_mask, rows, L, heads * L, dropout.p, keep_scale_of(dropout),
-      dropout.seed, dropout.stream);
+      dropout.seed, dropout.stream, window);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
   if (D == 0) return;
 

@@ -625,6 +625,59 @@ class CudaBackend final : public Backend {
     }
     fail("attention_forward: no path for {} head size {}", dtype_name(q.dtype()), D);
   }
+  // Windowed attention: the materialised kernels (float32; 16-bit through
+  // float32 copies, in the order and under the names the unwindowed path uses).
+  void do_attention_window_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                   int64_t heads, double scale, int64_t window, const DropoutSpec& dropout,
+                                   const Tensor& probs, const Tensor& ctx) override {
+    if (q.dtype() != DType::F32) {
+      Tensor ctx32 = f32_like(ctx, kForwardFloat32Copies[0]);
+      Tensor q32 = as_f32(q, kForwardFloat32Copies[1]);
+      Tensor k32 = as_f32(k, kForwardFloat32Copies[2]);
+      Tensor v32 = as_f32(v, kForwardFloat32Copies[3]);
+      attention_window_forward(q32, k32, v32, key_mask, heads, scale, window, dropout, probs, ctx32);
+      return cast(ctx32, ctx);
+    }
+    const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
+    void* scratch = scratch_bytes(attention_scratch_bytes(B, heads, L));
+    cuda::attention_forward(stream_, cublas_, q.data<float>(), k.data<float>(), v.data<float>(),
+                            key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D, scale, dropout,
+                            probs.data<float>(), ctx.data<float>(), scratch, window);
+  }
+  void do_attention_window_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
+                                    const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
+    if (q.dtype() != DType::F32) {
+      Tensor dq32 = f32_like(dq, kBackwardFloat32Copies[0]);
+      Tensor dk32 = f32_like(dk, kBackwardFloat32Copies[1]);
+      Tensor dv32 = f32_like(dv, kBackwardFloat32Copies[2]);
+      Tensor dctx32 = as_f32(dctx, kBackwardFloat32Copies[3]);
+      Tensor q32 = as_f32(q, kBackwardFloat32Copies[4]);
+      Tensor k32 = as_f32(k, kBackwardFloat32Copies[5]);
+      Tensor v32 = as_f32(v, kBackwardFloat32Copies[6]);
+      attention_window_backward(dctx32, q32, k32, v32, probs, heads, scale, dropout, dq32, dk32, dv32);
+      cast(dq32, dq);
+      cast(dk32, dk);
+      return cast(dv32, dv);
+    }
+    const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
+    void* scratch = scratch_bytes(attention_scratch_bytes(B, heads, L));
+    cuda::attention_backward(stream_, cublas_, dctx.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(),
+                             probs.data<float>(), B, L, heads, D, scale, dropout, dq.data<float>(), dk.data<float>(),
+                             dv.data<float>(), scratch);
+  }
+  void do_rotary(const Tensor& x, int64_t heads, double theta, bool inverse) override {
+    cuda::rotary(stream_, x.dtype(), x.raw(), x.dim(0), x.dim(1), heads, x.dim(2) / heads, theta, inverse);
+  }
+  void do_gated_activation_forward(ActivationKind kind, const Tensor& u, const Tensor& y) override {
+    cuda::gated_activation_forward(stream_, u.dtype(), kind, u.raw(), y.raw(), y.numel() / y.dim(-1), y.dim(-1));
+  }
+  void do_gated_activation_backward(ActivationKind kind, const Tensor& u, const Tensor& dy,
+                                    const Tensor& du) override {
+    cuda::gated_activation_backward(stream_, u.dtype(), kind, u.raw(), dy.raw(), du.raw(), dy.numel() / dy.dim(-1),
+                                    dy.dim(-1));
+  }
+
   // Packed sequences: one launch of the flash forward over every sequence
   // where the head size has a 16-bit kernel; otherwise one sequence at a time.
   void do_attention_forward_packed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& offsets,

@@ -82,12 +82,23 @@ void adamw_step(cudaStream_t s, float* param, const float* grad, float* exp_avg,
 // interleaved), key_mask int64 [B, L] or nullptr, probs [B, heads, L, L].
 // `scratch` holds attention_scratch_bytes(B, heads, L) bytes. The cuBLAS
 // handle is the backend's, already bound to stream `s`, in pure float32 mode.
+// `window` > 0: query i attends only to keys j with |i − j| ≤ window (Backend::attention_window_forward).
 void attention_forward(cudaStream_t s, cublasHandle_t cublas, const float* q, const float* k, const float* v,
                        const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, double scale,
-                       const DropoutSpec& dropout, float* probs, float* ctx, void* scratch);
+                       const DropoutSpec& dropout, float* probs, float* ctx, void* scratch, int64_t window = 0);
 void attention_backward(cudaStream_t s, cublasHandle_t cublas, const float* dctx, const float* q, const float* k,
                         const float* v, const float* probs, int64_t B, int64_t L, int64_t heads, int64_t D,
                         double scale, const DropoutSpec& dropout, float* dq, float* dk, float* dv, void* scratch);
+
+// ---- ModernBERT's element-wise ops (rotary.cu) ----
+// Backend::rotary on x [B, L, heads·D] of `dtype` (float32, bf16, fp16), in place.
+void rotary(cudaStream_t s, DType dtype, void* x, int64_t B, int64_t L, int64_t heads, int64_t D, double theta,
+            bool inverse);
+// Backend::gated_activation_forward/backward over `rows` rows: u [rows, 2I], y and dy [rows, I].
+void gated_activation_forward(cudaStream_t s, DType dtype, ActivationKind kind, const void* u, void* y, int64_t rows,
+                              int64_t I);
+void gated_activation_backward(cudaStream_t s, DType dtype, ActivationKind kind, const void* u, const void* dy,
+                               void* du, int64_t rows, int64_t I);
 
 // ---- 16-bit variants (mixed precision) ----
 // Mixed precision keeps activations and their gradients in a 16-bit format and

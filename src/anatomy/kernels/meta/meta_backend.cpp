@@ -233,6 +233,42 @@ class MetaBackend final : public Backend {
     }
     scratch_bytes(cuda::attention_forward_scratch_bytes(path, c));
   }
+  // The CUDA backend's windowed attention: the materialised kernels, through float32 copies for 16 bits.
+  void do_attention_window_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                   int64_t heads, double scale, int64_t window, const DropoutSpec& dropout,
+                                   const Tensor& probs, const Tensor& ctx) override {
+    if (!cuda()) return;
+    if (q.dtype() != DType::F32) {
+      const auto& names = cuda::kForwardFloat32Copies;
+      Tensor ctx32 = temporary(ctx.shape(), names[0]);
+      Tensor q32 = temporary(q.shape(), names[1]);
+      Tensor k32 = temporary(k.shape(), names[2]);
+      Tensor v32 = temporary(v.shape(), names[3]);
+      return attention_window_forward(q32, k32, v32, key_mask, heads, scale, window, dropout, probs, ctx32);
+    }
+    scratch_bytes(cuda::attention_scratch_bytes(q.dim(0), heads, q.dim(1)));
+  }
+  void do_attention_window_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
+                                    const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
+    if (!cuda()) return;
+    if (q.dtype() != DType::F32) {
+      const auto& names = cuda::kBackwardFloat32Copies;
+      Tensor dq32 = temporary(dq.shape(), names[0]);
+      Tensor dk32 = temporary(dk.shape(), names[1]);
+      Tensor dv32 = temporary(dv.shape(), names[2]);
+      Tensor dctx32 = temporary(dctx.shape(), names[3]);
+      Tensor q32 = temporary(q.shape(), names[4]);
+      Tensor k32 = temporary(k.shape(), names[5]);
+      Tensor v32 = temporary(v.shape(), names[6]);
+      return attention_window_backward(dctx32, q32, k32, v32, probs, heads, scale, dropout, dq32, dk32, dv32);
+    }
+    scratch_bytes(cuda::attention_scratch_bytes(q.dim(0), heads, q.dim(1)));
+  }
+  void do_rotary(const Tensor&, int64_t, double, bool) override {}
+  void do_gated_activation_forward(ActivationKind, const Tensor&, const Tensor&) override {}
+  void do_gated_activation_backward(ActivationKind, const Tensor&, const Tensor&, const Tensor&) override {}
+
   void do_attention_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx,
                              const Tensor& saved, const Tensor& key_mask, int64_t heads, double scale,
                              const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,

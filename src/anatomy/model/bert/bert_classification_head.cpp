@@ -45,25 +45,7 @@ void BertClassificationHead::forward(const Tensor& hidden, const SavedTensors& s
 
 double BertClassificationHead::loss(const Tensor& logits, const Tensor& labels, ProblemType type,
                                     const Tensor& dlogits) {
-  const int64_t B = encoder_.batch(), C = config_.num_labels;
-  switch (type) {
-    case ProblemType::SingleLabel:
-      ANATOMY_CHECK(labels.dtype() == DType::I64 && labels.numel() == B,
-                    "single-label classification needs int64 labels [{}]", B);
-      return backend_.cross_entropy(logits, labels, dlogits);
-    case ProblemType::Regression:
-      // Hugging Face squeezes both sides when num_labels == 1, else compares [B, C] with [B, C].
-      ANATOMY_CHECK(labels.dtype() == DType::F32 && labels.numel() == B * C,
-                    "regression needs float32 labels with {} values", B * C);
-      return backend_.mse(logits, labels, dlogits);
-    case ProblemType::MultiLabel:
-      ANATOMY_CHECK(labels.dtype() == DType::F32 && labels.numel() == B * C,
-                    "multi-label classification needs float32 labels [{}, {}]", B, C);
-      return backend_.bce_with_logits(logits, labels, dlogits);
-    case ProblemType::Unset: break;
-  }
-  ANATOMY_CHECK(false, "problem type unresolved");
-  return 0.0;
+  return sequence_classification_loss(backend_, logits, labels, type, dlogits);
 }
 
 BertClassificationHead::Gradients BertClassificationHead::backward(const SavedTensors& head, const Tensor& dlogits) {
