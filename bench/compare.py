@@ -60,6 +60,8 @@ MODELS = {
                                                     num_attention_heads=16, intermediate_size=4096),
                                     (24, 1024, 4096)),
     "distilbert-base-uncased": ("distilbert", dict(), (6, 768, 3072)),
+    "modernbert-large": ("modernbert", dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
+                                            intermediate_size=2624), (28, 1024, 2624)),
 }
 CONFIGS = {
     # name: (anatomy flags, HF TrainingArguments overrides, HF attention, samples, batch[, model])
@@ -75,6 +77,9 @@ CONFIGS = {
     "roberta-large-bf16-b32": (["--bf16", "--tf32"], BF16, "sdpa", 4096, 32, "roberta-large"),
     "electra-large-bf16-b32": (["--bf16", "--tf32"], BF16, "sdpa", 4096, 32, "electra-large-discriminator"),
     "distilbert-base-bf16-b64": (["--bf16", "--tf32"], BF16, "sdpa", 8192, 64, "distilbert-base-uncased"),
+    # ModernBERT at long sequences: (..., model, sequence length)
+    "modernbert-large-bf16-s1024": (["--bf16", "--tf32"], BF16, "sdpa", 512, 8, "modernbert-large", 1024),
+    "modernbert-large-bf16-s8192": (["--bf16", "--tf32"], BF16, "sdpa", 32, 1, "modernbert-large", 8192),
 }
 
 # Hugging Face's side: one Trainer run per process, settings in, one JSON line out (shared with anatomy bench).
@@ -114,12 +119,13 @@ def main():
     for name in a.configs.split(","):
         flags, hf_args, attn, samples, batch, *named = CONFIGS[name]
         model = named[0] if named else "bert-large-uncased"
+        seq_len = named[1] if len(named) > 1 else 512
         model_type, hf_config, sizes = MODELS[model]
         samples = a.samples or samples
         common = [a.anatomy, "train", "--no-progress", "--device", "cuda", "--per-device-train-batch-size", str(batch)]
         if named:
-            common += ["--model", model]
-        hf_cfg = dict(samples=samples, batch=batch, attn=attn, args=hf_args, step_times=True)
+            common += ["--model", model, "--dummy-seq-len", str(seq_len)]
+        hf_cfg = dict(samples=samples, batch=batch, attn=attn, args=hf_args, step_times=True, seq_len=seq_len)
         if hf_config is not None:
             hf_cfg.update(model_type=model_type, config=hf_config)
         if not a.no_warm_up:
@@ -160,7 +166,7 @@ def main():
         theirs = statistics.median(r["samples_per_second"] for r in hf_runs)
         ours_steady = statistics.median(r["steady_samples_per_second"] for r in ours_runs)
         theirs_steady = statistics.median(r["steady_samples_per_second"] for r in hf_runs)
-        mfu = lambda s: 100 * s * flops_per_sample(*sizes) / (a.peak_tflops * 1e12)
+        mfu = lambda s: 100 * s * flops_per_sample(*sizes, seq=seq_len) / (a.peak_tflops * 1e12)
         rows.append(dict(config=name, samples=samples, repeats=a.repeats, ours=ours, theirs=theirs,
                          ours_steady=ours_steady, theirs_steady=theirs_steady,
                          ours_mb=max(r["peak_mb"] for r in ours_runs), theirs_mb=max(r["peak_mb"] for r in hf_runs),

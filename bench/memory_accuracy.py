@@ -10,7 +10,7 @@ It also polls nvidia-smi during the run for the device's peak use. It prints one
 
 Configurations are MODEL-PRECISION-bBATCH with an optional -ckpt (--gradient-checkpointing), -sel
 (its selective policy) or -acc4 (--gradient-accumulation-steps 4): bert-base or large (or another family's
-preset: roberta, electra, distilbert, electra_small, xlmr), fp32/bf16/fp16, batch 4 or 32; the default runs
+preset: roberta, electra, distilbert, electra_small, xlmr, modernbert, modernbert_large), fp32/bf16/fp16, batch 4 or 32; the default runs
 the twelve of BERT without a suffix.
 
 Columns: predicted and measured ledger peak (the plan's exactness), predicted NVML total
@@ -29,7 +29,8 @@ from gpu_memory import PeakMemory
 
 MODELS = {"base": "bert-base-uncased", "large": "bert-large-uncased", "roberta": "roberta-large",
           "electra": "electra-large-discriminator", "distilbert": "distilbert-base-uncased",
-          "electra_small": "electra-small-discriminator", "xlmr": "xlm-roberta-base"}
+          "electra_small": "electra-small-discriminator", "xlmr": "xlm-roberta-base",
+          "modernbert": "modernbert-base", "modernbert_large": "modernbert-large"}
 PRECISIONS = {"fp32": [], "bf16": ["--bf16"], "fp16": ["--fp16"]}
 
 

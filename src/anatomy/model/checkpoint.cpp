@@ -67,19 +67,16 @@ ModelSource resolve_model(const std::string& spec, bool need_weights) {
     source.preset = spec;
     return source;
   }
-  // The smallest preset of each family, as examples (README.md's Models table lists them all).
-  std::string names;
-  for (const ModelFamily& family : model_families()) {
-    std::string smallest;
-    int64_t fewest = 0;
-    for (const std::string& name : family.preset_names()) {
-      int64_t count = 0;
-      for (const ParamSpec& spec : model_parameter_specs(*family.preset(name))) count += shape_numel(spec.shape);
-      if (smallest.empty() || count < fewest) smallest = name, fewest = count;
-    }
-    if (!smallest.empty()) names += (names.empty() ? "" : ", ") + smallest;
+  // The smallest preset as the example (README.md's "Model families" lists them all).
+  std::string smallest;
+  int64_t fewest = 0;
+  const std::vector<std::string> presets = model_preset_names();
+  for (const std::string& name : presets) {
+    int64_t count = 0;
+    for (const ParamSpec& spec : model_parameter_specs(*model_preset(name))) count += shape_numel(spec.shape);
+    if (smallest.empty() || count < fewest) smallest = name, fewest = count;
   }
-  names = "e.g. " + names + "; README.md lists them all";
+  const std::string names = fmt::format("one of {} such as {}; README.md lists them", presets.size(), smallest);
   if (io::is_hub_model_id(spec)) {
     std::string folder = "models--";
     for (char c : spec) folder += c == '/' ? std::string("--") : std::string(1, c);
