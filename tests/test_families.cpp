@@ -199,34 +199,6 @@ TEST(Families, RobertaSequencesEndTwoShortOfThePositions) {
 namespace anatomy {
 namespace {
 
-// The reference's two batches as one training file (as test_fixtures.cpp writes it); returns the batch size.
-int64_t write_reference_batches(const std::string& fixture_dir, const std::string& path) {
-  const io::SafetensorsFile ref = io::SafetensorsFile::open(fixture_dir + "/reference.safetensors");
-  std::vector<std::vector<int64_t>> integers;
-  std::vector<std::vector<float>> floats;
-  std::vector<io::StWriteTensor> tensors;
-  int64_t batch = 0;
-  for (const std::string name : {"input_ids", "token_type_ids", "attention_mask", "labels"}) {
-    if (!ref.has(name)) continue;
-    std::vector<int64_t> shape = ref.info(name).shape;
-    batch = shape[0];
-    shape[0] *= 2;
-    if (io::st_dtype_is_float(ref.info(name).dtype)) {
-      std::vector<float> a = ref.read_f32(name), b = ref.read_f32(name + "_1");
-      a.insert(a.end(), b.begin(), b.end());
-      floats.push_back(std::move(a));
-      tensors.push_back({name, io::StDType::F32, shape, floats.back().data()});
-    } else {
-      std::vector<int64_t> a = ref.read_i64(name), b = ref.read_i64(name + "_1");
-      a.insert(a.end(), b.begin(), b.end());
-      integers.push_back(std::move(a));
-      tensors.push_back({name, io::StDType::I64, shape, integers.back().data()});
-    }
-  }
-  io::write_safetensors(path, tensors);
-  return batch;
-}
-
 // Every technique on each family, on the CPU: both checkpointing policies
 // give the plain run's losses; two batches of b accumulated give one batch of
 // 2b; two ranks under ZeRO stage 3 give one process; the other optimizers,
@@ -237,7 +209,7 @@ TEST_P(FamilyTechniques, EveryTechniqueRuns) {
   test::TempDir tmp;
   const std::string model = test::fixture(GetParam());
   const std::string data = tmp.file("train.safetensors");
-  const int64_t b = write_reference_batches(model, data);
+  const int64_t b = test::write_reference_train_file(model + "/reference.safetensors", data);
   const std::string common = " --device cpu --no-progress --model " + model + " --train-file " + data +
                              " --num-train-epochs 2 --logging-steps 1 --learning-rate 1e-3 --no-shuffle --seed 3";
   const auto train = [&](const std::string& name, const std::string& flags, int64_t batch) {

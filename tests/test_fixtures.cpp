@@ -60,40 +60,10 @@ TEST_P(Fixture, ForwardAndBackwardMatchHuggingFace) {
   }
 }
 
-// The reference's two batches as one training file: with --no-shuffle and the
-// reference batch size, step i uses batch i % 2 as the reference did.
-int64_t write_train_file(const std::string& reference, const std::string& path) {
-  const io::SafetensorsFile ref = io::SafetensorsFile::open(reference);
-  std::vector<std::vector<int64_t>> integers;
-  std::vector<std::vector<float>> floats;
-  std::vector<io::StWriteTensor> tensors;
-  int64_t batch = 0;
-  for (const std::string name : {"input_ids", "token_type_ids", "attention_mask", "labels"}) {
-    if (!ref.has(name)) continue;
-    std::vector<int64_t> shape = ref.info(name).shape;
-    batch = shape[0];
-    shape[0] += ref.info(name + "_1").shape[0];
-    // Float labels (regression, multi-label) go in as float32, integer ones as int64.
-    if (io::st_dtype_is_float(ref.info(name).dtype)) {
-      std::vector<float> a = ref.read_f32(name), b = ref.read_f32(name + "_1");
-      a.insert(a.end(), b.begin(), b.end());
-      floats.push_back(std::move(a));
-      tensors.push_back({name, io::StDType::F32, shape, floats.back().data()});
-    } else {
-      std::vector<int64_t> a = ref.read_i64(name), b = ref.read_i64(name + "_1");
-      a.insert(a.end(), b.begin(), b.end());
-      integers.push_back(std::move(a));
-      tensors.push_back({name, io::StDType::I64, shape, integers.back().data()});
-    }
-  }
-  io::write_safetensors(path, tensors);
-  return batch;
-}
-
 TEST_P(Fixture, TenTrainingStepsThroughTheCommandLineMatchHuggingFace) {
   test::TempDir tmp;
   const std::string train_file = tmp.file("train.safetensors");
-  const int64_t batch = write_train_file(reference(), train_file);
+  const int64_t batch = test::write_reference_train_file(reference(), train_file);
   const std::string out = tmp.file("out");
   const auto r = test::run_anatomy(
       "train --model " + dir() + " --train-file " + train_file +

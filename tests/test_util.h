@@ -106,6 +106,36 @@ inline WeightDifference weight_difference(const std::string& dir_a, const std::s
   return d;
 }
 
+// The reference's two batches as one training file: with --no-shuffle and the
+// reference batch size, step i uses batch i % 2 as the reference did.
+inline int64_t write_reference_train_file(const std::string& reference, const std::string& path) {
+  const io::SafetensorsFile ref = io::SafetensorsFile::open(reference);
+  std::vector<std::vector<int64_t>> integers;
+  std::vector<std::vector<float>> floats;
+  std::vector<io::StWriteTensor> tensors;
+  int64_t batch = 0;
+  for (const std::string name : {"input_ids", "token_type_ids", "attention_mask", "labels"}) {
+    if (!ref.has(name)) continue;
+    std::vector<int64_t> shape = ref.info(name).shape;
+    batch = shape[0];
+    shape[0] += ref.info(name + "_1").shape[0];
+    // Float labels (regression, multi-label) go in as float32, integer ones as int64.
+    if (io::st_dtype_is_float(ref.info(name).dtype)) {
+      std::vector<float> a = ref.read_f32(name), b = ref.read_f32(name + "_1");
+      a.insert(a.end(), b.begin(), b.end());
+      floats.push_back(std::move(a));
+      tensors.push_back({name, io::StDType::F32, shape, floats.back().data()});
+    } else {
+      std::vector<int64_t> a = ref.read_i64(name), b = ref.read_i64(name + "_1");
+      a.insert(a.end(), b.begin(), b.end());
+      integers.push_back(std::move(a));
+      tensors.push_back({name, io::StDType::I64, shape, integers.back().data()});
+    }
+  }
+  io::write_safetensors(path, tensors);
+  return batch;
+}
+
 // The Hugging Face reference models in tests/fixtures (see its README).
 inline const std::vector<std::string> kHuggingFaceFixtures = {
     "bert-tiny-cls", "bert-tiny-cls-padded", "bert-regression-gelu-new", "bert-multilabel-relu", "bert-cls5-wide",

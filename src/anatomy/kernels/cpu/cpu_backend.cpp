@@ -340,39 +340,16 @@ class CpuBackend final : public Backend {
 
   bool attention_saves_probabilities(DType, int64_t) const override { return true; }
 
-  void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
-                            double scale, const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) override {
+  // Attention with its probabilities kept: query i attends to the keys the
+  // mask keeps, within `window` of it (a negative window: every key).
+  void attention_forward_into(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                              int64_t heads, double scale, int64_t window, const DropoutSpec& dropout,
+                              const Tensor& probs, const Tensor& ctx) {
     const int64_t B = q.dim(0), L = q.dim(1), H = q.dim(2), D = H / heads;
     ANATOMY_CHECK(probs.numel() == B * heads * L * L, "attention_forward: {} has the wrong size", probs.name());
     const int64_t* mask = key_mask.defined() ? key_mask.data<int64_t>() : nullptr;
     std::vector<float> dropped(L * L);
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t h = 0; h < heads; ++h) {
-        const float* qh = q.data<float>() + b * L * H + h * D;
-        const float* kh = k.data<float>() + b * L * H + h * D;
-        const float* vh = v.data<float>() + b * L * H + h * D;
-        float* p = probs.data<float>() + (b * heads + h) * L * L;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, D, static_cast<float>(scale), qh, H, kh, H, 0.0f,
-                    p, L);
-        for (int64_t i = 0; i < L; ++i) softmax_row(p + i * L, mask ? mask + b * L : nullptr, L);
-        const float* weights = p;
-        if (dropout.p > 0.0f) {
-          apply_dropout(p, dropped.data(), L * L, dropout, static_cast<uint64_t>((b * heads + h) * L * L));
-          weights = dropped.data();
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, D, L, 1.0f, weights, L, vh, H, 0.0f,
-                    ctx.data<float>() + b * L * H + h * D, H);
-      }
-    }
-  }
-
-  void do_attention_window_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
-                                   int64_t heads, double scale, int64_t window, const DropoutSpec& dropout,
-                                   const Tensor& probs, const Tensor& ctx) override {
-    const int64_t B = q.dim(0), L = q.dim(1), H = q.dim(2), D = H / heads;
-    const int64_t* mask = key_mask.defined() ? key_mask.data<int64_t>() : nullptr;
-    std::vector<float> dropped(L * L);
-    std::vector<int64_t> keys(L);
+    std::vector<int64_t> keys(window >= 0 ? L : 0);
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < heads; ++h) {
         const float* qh = q.data<float>() + b * L * H + h * D;
@@ -382,8 +359,13 @@ class CpuBackend final : public Backend {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, D, static_cast<float>(scale), qh, H, kh, H, 0.0f,
                     p, L);
         for (int64_t i = 0; i < L; ++i) {
+          if (window < 0) {
+            softmax_row(p + i * L, mask ? mask + b * L : nullptr, L);
+            continue;
+          }
           // The keys of row i: the key mask's, within the window.
-          for (int64_t j = 0; j < L; ++j) keys[j] = (mask == nullptr || mask[b * L + j] != 0) && std::abs(i - j) <= window;
+          for (int64_t j = 0; j < L; ++j)
+            keys[j] = (mask == nullptr || mask[b * L + j] != 0) && std::abs(i - j) <= window;
           softmax_row(p + i * L, keys.data(), L);
         }
         const float* weights = p;
@@ -395,6 +377,15 @@ class CpuBackend final : public Backend {
                     ctx.data<float>() + b * L * H + h * D, H);
       }
     }
+  }
+  void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask, int64_t heads,
+                            double scale, const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) override {
+    attention_forward_into(q, k, v, key_mask, heads, scale, -1, dropout, probs, ctx);
+  }
+  void do_attention_window_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
+                                   int64_t heads, double scale, int64_t window, const DropoutSpec& dropout,
+                                   const Tensor& probs, const Tensor& ctx) override {
+    attention_forward_into(q, k, v, key_mask, heads, scale, window, dropout, probs, ctx);
   }
   void do_attention_window_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
