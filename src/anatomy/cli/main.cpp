@@ -22,7 +22,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "anatomy 0.1.0");
   std::vector<std::pair<CLI::App*, anatomy::cli::Command>> commands;
   {
-    auto* train = app.add_subcommand("train", "Train a sequence classifier: BERT, RoBERTa, ELECTRA, DistilBERT (the seed experiment by default)");
+    auto* train = app.add_subcommand(
+        "train", "Train a sequence classifier: BERT, RoBERTa, ELECTRA, DistilBERT, ModernBERT (the seed experiment "
+                 "by default)");
     commands.emplace_back(train, anatomy::cli::add_train_command(*train));
     auto* profile = app.add_subcommand("profile", "Time every operation of a few training steps (same flags as train)");
     commands.emplace_back(profile, anatomy::cli::add_train_command(*profile, /*profile_command=*/true));
