@@ -5,6 +5,7 @@
 // fixtures of every family).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -290,6 +291,50 @@ TEST(Families, RobertaTrainsOnTextWithItsTokenizerJson) {
   int lines = 0;
   for (std::string line; std::getline(in, line);) ++lines;
   EXPECT_EQ(lines, 87);  // the validation paragraphs
+}
+
+}  // namespace
+}  // namespace anatomy
+
+namespace anatomy {
+namespace {
+
+// ModernBERT's random initialisation is Hugging Face's: truncated normals at
+// ±2 std (initializer_cutoff_factor), "out" products at initializer_range /
+// sqrt(2 · layers), the classifier at hidden_size^-1/2, no zeroed padding row.
+TEST(Families, ModernBertInitialisesAsHuggingFace) {
+  const ModelConfig config = parse_model_config(
+      R"({"model_type": "modernbert", "vocab_size": 500, "hidden_size": 64, "num_hidden_layers": 4,
+          "num_attention_heads": 4, "intermediate_size": 96, "pad_token_id": 0, "num_labels": 8})",
+      "config.json");
+  auto cpu = make_cpu_backend(1);
+  const auto model = make_model(*cpu, config);
+  init_weights(*model, 3);
+  const auto stats = [&](const std::string& name) {
+    const Tensor& t = model->weights().get(name);
+    std::vector<float> v(t.numel());
+    cpu->copy_to_host(t, v.data());
+    double sq = 0.0, largest = 0.0;
+    for (float x : v) sq += static_cast<double>(x) * x, largest = std::max(largest, std::abs(static_cast<double>(x)));
+    return std::make_pair(std::sqrt(sq / static_cast<double>(v.size())), largest);
+  };
+  // The standard deviation of a normal truncated at ±2: 0.8796 of the untruncated one.
+  const double truncated = 0.8796;
+  const auto expect_std = [&](const std::string& name, double std, double rtol) {
+    const auto [rms, largest] = stats(name);
+    EXPECT_NEAR(rms, truncated * std, rtol * truncated * std) << name;
+    EXPECT_LE(largest, 2.0 * std * (1 + 1e-6)) << name << ": beyond the cutoff";
+  };
+  expect_std("model.embeddings.tok_embeddings.weight", 0.02, 0.03);
+  expect_std("model.layers.1.attn.Wqkv.weight", 0.02, 0.03);
+  expect_std("model.layers.1.attn.Wo.weight", 0.02 / std::sqrt(8.0), 0.05);
+  expect_std("model.layers.2.mlp.Wo.weight", 0.02 / std::sqrt(8.0), 0.05);
+  expect_std("head.dense.weight", 0.02 / std::sqrt(8.0), 0.05);
+  expect_std("classifier.weight", 1.0 / 8.0, 0.1);
+  std::vector<float> pad_row(64);
+  cpu->copy_to_host(model->weights().get("model.embeddings.tok_embeddings.weight").slice(0, {64}, "row 0"),
+                    pad_row.data());
+  EXPECT_NE(*std::max_element(pad_row.begin(), pad_row.end()), 0.0f) << "the padding row is initialised too";
 }
 
 }  // namespace

@@ -30,14 +30,22 @@ void init_one(const Model& model, const Tensor& t, const ParamSpec& spec, size_t
   switch (spec.init) {
     case ParamInit::Zeros: break;
     case ParamInit::Ones: std::fill(host.begin(), host.end(), 1.0f); break;
-    case ParamInit::Normal:
-      for (size_t i = 0; i < host.size(); ++i)
-        host[i] = static_cast<float>(c.initializer_range * random_normal(seed, kInitStreamBase + index, i));
+    case ParamInit::Normal: {
+      const double std = spec.init_std > 0.0 ? spec.init_std : c.initializer_range;
+      const uint64_t n = host.size();
+      for (size_t i = 0; i < host.size(); ++i) {
+        double z = random_normal(seed, kInitStreamBase + index, i);
+        // Truncated: a value beyond the cutoff is drawn again (from the next counters of the same stream).
+        for (uint64_t again = 1; spec.init_cutoff > 0.0 && std::abs(z) > spec.init_cutoff; ++again)
+          z = random_normal(seed, kInitStreamBase + index, i + again * n);
+        host[i] = static_cast<float>(std * z);
+      }
       if (const int64_t row = model.zero_row_on_init(spec); row >= 0) {
         const int64_t width = spec.shape[1];
         std::fill(host.begin() + row * width, host.begin() + (row + 1) * width, 0.0f);
       }
       break;
+    }
   }
   model.backend().copy_from_host(t, host.data());
 }

@@ -24,6 +24,12 @@ struct ParamSpec {
   // list either leaves every slot -1 or gives each spec its own, and is laid
   // out in the slots' order (a part of a family's list keeps theirs).
   int64_t slot = -1;
+  // Normal initialisation's standard deviation (0: the config's
+  // initializer_range) and, when positive, the truncation at ±init_cutoff
+  // standard deviations (values beyond are drawn again), as a family's
+  // Hugging Face _init_weights asks.
+  double init_std = 0.0;
+  double init_cutoff = 0.0;
 };
 
 class ParameterSet {

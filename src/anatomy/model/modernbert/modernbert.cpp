@@ -39,30 +39,41 @@ ActivationKind kind_of(Activation a) {
 std::vector<ParamSpec> modernbert_parameter_specs(const ModelConfig& c) {
   const ModernBertOptions o = modernbert_options(c);
   const int64_t H = c.hidden_size, I = c.intermediate_size;
+  // ModernBertPreTrainedModel._init_weights: truncated normals at ±cutoff std, "in" products and the
+  // embeddings at initializer_range, "out" products (attention and MLP Wo, the head's dense) scaled
+  // down by sqrt(2 · layers), the classifier at hidden_size^-1/2.
+  const double in = c.initializer_range, out = in / std::sqrt(2.0 * static_cast<double>(c.num_hidden_layers));
+  const double final_out = 1.0 / std::sqrt(static_cast<double>(H));
   std::vector<ParamSpec> specs;
-  auto linear = [&](const std::string& prefix, int64_t out, int64_t in, bool bias) {
-    specs.push_back({prefix + ".weight", {out, in}, true, ParamInit::Normal});
-    if (bias) specs.push_back({prefix + ".bias", {out}, false, ParamInit::Zeros});
+  auto linear = [&](const std::string& prefix, int64_t rows, int64_t cols, bool bias, double std) {
+    ParamSpec w{prefix + ".weight", {rows, cols}, true, ParamInit::Normal};
+    w.init_std = std;
+    w.init_cutoff = o.initializer_cutoff_factor;
+    specs.push_back(w);
+    if (bias) specs.push_back({prefix + ".bias", {rows}, false, ParamInit::Zeros});
   };
   auto norm = [&](const std::string& prefix) {
     specs.push_back({prefix + ".weight", {H}, false, ParamInit::Ones});
     if (o.norm_bias) specs.push_back({prefix + ".bias", {H}, false, ParamInit::Zeros});
   };
-  specs.push_back({"model.embeddings.tok_embeddings.weight", {c.vocab_size, H}, true, ParamInit::Normal});
+  ParamSpec tok{"model.embeddings.tok_embeddings.weight", {c.vocab_size, H}, true, ParamInit::Normal};
+  tok.init_std = in;
+  tok.init_cutoff = o.initializer_cutoff_factor;
+  specs.push_back(tok);
   norm("model.embeddings.norm");
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = layer_prefix(l);
     if (l > 0) norm(p + "attn_norm");
-    linear(p + "attn.Wqkv", 3 * H, H, o.attention_bias);
-    linear(p + "attn.Wo", H, H, o.attention_bias);
+    linear(p + "attn.Wqkv", 3 * H, H, o.attention_bias, in);
+    linear(p + "attn.Wo", H, H, o.attention_bias, out);
     norm(p + "mlp_norm");
-    linear(p + "mlp.Wi", 2 * I, H, o.mlp_bias);
-    linear(p + "mlp.Wo", H, I, o.mlp_bias);
+    linear(p + "mlp.Wi", 2 * I, H, o.mlp_bias, in);
+    linear(p + "mlp.Wo", H, I, o.mlp_bias, out);
   }
   norm("model.final_norm");
-  linear("head.dense", H, H, o.classifier_bias);
+  linear("head.dense", H, H, o.classifier_bias, out);
   norm("head.norm");
-  linear("classifier", c.num_labels, H, true);
+  linear("classifier", c.num_labels, H, true, final_out);
   return specs;
 }
 
@@ -197,9 +208,9 @@ bool ModernBertForSequenceClassification::optional_on_load(const std::string& na
   return name.rfind("head.", 0) == 0 || name.rfind("classifier.", 0) == 0;
 }
 
-int64_t ModernBertForSequenceClassification::zero_row_on_init(const ParamSpec& spec) const {
-  return spec.name == "model.embeddings.tok_embeddings.weight" ? config_.pad_token_id : -1;
-}
+// Hugging Face's ModernBERT initialises the whole token table after nn.Embedding zeroed the padding
+// row (the parent module comes last), so no row stays zero.
+int64_t ModernBertForSequenceClassification::zero_row_on_init(const ParamSpec&) const { return -1; }
 
 DropoutSpec ModernBertForSequenceClassification::dropout_at(double p, int64_t site) const {
   DropoutSpec spec;

@@ -54,6 +54,10 @@ ModernBertOptions modernbert_options(const ModelConfig& c, const std::string& so
                                   source);
   o.local_attention = config_int(j, "local_attention", o.local_attention, source);
   o.embedding_dropout = config_double(j, "embedding_dropout", o.embedding_dropout, source);
+  // Hugging Face takes 3 when the key is null.
+  o.initializer_cutoff_factor = j.contains("initializer_cutoff_factor") && j["initializer_cutoff_factor"].is_null()
+                                    ? 3.0
+                                    : config_double(j, "initializer_cutoff_factor", o.initializer_cutoff_factor, source);
   if (j.contains("classifier_activation"))
     o.classifier_activation = parse_activation(j["classifier_activation"], "classifier_activation", source);
   o.sliding.assign(static_cast<size_t>(c.num_hidden_layers), false);
@@ -108,6 +112,8 @@ ModelConfig parse_modernbert_config(const json& j, const std::string& source) {
   if (o.local_attention < 2 || o.local_attention % 2 != 0)
     fail("{}: 'local_attention' must be a positive even number, got {}", source, o.local_attention);
   if (!(o.global_rope_theta > 0.0) || !(o.local_rope_theta > 0.0)) fail("{}: rope thetas must be positive", source);
+  if (!(o.initializer_cutoff_factor > 0.0))
+    fail("{}: 'initializer_cutoff_factor' must be positive, got {}", source, o.initializer_cutoff_factor);
   if (c.head_dim() % 2 != 0) fail("{}: rotary embeddings need an even head size, got {}", source, c.head_dim());
   return c;
 }

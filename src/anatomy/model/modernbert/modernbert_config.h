@@ -24,6 +24,7 @@ struct ModernBertOptions {
   std::vector<bool> sliding;            // per layer: local (sliding-window) attention
   Activation classifier_activation = Activation::Gelu;
   double embedding_dropout = 0.0;
+  double initializer_cutoff_factor = 2.0;  // random initialisation: truncation at ± this many std
   int64_t window() const { return local_attention / 2; }
 };
 
