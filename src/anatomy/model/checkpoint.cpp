@@ -84,7 +84,7 @@ ModelSource resolve_model(const std::string& spec, bool need_weights) {
     for (const ParamSpec& spec : model_parameter_specs(*model_preset(name))) count += shape_numel(spec.shape);
     if (smallest.empty() || count < fewest) smallest = name, fewest = count;
   }
-  const std::string names = fmt::format("one of {} such as {}; README.md lists them", presets.size(), smallest);
+  const std::string names = fmt::format("there are {}, such as {}; README.md lists them", presets.size(), smallest);
   if (io::is_hub_model_id(spec)) {
     std::string folder = "models--";
     for (char c : spec) folder += c == '/' ? std::string("--") : std::string(1, c);
