@@ -151,6 +151,16 @@ TEST(Families, WhatIsNotImplementedIsRefusedNamingTheField) {
                   "layer_types": ["full_attention", "chunked_attention"]})", "m/config.json");
             }),
             "m/config.json: layer type \"chunked_attention\" is not supported (full_attention, sliding_attention)");
+  // Sizes no device holds are refused by name, before their products overflow.
+  EXPECT_EQ(error_of([] { parse_model_config(R"({"model_type": "distilbert", "dim": 1000000000000})", "m/config.json"); }),
+            "m/config.json: 'dim' is 1000000000000, more than 1048576 (no device holds such a model)");
+  EXPECT_EQ(error_of([] { parse_model_config(R"({"model_type": "roberta", "vocab_size": 4000000000})", "m/config.json"); }),
+            "m/config.json: 'vocab_size' is 4000000000, more than 1073741824 (no device holds such a model)");
+  EXPECT_EQ(error_of([] {
+              parse_model_config(R"({"hidden_size": 1048576, "num_attention_heads": 1, "intermediate_size": 4194304,
+                                     "num_hidden_layers": 65536})", "m/config.json");
+            }),
+            "m/config.json: the sizes make about 1.15e+18 parameters, more than any device holds");
   for (const char* type : {"deberta-v2", "gpt2"})
     EXPECT_NE(error_of([&] { parse_model_config(nlohmann::json{{"model_type", type}}.dump(), "m/config.json"); })
                   .find(std::string("model_type \"") + type + "\" is not supported"),

@@ -82,6 +82,26 @@ void validate_model_config(const ModelConfig& c, const std::string& source) {
   if (c.type_vocab_size < 0) fail("{}: 'type_vocab_size' must not be negative, got {}", source, c.type_vocab_size);
   if (c.embedding_size < 0) fail("{}: 'embedding_size' must be positive, got {}", source, c.embedding_size);
   positive(c.num_labels, "num_labels");
+  // Sizes past these cannot be allocated on any device, and their products would overflow the
+  // element counts: refused here, naming the key, rather than by an allocation or a check deep inside.
+  auto at_most = [&](int64_t value, int64_t limit, const char* key) {
+    if (value > limit) fail("{}: '{}' is {}, more than {} (no device holds such a model)", source, key, value, limit);
+  };
+  at_most(c.vocab_size, int64_t{1} << 30, "vocab_size");
+  at_most(c.hidden_size, int64_t{1} << 20, "hidden_size");
+  at_most(c.num_hidden_layers, int64_t{1} << 16, "num_hidden_layers");
+  at_most(c.num_attention_heads, int64_t{1} << 16, "num_attention_heads");
+  at_most(c.intermediate_size, int64_t{1} << 22, "intermediate_size");
+  at_most(c.max_position_embeddings, int64_t{1} << 24, "max_position_embeddings");
+  at_most(c.type_vocab_size, int64_t{1} << 20, "type_vocab_size");
+  at_most(c.embedding_size, int64_t{1} << 20, "embedding_size");
+  at_most(c.num_labels, int64_t{1} << 24, "num_labels");
+  const double parameters =
+      static_cast<double>(c.vocab_size + c.max_position_embeddings + c.type_vocab_size) * c.embedding_width() +
+      static_cast<double>(c.num_hidden_layers) *
+          (4.0 * c.hidden_size * c.hidden_size + 3.0 * c.hidden_size * c.intermediate_size);
+  if (parameters > 1e13)
+    fail("{}: the sizes make about {:.3g} parameters, more than any device holds", source, parameters);
   if (c.hidden_size % c.num_attention_heads != 0)
     fail("{}: hidden_size {} is not a multiple of num_attention_heads {}", source, c.hidden_size,
          c.num_attention_heads);

@@ -2,6 +2,7 @@
 #include "anatomy/model/distilbert/distilbert.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "anatomy/core/error.h"
 #include "anatomy/model/bert/bert_config.h"
@@ -76,6 +77,16 @@ ModelConfig parse_distilbert_config(const json& j, const std::string& source) {
   c.initializer_range = config_double(j, "initializer_range", c.initializer_range, source);
   c.pad_token_id = config_int(j, "pad_token_id", c.pad_token_id, source);
   if (j.contains("activation")) c.hidden_act = parse_activation(j["activation"], "activation", source);
+  // Its own key names in errors about its sizes (validate_model_config would name BERT's).
+  for (const auto& [key, value, limit] : {std::tuple{"dim", c.hidden_size, int64_t{1} << 20},
+                                          std::tuple{"n_layers", c.num_hidden_layers, int64_t{1} << 16},
+                                          std::tuple{"n_heads", c.num_attention_heads, int64_t{1} << 16},
+                                          std::tuple{"hidden_dim", c.intermediate_size, int64_t{1} << 22}}) {
+    if (value <= 0) fail("{}: '{}' must be positive, got {}", source, key, value);
+    if (value > limit) fail("{}: '{}' is {}, more than {} (no device holds such a model)", source, key, value, limit);
+  }
+  if (c.hidden_size % c.num_attention_heads != 0)
+    fail("{}: dim {} is not a multiple of n_heads {}", source, c.hidden_size, c.num_attention_heads);
   parse_labels(j, source, c);
   for (const auto& [key, value] : j.items())
     if (std::find(kKnownKeys.begin(), kKnownKeys.end(), key) == kKnownKeys.end()) c.extra[key] = value;
