@@ -110,9 +110,16 @@ def make(name, config_class, model_class, overrides, B, L, kind, type_vocab, out
                 p.add_(0.1 * torch.randn_like(p))
     d = os.path.join(out, name)
     model.save_pretrained(d)
-    model = model.double()
     batches = [make_batch(gen, cfg, B, L, kind, type_vocab, i == 0) for i in range(2)]
+    loss = write_reference(model.double(), batches, d, "tests/tools/make_family_fixtures.py")
+    print(name, "loss", loss, "problem", model.config.problem_type)
 
+
+def write_reference(model, batches, d, script):
+    """The float64 reference of `model` (already float64) on `batches` (two dicts of its forward's keyword
+    arguments, labels included) into d/reference.safetensors and d/reference.json: the batches, batch 0's
+    logits, loss and gradients, 10 AdamW steps (step i on batch i % 2) and the parameters after them.
+    Returns batch 0's loss."""
     tensors = {}
     for i, suffix in enumerate(["", "_1"]):
         for key, value in batches[i].items():
@@ -142,14 +149,14 @@ def make(name, config_class, model_class, overrides, B, L, kind, type_vocab, out
         tensors["after." + n] = p.detach().clone()
     save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(d, "reference.safetensors"))
     with open(os.path.join(d, "reference.json"), "w") as f:
-        json.dump({"description": f"float64 CPU reference from transformers {model_class.__name__}, dropout 0, "
-                                  "made by tests/tools/make_family_fixtures.py",
+        json.dump({"description": f"float64 CPU reference from transformers {type(model).__name__}, dropout 0, "
+                                  f"made by {script}",
                    "optimizer": "AdamW, lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01 on all weights "
                                 "except biases and LayerNorm params, no lr schedule",
                    "grad_clip_max_norm": 1.0, "steps": 10,
                    "batch_schedule": "step i uses batch i % 2 (suffix '' then '_1')",
                    "loss": model.config.problem_type, "train_losses": losses}, f, indent=1)
-    print(name, "loss", out0.loss.item(), "problem", model.config.problem_type)
+    return out0.loss.item()
 
 
 if __name__ == "__main__":

@@ -8,13 +8,13 @@ activations. Needs torch and transformers (the GPU machine has them); runs on th
 
 writes OUT_DIR/<name>/{config.json, model.safetensors, reference.json, reference.safetensors}.
 """
-import json
 import os
 import sys
 
 import torch
-from safetensors.torch import save_file
 from transformers import BertConfig, BertForSequenceClassification
+
+from make_family_fixtures import write_reference
 
 CASES = {
     # name: (config overrides, batch, seq_len, padded, label kind)
@@ -64,52 +64,10 @@ def make(name, overrides, B, L, padded, kind, out):
                 p.add_(0.1 * torch.randn_like(p))
     d = os.path.join(out, name)
     model.save_pretrained(d)
-    model = model.double()
-    batches = [batch(gen, cfg, B, L, padded, kind) for _ in range(2)]
-
-    def run(b):
-        ids, types, mask, labels = batches[b]
-        return model(input_ids=ids, token_type_ids=types, attention_mask=mask, labels=labels)
-
-    tensors = {}
-    for i, suffix in enumerate(["", "_1"]):
-        ids, types, mask, labels = batches[i]
-        tensors["input_ids" + suffix] = ids
-        tensors["token_type_ids" + suffix] = types
-        tensors["attention_mask" + suffix] = mask
-        tensors["labels" + suffix] = labels
-    out0 = run(0)
-    out0.loss.backward()
-    tensors["logits"] = out0.logits.detach()
-    tensors["loss"] = out0.loss.detach().reshape(1)
-    for n, p in model.named_parameters():
-        tensors["grad." + n] = p.grad.detach().clone()
-    model.zero_grad()
-    decay = [p for n, p in model.named_parameters() if not ("bias" in n or "LayerNorm" in n)]
-    no_decay = [p for n, p in model.named_parameters() if "bias" in n or "LayerNorm" in n]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
-    losses = []
-    for step in range(10):
-        opt.zero_grad()
-        loss = run(step % 2).loss
-        losses.append(loss.item())
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-    tensors["train_losses"] = torch.tensor(losses, dtype=torch.float64)
-    for n, p in model.named_parameters():
-        tensors["after." + n] = p.detach().clone()
-    save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(d, "reference.safetensors"))
-    with open(os.path.join(d, "reference.json"), "w") as f:
-        json.dump({"description": "float64 CPU reference from transformers BertForSequenceClassification, "
-                                  "dropout 0, made by tests/tools/make_fixture.py",
-                   "optimizer": "AdamW, lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01 on all weights "
-                                "except biases and LayerNorm params, no lr schedule",
-                   "grad_clip_max_norm": 1.0, "steps": 10,
-                   "batch_schedule": "step i uses batch i % 2 (suffix '' then '_1')",
-                   "loss": model.config.problem_type, "train_losses": losses}, f, indent=1)
-    print(name, "loss", out0.loss.item(), "problem", model.config.problem_type)
+    batches = [dict(zip(("input_ids", "token_type_ids", "attention_mask", "labels"), batch(gen, cfg, B, L, padded, kind)))
+               for _ in range(2)]
+    loss = write_reference(model.double(), batches, d, "tests/tools/make_fixture.py")
+    print(name, "loss", loss, "problem", model.config.problem_type)
 
 
 if __name__ == "__main__":
