@@ -542,6 +542,27 @@ class CudaBackend final : public Backend {
   Tensor f32_like(const Tensor& t, const char* name) {
     return Tensor::empty(ledger_, t.shape(), DType::F32, Category::Temporary, name);
   }
+  // A 16-bit attention's operands as float32 copies (gradients and outputs
+  // empty, inputs cast), made in kForwardFloat32Copies' / kBackwardFloat32Copies'
+  // order (a braced initialisation runs left to right, which the meta backend
+  // mirrors) and freed together.
+  struct ForwardCopies {
+    Tensor ctx, q, k, v;
+  };
+  ForwardCopies forward_copies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx) {
+    return {f32_like(ctx, kForwardFloat32Copies[0]), as_f32(q, kForwardFloat32Copies[1]),
+            as_f32(k, kForwardFloat32Copies[2]), as_f32(v, kForwardFloat32Copies[3])};
+  }
+  struct BackwardCopies {
+    Tensor dq, dk, dv, dctx, q, k, v;
+  };
+  BackwardCopies backward_copies(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+    return {f32_like(dq, kBackwardFloat32Copies[0]),  f32_like(dk, kBackwardFloat32Copies[1]),
+            f32_like(dv, kBackwardFloat32Copies[2]),  as_f32(dctx, kBackwardFloat32Copies[3]),
+            as_f32(q, kBackwardFloat32Copies[4]),     as_f32(k, kBackwardFloat32Copies[5]),
+            as_f32(v, kBackwardFloat32Copies[6])};
+  }
 
   AttentionCall call_of(const Tensor& q, const Tensor& saved, int64_t heads, const DropoutSpec& dropout) const {
     return attention_call(q, saved, heads, dropout.p, hopper_attention(q.dtype(), q.dim(2) / heads, q.dim(1)));
@@ -583,15 +604,9 @@ class CudaBackend final : public Backend {
         c, probs.defined(), [&] { return cudnn_takes(cudnn, q, key_mask, heads, scale, dropout, probs.defined(), 0); });
     switch (path) {
       case AttentionPath::Float32Copies: {
-        // ctx, q, k, v in kForwardFloat32Copies' order (named statements, so
-        // that the order is not left to the compiler's order of evaluating
-        // arguments), freed together.
-        Tensor ctx32 = f32_like(ctx, kForwardFloat32Copies[0]);
-        Tensor q32 = as_f32(q, kForwardFloat32Copies[1]);
-        Tensor k32 = as_f32(k, kForwardFloat32Copies[2]);
-        Tensor v32 = as_f32(v, kForwardFloat32Copies[3]);
-        attention_forward(q32, k32, v32, key_mask, heads, scale, dropout, probs, ctx32);
-        return cast(ctx32, ctx);
+        const ForwardCopies f = forward_copies(q, k, v, ctx);
+        attention_forward(f.q, f.k, f.v, key_mask, heads, scale, dropout, probs, f.ctx);
+        return cast(f.ctx, ctx);
       }
       case AttentionPath::FlashF32:
         return flash_attention_f32_forward(stream_, q.data<float>(), k.data<float>(), v.data<float>(), mask, B, L,
@@ -631,12 +646,9 @@ class CudaBackend final : public Backend {
                                    int64_t heads, double scale, int64_t window, const DropoutSpec& dropout,
                                    const Tensor& probs, const Tensor& ctx) override {
     if (q.dtype() != DType::F32) {
-      Tensor ctx32 = f32_like(ctx, kForwardFloat32Copies[0]);
-      Tensor q32 = as_f32(q, kForwardFloat32Copies[1]);
-      Tensor k32 = as_f32(k, kForwardFloat32Copies[2]);
-      Tensor v32 = as_f32(v, kForwardFloat32Copies[3]);
-      attention_window_forward(q32, k32, v32, key_mask, heads, scale, window, dropout, probs, ctx32);
-      return cast(ctx32, ctx);
+      const ForwardCopies f = forward_copies(q, k, v, ctx);
+      attention_window_forward(f.q, f.k, f.v, key_mask, heads, scale, window, dropout, probs, f.ctx);
+      return cast(f.ctx, ctx);
     }
     const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
     void* scratch = scratch_bytes(attention_scratch_bytes(B, heads, L));
@@ -648,17 +660,11 @@ class CudaBackend final : public Backend {
                                     const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
                                     const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
     if (q.dtype() != DType::F32) {
-      Tensor dq32 = f32_like(dq, kBackwardFloat32Copies[0]);
-      Tensor dk32 = f32_like(dk, kBackwardFloat32Copies[1]);
-      Tensor dv32 = f32_like(dv, kBackwardFloat32Copies[2]);
-      Tensor dctx32 = as_f32(dctx, kBackwardFloat32Copies[3]);
-      Tensor q32 = as_f32(q, kBackwardFloat32Copies[4]);
-      Tensor k32 = as_f32(k, kBackwardFloat32Copies[5]);
-      Tensor v32 = as_f32(v, kBackwardFloat32Copies[6]);
-      attention_window_backward(dctx32, q32, k32, v32, probs, heads, scale, dropout, dq32, dk32, dv32);
-      cast(dq32, dq);
-      cast(dk32, dk);
-      return cast(dv32, dv);
+      const BackwardCopies b = backward_copies(dctx, q, k, v, dq, dk, dv);
+      attention_window_backward(b.dctx, b.q, b.k, b.v, probs, heads, scale, dropout, b.dq, b.dk, b.dv);
+      cast(b.dq, dq);
+      cast(b.dk, dk);
+      return cast(b.dv, dv);
     }
     const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
     void* scratch = scratch_bytes(attention_scratch_bytes(B, heads, L));
@@ -760,18 +766,11 @@ class CudaBackend final : public Backend {
                                         dk.raw(), dv.raw(), q.dim(2));
     switch (path) {
       case AttentionPath::Float32Copies: {
-        // dq, dk, dv, dctx, q, k, v in kBackwardFloat32Copies' order, freed together.
-        Tensor dq32 = f32_like(dq, kBackwardFloat32Copies[0]);
-        Tensor dk32 = f32_like(dk, kBackwardFloat32Copies[1]);
-        Tensor dv32 = f32_like(dv, kBackwardFloat32Copies[2]);
-        Tensor dctx32 = as_f32(dctx, kBackwardFloat32Copies[3]);
-        Tensor q32 = as_f32(q, kBackwardFloat32Copies[4]);
-        Tensor k32 = as_f32(k, kBackwardFloat32Copies[5]);
-        Tensor v32 = as_f32(v, kBackwardFloat32Copies[6]);
-        attention_backward(dctx32, q32, k32, v32, ctx, probs, key_mask, heads, scale, dropout, dq32, dk32, dv32);
-        cast(dq32, dq);
-        cast(dk32, dk);
-        return cast(dv32, dv);
+        const BackwardCopies b = backward_copies(dctx, q, k, v, dq, dk, dv);
+        attention_backward(b.dctx, b.q, b.k, b.v, ctx, probs, key_mask, heads, scale, dropout, b.dq, b.dk, b.dv);
+        cast(b.dq, dq);
+        cast(b.dk, dk);
+        return cast(b.dv, dv);
       }
       case AttentionPath::Flash: {
         void* scratch = scratch_bytes(attention_backward_scratch_bytes(path, c));

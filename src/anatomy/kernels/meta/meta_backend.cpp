@@ -224,12 +224,8 @@ class MetaBackend final : public Backend {
     const cuda::AttentionCall c = call_of(q, probs, heads, dropout);
     const cuda::AttentionPath path = cuda::attention_forward_path(c, probs.defined(), [&] { return cudnn_takes(); });
     if (path == cuda::AttentionPath::Float32Copies) {
-      const auto& names = cuda::kForwardFloat32Copies;
-      Tensor ctx32 = temporary(ctx.shape(), names[0]);
-      Tensor q32 = temporary(q.shape(), names[1]);
-      Tensor k32 = temporary(k.shape(), names[2]);
-      Tensor v32 = temporary(v.shape(), names[3]);
-      return attention_forward(q32, k32, v32, key_mask, heads, scale, dropout, probs, ctx32);
+      const ForwardCopies f = forward_copies(q, k, v, ctx);
+      return attention_forward(f.q, f.k, f.v, key_mask, heads, scale, dropout, probs, f.ctx);
     }
     scratch_bytes(cuda::attention_forward_scratch_bytes(path, c));
   }
@@ -239,12 +235,8 @@ class MetaBackend final : public Backend {
                                    const Tensor& probs, const Tensor& ctx) override {
     if (!cuda()) return;
     if (q.dtype() != DType::F32) {
-      const auto& names = cuda::kForwardFloat32Copies;
-      Tensor ctx32 = temporary(ctx.shape(), names[0]);
-      Tensor q32 = temporary(q.shape(), names[1]);
-      Tensor k32 = temporary(k.shape(), names[2]);
-      Tensor v32 = temporary(v.shape(), names[3]);
-      return attention_window_forward(q32, k32, v32, key_mask, heads, scale, window, dropout, probs, ctx32);
+      const ForwardCopies f = forward_copies(q, k, v, ctx);
+      return attention_window_forward(f.q, f.k, f.v, key_mask, heads, scale, window, dropout, probs, f.ctx);
     }
     scratch_bytes(cuda::attention_scratch_bytes(q.dim(0), heads, q.dim(1)));
   }
@@ -253,15 +245,8 @@ class MetaBackend final : public Backend {
                                     const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
     if (!cuda()) return;
     if (q.dtype() != DType::F32) {
-      const auto& names = cuda::kBackwardFloat32Copies;
-      Tensor dq32 = temporary(dq.shape(), names[0]);
-      Tensor dk32 = temporary(dk.shape(), names[1]);
-      Tensor dv32 = temporary(dv.shape(), names[2]);
-      Tensor dctx32 = temporary(dctx.shape(), names[3]);
-      Tensor q32 = temporary(q.shape(), names[4]);
-      Tensor k32 = temporary(k.shape(), names[5]);
-      Tensor v32 = temporary(v.shape(), names[6]);
-      return attention_window_backward(dctx32, q32, k32, v32, probs, heads, scale, dropout, dq32, dk32, dv32);
+      const BackwardCopies b = backward_copies(dctx, q, k, v, dq, dk, dv);
+      return attention_window_backward(b.dctx, b.q, b.k, b.v, probs, heads, scale, dropout, b.dq, b.dk, b.dv);
     }
     scratch_bytes(cuda::attention_scratch_bytes(q.dim(0), heads, q.dim(1)));
   }
@@ -277,16 +262,9 @@ class MetaBackend final : public Backend {
     const cuda::AttentionCall c = call_of(q, saved, heads, dropout);
     const cuda::AttentionPath path = cuda::attention_backward_path(c, [&] { return cudnn_takes(); });
     if (path == cuda::AttentionPath::Float32Copies) {
-      const auto& names = cuda::kBackwardFloat32Copies;
-      Tensor dq32 = temporary(dq.shape(), names[0]);
-      Tensor dk32 = temporary(dk.shape(), names[1]);
-      Tensor dv32 = temporary(dv.shape(), names[2]);
-      Tensor dctx32 = temporary(dctx.shape(), names[3]);
-      Tensor q32 = temporary(q.shape(), names[4]);
-      Tensor k32 = temporary(k.shape(), names[5]);
-      Tensor v32 = temporary(v.shape(), names[6]);
-      return attention_backward(dctx32, q32, k32, v32, ctx, saved, key_mask, heads, scale, dropout, dq32, dk32,
-                                dv32);
+      const BackwardCopies b = backward_copies(dctx, q, k, v, dq, dk, dv);
+      return attention_backward(b.dctx, b.q, b.k, b.v, ctx, saved, key_mask, heads, scale, dropout, b.dq, b.dk,
+                                b.dv);
     }
     scratch_bytes(cuda::attention_backward_scratch_bytes(path, c));
   }
@@ -364,6 +342,25 @@ class MetaBackend final : public Backend {
 
   Tensor temporary(const Shape& shape, const char* name) {
     return Tensor::empty(ledger_, shape, DType::F32, Category::Temporary, name);
+  }
+  // The CUDA backend's float32 copies of a 16-bit attention's operands, in its order.
+  struct ForwardCopies {
+    Tensor ctx, q, k, v;
+  };
+  ForwardCopies forward_copies(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ctx) {
+    const auto& n = cuda::kForwardFloat32Copies;
+    return {temporary(ctx.shape(), n[0]), temporary(q.shape(), n[1]), temporary(k.shape(), n[2]),
+            temporary(v.shape(), n[3])};
+  }
+  struct BackwardCopies {
+    Tensor dq, dk, dv, dctx, q, k, v;
+  };
+  BackwardCopies backward_copies(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+    const auto& n = cuda::kBackwardFloat32Copies;
+    return {temporary(dq.shape(), n[0]),   temporary(dk.shape(), n[1]), temporary(dv.shape(), n[2]),
+            temporary(dctx.shape(), n[3]), temporary(q.shape(), n[4]),  temporary(k.shape(), n[5]),
+            temporary(v.shape(), n[6])};
   }
 
   // One scratch shared by the ops, grown to the largest need so far (rounded),
