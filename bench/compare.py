@@ -80,6 +80,9 @@ CONFIGS = {
     # ModernBERT at long sequences: (..., model, sequence length)
     "modernbert-large-bf16-s1024": (["--bf16", "--tf32"], BF16, "sdpa", 512, 8, "modernbert-large", 1024),
     "modernbert-large-bf16-s8192": (["--bf16", "--tf32"], BF16, "sdpa", 32, 1, "modernbert-large", 8192),
+    # Task heads: (..., model, sequence length, task)
+    "token-bf16-b64-s256": (["--bf16", "--tf32"], BF16, "sdpa", 4096, 64, "bert-large-uncased", 256,
+                            "token-classification"),
 }
 
 # Hugging Face's side: one Trainer run per process, settings in, one JSON line out (shared with anatomy bench).
@@ -120,12 +123,14 @@ def main():
         flags, hf_args, attn, samples, batch, *named = CONFIGS[name]
         model = named[0] if named else "bert-large-uncased"
         seq_len = named[1] if len(named) > 1 else 512
+        task = named[2] if len(named) > 2 else "sequence-classification"
         model_type, hf_config, sizes = MODELS[model]
         samples = a.samples or samples
         common = [a.anatomy, "train", "--no-progress", "--device", "cuda", "--per-device-train-batch-size", str(batch)]
         if named:
-            common += ["--model", model, "--dummy-seq-len", str(seq_len)]
-        hf_cfg = dict(samples=samples, batch=batch, attn=attn, args=hf_args, step_times=True, seq_len=seq_len)
+            common += ["--model", model, "--dummy-seq-len", str(seq_len), "--task", task]
+        hf_cfg = dict(samples=samples, batch=batch, attn=attn, args=hf_args, step_times=True, seq_len=seq_len,
+                      task=task)
         if hf_config is not None:
             hf_cfg.update(model_type=model_type, config=hf_config)
         if not a.no_warm_up:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """hf_trainer.py: one Hugging Face Trainer run of BertForSequenceClassification (or another family's
-AutoModelForSequenceClassification) on the seed's dummy data,
+AutoModelForSequenceClassification, or a token classifier) on the seed's dummy data,
 for the benchmarks that put anatomy beside it (`anatomy bench --with-hf`, bench/compare.py).
 
     python3 bench/hf_trainer.py '{"samples": 512, "batch": 4, "args": {"fp16": true}}'
@@ -14,6 +14,8 @@ Settings (a JSON object, the first argument; every key optional):
     config      a BertConfig as a dict (config.json's keys); bert-large-uncased's architecture when absent
     model_type  the family of `config` ("bert" when absent; "roberta", "electra", "distilbert", ...): its
                 AutoConfig and AutoModelForSequenceClassification
+    task        "sequence-classification" (default) or "token-classification": AutoModelForTokenClassification,
+                labels 0 for every token
     args        TrainingArguments overrides: gradient_accumulation_steps, gradient_checkpointing, fp16, bf16,
                 tf32, optim ("adamw_torch", "adafactor", "adamw_bnb_8bit"), max_steps, ...
     output_dir  TrainingArguments' output_dir (/tmp/hf_trainer); nothing is saved there
@@ -96,15 +98,16 @@ def train(cfg):
     import numpy as np
     import torch
     import transformers
-    from transformers import (AutoConfig, AutoModelForSequenceClassification, BertConfig, Trainer, TrainingArguments,
-                              logging)
+    from transformers import (AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification,
+                              BertConfig, Trainer, TrainingArguments, logging)
     logging.set_verbosity_error()
 
     seed = cfg.get("seed", 42)
     n, seq_len = cfg.get("samples", 512), cfg.get("seq_len", 512)
     rng = np.random.default_rng(seed)
     ids = torch.from_numpy(rng.integers(100, 30000, (n, seq_len)))
-    labels = torch.zeros(n, dtype=torch.int64)
+    token_task = cfg.get("task", "sequence-classification") == "token-classification"
+    labels = torch.zeros((n, seq_len) if token_task else n, dtype=torch.int64)
 
     class Dummy(torch.utils.data.Dataset):  # the seed's datasets.Dataset, without the datasets package
         def __len__(self):
@@ -121,7 +124,8 @@ def train(cfg):
         config.update(BERT_LARGE)
     extra = {"attn_implementation": cfg["attn"]} if cfg.get("attn") else {}
     device = cfg.get("device", "cuda")
-    model = AutoModelForSequenceClassification.from_config(config, **extra).to(device)
+    auto = AutoModelForTokenClassification if token_task else AutoModelForSequenceClassification
+    model = auto.from_config(config, **extra).to(device)
     base = dict(use_cpu=device == "cpu", output_dir=cfg.get("output_dir", "/tmp/hf_trainer"), per_device_train_batch_size=cfg.get("batch", 4),
                 num_train_epochs=1, report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,
                 dataloader_drop_last=False, seed=seed)

@@ -102,7 +102,7 @@ inline RunRecord train_on(Backend& backend, const RunCase& c) {
   ledger.record_timeline(0, c.steps);
   const Dataset data = case_data(c);
   {
-    BertForSequenceClassification model(backend, c.config, c.compute);
+    BertStyleModel model(backend, c.config, c.compute);
     init_weights(model, 7);
     model.refresh_half_weights();
     TrainingArguments args;

@@ -40,7 +40,7 @@ struct Trained {
 Trained train(int64_t batch, int64_t accumulation, bool checkpointing, bool dropout, int64_t steps,
               const std::string& optim = "adamw", double lr = 1e-3) {
   auto backend = make_cpu_backend(1);
-  BertForSequenceClassification model(*backend, small_config(dropout));
+  BertStyleModel model(*backend, small_config(dropout));
   init_weights(model, 3);
   const Dataset data = small_data(32, 16);
   TrainingArguments args;
@@ -100,7 +100,7 @@ TEST(GradientAccumulation, FourBatchesOfTwoAreOneBatchOfEight) {
   std::vector<float> start;
   {
     auto backend = make_cpu_backend(1);
-    BertForSequenceClassification model(*backend, small_config(false));
+    BertStyleModel model(*backend, small_config(false));
     init_weights(model, 3);  // train()'s
     start.resize(model.weights().flat().numel());
     backend->copy_to_host(model.weights().flat(), start.data());
@@ -120,7 +120,7 @@ TEST(GradientAccumulation, FourBatchesOfTwoAreOneBatchOfEight) {
 TEST(GradientAccumulation, AnUnevenEpochEndsWithAShorterWindow) {
   // 32 examples in batches of 3: 11 batches an epoch, so windows of 4, 4 and 3, then a new epoch.
   auto backend = make_cpu_backend(1);
-  BertForSequenceClassification model(*backend, small_config(false));
+  BertStyleModel model(*backend, small_config(false));
   init_weights(model, 3);
   const Dataset data = small_data(32, 16);
   TrainingArguments args;
@@ -143,7 +143,7 @@ TEST(GradientCheckpointing, GivesTheSameGradientsWithDropoutOn) {
   // checkpointing's, which recomputes a whole layer.
   ModelConfig config = small_config(true);
   config.num_hidden_layers = 4;
-  BertForSequenceClassification model(*backend, config);
+  BertStyleModel model(*backend, config);
   init_weights(model, 9);
   const Dataset data = small_data(4, 16);
   const ModelInputs inputs = upload_dataset(*backend, data);
@@ -209,7 +209,7 @@ TEST(MemoryPlan, CoversAccumulationAndCheckpointing) {
     auto backend = make_cpu_backend(1);
     LedgerSnapshot measured;
     {
-      BertForSequenceClassification model(*backend, config);
+      BertStyleModel model(*backend, config);
       init_weights(model, 1);
       Trainer trainer(*backend, model, data, args);
       measured = trainer.train().memory;

@@ -100,7 +100,7 @@ void expect_whole_checkpoints(const std::string& dir, int* seen) {
     EXPECT_EQ("checkpoint-" + std::to_string(s.global_step), name);
     auto cpu = make_cpu_backend(1);
     const ModelSource source = resolve_model(entry.path().string());
-    BertForSequenceClassification model(*cpu, source.config);
+    BertStyleModel model(*cpu, source.config);
     EXPECT_NO_THROW(load_weights(model, entry.path().string(), 0)) << name;
     EXPECT_NO_THROW(io::SafetensorsFile::open(entry.path().string() + "/optimizer.safetensors")) << name;
   }

@@ -114,7 +114,7 @@ void expect_whole_two_rank_checkpoint(const fs::path& dir, int stage) {
   EXPECT_EQ(s.zero_stage, stage) << name;
   auto cpu = make_cpu_backend(1);
   const ModelSource source = resolve_model(dir.string());
-  BertForSequenceClassification model(*cpu, source.config);
+  BertStyleModel model(*cpu, source.config);
   EXPECT_NO_THROW(load_weights(model, dir.string(), 0)) << name;
   const int64_t total = model.weights().flat().numel();
   if (stage == 0) {

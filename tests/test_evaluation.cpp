@@ -125,7 +125,7 @@ TEST(Evaluation, TheMemoryPlanIncludesIt) {
   auto backend = make_cpu_backend(1);
   LedgerSnapshot measured;
   {
-    BertForSequenceClassification model(*backend, config);
+    BertStyleModel model(*backend, config);
     init_weights(model, 1);
     Trainer trainer(*backend, model, data, args, &eval);
     measured = trainer.train().memory;

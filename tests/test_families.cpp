@@ -236,8 +236,13 @@ TEST_P(FamilyTechniques, EveryTechniqueRuns) {
   test::expect_records_within(plain, train("full", " --gradient-checkpointing", b), 1e-6);
   test::expect_records_within(
       plain, train("selective", " --gradient-checkpointing --gradient-checkpointing-policy selective", b), 1e-6);
+  // Token classification's loss is a mean over a batch's labelled tokens: two
+  // batches accumulated (or two ranks) average two means, as Trainer does,
+  // which is not the mean of one batch of both unless their counts are equal.
+  const bool per_token = GetParam().find("-token") != std::string::npos;
   const auto whole = train("whole", "", 2 * b);
-  test::expect_records_within(whole, train("accumulated", " --gradient-accumulation-steps 2", b), 1e-5);
+  const auto accumulated = train("accumulated", " --gradient-accumulation-steps 2", b);
+  if (!per_token) test::expect_records_within(whole, accumulated, 1e-5);
   for (const char* optim : {"adafactor", "sgd", "adamw_8bit"}) {
     const auto records = train(optim, std::string(" --optim ") + optim, b);
     ASSERT_EQ(records.size(), 4u) << optim;
@@ -247,7 +252,8 @@ TEST_P(FamilyTechniques, EveryTechniqueRuns) {
                                        " -- train" + common + " --zero-stage 3 --per-device-train-batch-size " +
                                        std::to_string(b) + " --output-dir " + tmp.file("zero3"));
   ASSERT_EQ(ranks.exit_code, 0) << ranks.output;
-  test::expect_records_within(whole, test::log_records(tmp.file("zero3")), 1e-5);
+  if (!per_token) test::expect_records_within(whole, test::log_records(tmp.file("zero3")), 1e-5);
+  else EXPECT_EQ(test::log_records(tmp.file("zero3")).size(), accumulated.size());
   for (const std::string command : {"profile", "estimate"}) {
     const auto r = test::run_anatomy(command + common + " --per-device-train-batch-size " + std::to_string(b) +
                                      (command == "profile" ? " --max-steps 2 --output-dir " + tmp.file("profile") : ""));
@@ -257,7 +263,8 @@ TEST_P(FamilyTechniques, EveryTechniqueRuns) {
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyTechniques,
                          ::testing::Values("roberta-tiny-padded", "electra-tiny-padded", "distilbert-tiny-multilabel",
-                                           "modernbert-tiny-padded"),
+                                           "modernbert-tiny-padded", "bert-tiny-token", "roberta-tiny-token",
+                                           "distilbert-tiny-token"),
                          [](const auto& info) { return test::test_name(info.param); });
 
 }  // namespace

@@ -339,7 +339,7 @@ TEST_P(LayerGradients, EachLayerAgreesWithFiniteDifferences) {
   config.hidden_act = c.activation;
   config.num_labels = c.num_labels;
   config.problem_type = c.problem;
-  BertForSequenceClassification model(*backend, config);
+  BertStyleModel model(*backend, config);
   init_weights(model, 7);
 
   const int64_t B = 3, L = 6;
@@ -443,7 +443,7 @@ TEST(LastLayer, FirstTokenOnlyGivesTheWholeLayersLossAndGradients) {
     EngineOptions engine;
     engine.last_layer = last_layer;
     backend->set_options(engine);
-    BertForSequenceClassification model(*backend, config);
+    BertStyleModel model(*backend, config);
     init_weights(model, 11);
     const ModelInputs inputs = upload_batch(*backend, batch, DType::I64, 1);
     ForwardOptions options;

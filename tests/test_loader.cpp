@@ -58,7 +58,7 @@ TEST(Loader, TrainingWithWorkersIsBitIdentical) {
     ModelConfig config = *model_preset("bert-tiny");
     config.vocab_size = 300;
     config.max_position_embeddings = 16;
-    BertForSequenceClassification model(*backend, config);
+    BertStyleModel model(*backend, config);
     init_weights(model, 2);
     const Dataset data = data_of(23);
     TrainingArguments args;

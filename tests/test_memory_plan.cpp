@@ -73,7 +73,7 @@ TEST_P(PlanEqualsRun, LedgerPeakCompositionAndPhaseAreExact) {
   auto backend = make_cpu_backend(1);
   LedgerSnapshot measured;
   {
-    BertForSequenceClassification model(*backend, config);
+    BertStyleModel model(*backend, config);
     init_weights(model, 1);
     Trainer trainer(*backend, model, data, args);
     measured = trainer.train().memory;

@@ -188,8 +188,8 @@ TEST(MetaBackend, LastLayerIsWholeWhereTheFirstQueryKernelsDoNotFit) {
     SCOPED_TRACE("hidden " + std::to_string(c.hidden) + ", heads " + std::to_string(c.heads) + ", positions " +
                  std::to_string(c.positions));
     const ModelConfig config = small_bert(c.hidden, c.heads, 2, 2 * c.hidden, c.positions);
-    EXPECT_EQ(BertForSequenceClassification(*meta, config).first_token_last_layer(), c.fits);
-    EXPECT_TRUE(BertForSequenceClassification(*cpu, config).first_token_last_layer());
+    EXPECT_EQ(BertStyleModel(*meta, config).first_token_last_layer(), c.fits);
+    EXPECT_TRUE(BertStyleModel(*cpu, config).first_token_last_layer());
   }
   // The plan of a model whose head size the kernels do not take is that of
   // --last-layer all, to the byte (the first-token plan saves fewer

@@ -162,7 +162,7 @@ Outcome train_and_evaluate(const OptimizerCase& c) {
   const ModelConfig config = small_config();
   validate_dataset(train, config);
   validate_dataset(held_out, config);
-  BertForSequenceClassification model(*backend, config);
+  BertStyleModel model(*backend, config);
   init_weights(model, kInitSeed);
 
   TrainingArguments args;

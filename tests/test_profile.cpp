@@ -38,7 +38,7 @@ Profiled profile_tiny(int steps_to_profile) {
   out.config.max_position_embeddings = 64;
   out.batch = 4;
   out.seq = 32;
-  BertForSequenceClassification model(backend, out.config);
+  BertStyleModel model(backend, out.config);
   init_weights(model, 3);
   const Dataset data = make_dummy_dataset(16, out.seq, 3);
   TrainingArguments args;

@@ -59,7 +59,8 @@ TEST(Registry, AnUnknownFamilyOrTaskNamesWhatIsSupported) {
   EXPECT_EQ(type, "config.json: 'model_type' must be a string, got 7");
   const ModelConfig bert = *model_preset("bert-tiny");
   const std::string task = error_of([&] { model_architecture(bert, "question-answering"); });
-  EXPECT_EQ(task, "model_type \"bert\" has no question-answering head (it has: sequence-classification)");
+  EXPECT_EQ(task, "model_type \"bert\" has no question-answering head (it has: sequence-classification, "
+                  "token-classification)");
 }
 
 // config.json's architectures choose the head where no task is asked for and
@@ -78,7 +79,13 @@ TEST(Registry, ArchitecturesInConfigJsonChooseTheHead) {
   EXPECT_EQ(model_task(pretraining), kSequenceClassification);
   EXPECT_EQ(model_task(pretraining, "question-answering"), "question-answering");
   EXPECT_EQ(error_of([&] { model_architecture(pretraining, "question-answering"); }),
-            "model_type \"bert\" has no question-answering head (it has: sequence-classification)");
+            "model_type \"bert\" has no question-answering head (it has: sequence-classification, "
+            "token-classification)");
+  // A token classifier's checkpoint is one.
+  const ModelConfig ner =
+      parse_model_config(R"({"architectures": ["BertForTokenClassification"], )" + sizes + "}", "config.json");
+  EXPECT_EQ(model_task(ner), kTokenClassification);
+  EXPECT_EQ(model_architecture(ner).name, "BertForTokenClassification");
   EXPECT_EQ(error_of([] { parse_model_config(R"({"architectures": "BertModel"})", "dir/config.json"); }),
             "dir/config.json: 'architectures' must be a list of class names, got \"BertModel\"");
   EXPECT_EQ(error_of([] { parse_model_config(R"({"architectures": [1]})", "dir/config.json"); }),

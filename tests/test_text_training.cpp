@@ -204,7 +204,7 @@ TEST(TextData, DynamicPaddingTrainsAsPaddingToTheLongest) {
   std::vector<std::vector<double>> losses;
   for (const Dataset* d : {&dynamic, static_cast<const Dataset*>(&full)}) {
     auto backend = make_cpu_backend(1);
-    BertForSequenceClassification model(*backend, config);
+    BertStyleModel model(*backend, config);
     init_weights(model, 3);
     Trainer trainer(*backend, model, *d, args);
     losses.push_back(trainer.train().losses);
@@ -227,7 +227,7 @@ TEST(TextData, TheMemoryPlanTakesEveryBatchAtTheLongestLength) {
   const MemoryPlan plan = plan_training(config, args, DataShape::of(d), cpu);
   auto measure = [&](const Dataset& data) {
     auto backend = make_cpu_backend(1);
-    BertForSequenceClassification model(*backend, config);
+    BertStyleModel model(*backend, config);
     init_weights(model, 1);
     Trainer trainer(*backend, model, data, args);
     return trainer.train().memory;

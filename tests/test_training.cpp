@@ -37,7 +37,7 @@ std::vector<float> host_copy(Backend& b, const Tensor& t) {
 
 TrainResult train_once(uint64_t seed, std::vector<float>* final_weights, int threads = 0) {
   auto backend = make_cpu_backend(threads);
-  BertForSequenceClassification model(*backend, small_config());
+  BertStyleModel model(*backend, small_config());
   init_weights(model, seed);
   const Dataset data = make_dummy_dataset(24, 32, seed);
   TrainingArguments args;
@@ -78,7 +78,7 @@ TEST(Training, SteadyStateRateLeavesTheFirstStepOut) {
   EXPECT_GE(r.steady_samples_per_second * r.seconds, 30.0 * (1.0 - 1e-9));
 
   auto backend = make_cpu_backend(0);
-  BertForSequenceClassification model(*backend, small_config());
+  BertStyleModel model(*backend, small_config());
   init_weights(model, 5);
   TrainingArguments args;
   args.per_device_train_batch_size = 4;
@@ -142,7 +142,7 @@ TEST(Ledger, ATrainingStepAddsUpToTheDeclaredPlan) {
   Ledger& ledger = backend->ledger();
   const ModelConfig config = small_config();
   {
-    BertForSequenceClassification model(*backend, config);
+    BertStyleModel model(*backend, config);
     init_weights(model, 1);
     const int64_t weight_bytes = static_cast<int64_t>(model.weights().flat().nbytes());
     EXPECT_GE(weight_bytes, model.weights().parameter_count() * 4);
@@ -320,13 +320,13 @@ TEST(Checkpoint, SaveThenLoadRoundTripsAndHalfPrecisionLoads) {
   auto backend = make_cpu_backend(1);
   test::TempDir tmp;
   const ModelSource source = resolve_model(test::fixture("bert-tiny-cls-padded"));
-  BertForSequenceClassification model(*backend, source.config);
+  BertStyleModel model(*backend, source.config);
   load_weights(model, source.directory, 0);
   save_pretrained(model, *backend, tmp.file("saved"));
   const ModelSource again = resolve_model(tmp.file("saved"));
   EXPECT_EQ(again.config.num_labels, 3);
   EXPECT_EQ(again.config.hidden_size, source.config.hidden_size);
-  BertForSequenceClassification reloaded(*backend, again.config);
+  BertStyleModel reloaded(*backend, again.config);
   const LoadReport report = load_weights(reloaded, again.directory, 0);
   EXPECT_TRUE(report.initialised.empty());
   EXPECT_TRUE(report.unused.empty());
@@ -347,7 +347,7 @@ TEST(Checkpoint, SaveThenLoadRoundTripsAndHalfPrecisionLoads) {
   std::filesystem::create_directories(tmp.file("bf16"));
   std::filesystem::copy_file(source.directory + "/config.json", tmp.file("bf16/config.json"));
   io::write_safetensors(tmp.file("bf16/model.safetensors"), tensors);
-  BertForSequenceClassification half(*backend, source.config);
+  BertStyleModel half(*backend, source.config);
   load_weights(half, tmp.file("bf16"), 0);
   const auto w = original.read_f32("classifier.weight");
   const auto got = host_copy(*backend, half.weights().get("classifier.weight"));
@@ -357,7 +357,7 @@ TEST(Checkpoint, SaveThenLoadRoundTripsAndHalfPrecisionLoads) {
 TEST(Checkpoint, PresetInitialisationFollowsHuggingFace) {
   auto backend = make_cpu_backend(1);
   ModelConfig c = small_config();
-  BertForSequenceClassification model(*backend, c);
+  BertStyleModel model(*backend, c);
   init_weights(model, 5);
   const auto word = host_copy(*backend, model.weights().get("bert.embeddings.word_embeddings.weight"));
   double sum = 0, sum2 = 0;

@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "anatomy/data/dataset.h"
 #include "anatomy/io/safetensors.h"
 
 namespace anatomy::test {
@@ -140,7 +141,20 @@ inline int64_t write_reference_train_file(const std::string& reference, const st
 inline const std::vector<std::string> kHuggingFaceFixtures = {
     "bert-tiny-cls", "bert-tiny-cls-padded", "bert-regression-gelu-new", "bert-multilabel-relu", "bert-cls5-wide",
     "roberta-tiny-padded", "xlm-roberta-regression", "electra-tiny-padded", "distilbert-tiny-multilabel",
-    "modernbert-tiny-padded", "modernbert-biases"};
+    "modernbert-tiny-padded", "modernbert-biases", "bert-tiny-token", "roberta-tiny-token", "electra-tiny-token",
+    "distilbert-tiny-token"};
+
+// Token classification's reference logits [B, L, C] (padding rows included)
+// cut to the real tokens' rows, in order: a packed batch's logits.
+template <typename T>
+std::vector<T> real_token_rows(const std::vector<T>& logits, const Dataset& data) {
+  const std::vector<int64_t> lengths = sequence_lengths(data);
+  const auto C = static_cast<int64_t>(logits.size()) / (data.size * data.seq_len);
+  std::vector<T> out;
+  for (int64_t b = 0; b < data.size; ++b)
+    out.insert(out.end(), logits.begin() + b * data.seq_len * C, logits.begin() + (b * data.seq_len + lengths[b]) * C);
+  return out;
+}
 
 // A fixture name as a GoogleTest parameter name (letters, digits, underscores).
 inline std::string test_name(std::string name) {
@@ -208,6 +222,18 @@ inline void expect_relative(const std::vector<float>& got, const std::vector<dou
   for (size_t i = 0; i < ref.size(); ++i)
     EXPECT_LE(std::abs(got[i] - ref[i]), tol * std::abs(ref[i])) << what << "[" << i << "] = " << got[i] << " vs "
                                                                  << ref[i];
+}
+
+// Closeness at the scale of the whole output: |a - ref| <= tol * max |ref|
+// per value, as the gradients are compared. For outputs of many values of
+// which some are near zero (token classification's logits), where a float32
+// computation's error follows the output's scale, not each value's.
+inline void expect_close_at_scale(const std::vector<float>& got, const std::vector<double>& ref, double tol,
+                                  const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  const double scale = max_abs(ref);
+  for (size_t i = 0; i < ref.size(); ++i)
+    EXPECT_LE(std::abs(got[i] - ref[i]), tol * scale) << what << "[" << i << "] = " << got[i] << " vs " << ref[i];
 }
 
 }  // namespace anatomy::test

@@ -46,7 +46,7 @@ ModelConfig small_config() {
 std::string write_model(const test::TempDir& tmp, const ModelConfig& config) {
   const std::string dir = tmp.file("model");
   auto cpu = make_cpu_backend(1);
-  BertForSequenceClassification model(*cpu, config);
+  BertStyleModel model(*cpu, config);
   init_weights(model, 7);
   save_pretrained(model, *cpu, dir);
   return dir;
@@ -280,7 +280,7 @@ TEST(ZeroShardedPlan, MixedPrecisionShardsTheMasters) {
   int64_t float32_read = 0;  // the flat elements of the float32 subset
   {
     auto cpu = make_cpu_backend(1);
-    const BertForSequenceClassification model(*cpu, config);
+    const BertStyleModel model(*cpu, config);
     std::vector<ParamSpec> specs;
     for (const ParamSpec& spec : bert_parameter_specs(config))
       if (model.reads_float32_in_mixed_precision(spec.name)) specs.push_back(spec);

@@ -19,7 +19,7 @@ TEST_P(CudaCheckpointing, SameGradientsLessMemory) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
   auto backend = cuda::make_cuda_backend(0);
   ModelConfig config = *model_preset("bert-mini");
-  BertForSequenceClassification model(*backend, config, GetParam());
+  BertStyleModel model(*backend, config, GetParam());
   init_weights(model, 4);
   model.refresh_half_weights();
   Dataset data = make_dummy_dataset(6, 128, 2);

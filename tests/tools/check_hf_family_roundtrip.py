@@ -2,7 +2,8 @@
 """check_hf_family_roundtrip.py: for each model fixture given (a Hugging Face checkpoint of any family
 the engine has, with its reference.safetensors), `anatomy train` fine-tunes it for 4 steps on the
 reference's two batches, saving a checkpoint at step 2; the final directory and checkpoint-2 load with
-transformers' AutoModelForSequenceClassification, and its float32 logits in evaluation mode equal the
+transformers' AutoModelForSequenceClassification (AutoModelForTokenClassification for a token
+classifier, as config.json's "architectures" says), and its float32 logits in evaluation mode equal the
 logits `anatomy forward` gives on the same batch, within 1e-5 of the largest logit.
 
     python3 tests/tools/check_hf_family_roundtrip.py --anatomy build/anatomy [--device cpu] FIXTURE_DIR...
@@ -11,6 +12,7 @@ Needs torch, transformers, safetensors and numpy (the GPU machine has them). Exi
 comparison holds; prints each one.
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -19,7 +21,7 @@ import tempfile
 import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
-from transformers import AutoModelForSequenceClassification
+from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -51,7 +53,10 @@ def main():
                                 os.path.join(tmp, "inputs.safetensors"), "--output", logits_file, "--device", a.device],
                                check=True, stdout=subprocess.DEVNULL)
                 ours = load_file(logits_file)["logits"].astype(np.float64)
-                model = AutoModelForSequenceClassification.from_pretrained(model_dir, attn_implementation="eager").eval()
+                with open(os.path.join(model_dir, "config.json")) as f:
+                    token = json.load(f)["architectures"][0].endswith("ForTokenClassification")
+                auto = AutoModelForTokenClassification if token else AutoModelForSequenceClassification
+                model = auto.from_pretrained(model_dir, attn_implementation="eager").eval()
                 with torch.no_grad():
                     theirs = model(**{k: torch.from_numpy(v) for k, v in inputs.items()}).logits.double().numpy()
                 rel = np.max(np.abs(ours - theirs)) / np.max(np.abs(theirs))

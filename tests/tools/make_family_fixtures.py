@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """make_family_fixtures.py: reference fixtures for the model families other than BERT (RoBERTa,
-XLM-RoBERTa, ELECTRA, DistilBERT), made with Hugging Face transformers in the format of
+XLM-RoBERTa, ELECTRA, DistilBERT, ModernBERT) and for the token classification heads, made with Hugging Face transformers in the format of
 tests/fixtures/bert-tiny-cls (tests/fixtures/README.md): tiny random configurations, dropout 0,
 float32 weights saved with save_pretrained, the reference computed in float64 on the CPU — logits,
 loss, every gradient, 10 AdamW steps and the parameters after them.
 
-    python3 tests/tools/make_family_fixtures.py OUT_DIR
+    python3 tests/tools/make_family_fixtures.py OUT_DIR [NAME ...]
 
 Needs torch and transformers (the GPU machine has them). The batches carry only the inputs the
 model's forward takes (DistilBERT has no token_type_ids).
@@ -16,10 +16,11 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import (DistilBertConfig, DistilBertForSequenceClassification, ElectraConfig,
-                          ElectraForSequenceClassification, ModernBertConfig, ModernBertForSequenceClassification,
-                          RobertaConfig, RobertaForSequenceClassification, XLMRobertaConfig,
-                          XLMRobertaForSequenceClassification)
+from transformers import (BertConfig, BertForTokenClassification, DistilBertConfig,
+                          DistilBertForSequenceClassification, DistilBertForTokenClassification, ElectraConfig,
+                          ElectraForSequenceClassification, ElectraForTokenClassification, ModernBertConfig,
+                          ModernBertForSequenceClassification, RobertaConfig, RobertaForSequenceClassification,
+                          RobertaForTokenClassification, XLMRobertaConfig, XLMRobertaForSequenceClassification)
 
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
@@ -60,6 +61,24 @@ CASES = {
                                           norm_bias=True, attention_bias=True, mlp_bias=True, classifier_bias=True,
                                           hidden_activation="gelu_pytorch_tanh", global_rope_theta=50000.0,
                                           local_rope_theta=5000.0, num_labels=4), 2, 18, "single", 0),
+    # Token classification (*ForTokenClassification): a label per token, -100 on padding and on some real tokens
+    # (the word pieces after a word's first, as run_ner labels them).
+    "bert-tiny-token": (BertConfig, BertForTokenClassification,
+                        dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=96,
+                             vocab_size=300, max_position_embeddings=32, num_labels=5, **NO_DROPOUT),
+                        3, 14, "token", 2),
+    "roberta-tiny-token": (RobertaConfig, RobertaForTokenClassification,
+                           dict(hidden_size=48, num_attention_heads=3, num_hidden_layers=2, intermediate_size=80,
+                                vocab_size=280, max_position_embeddings=24, type_vocab_size=1, layer_norm_eps=1e-5,
+                                num_labels=7, **NO_DROPOUT), 2, 16, "token", 1),
+    "electra-tiny-token": (ElectraConfig, ElectraForTokenClassification,
+                           dict(embedding_size=32, hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
+                                intermediate_size=80, vocab_size=300, max_position_embeddings=32, num_labels=4,
+                                **NO_DROPOUT), 3, 12, "token", 2),
+    "distilbert-tiny-token": (DistilBertConfig, DistilBertForTokenClassification,
+                              dict(dim=64, n_heads=4, n_layers=2, hidden_dim=96, vocab_size=300,
+                                   max_position_embeddings=32, num_labels=9, dropout=0.0, attention_dropout=0.0),
+                              2, 18, "token", 0),
 }
 
 
@@ -79,7 +98,12 @@ def make_batch(gen, cfg, B, L, kind, type_vocab, first):
         types = torch.randint(0, type_vocab, (B, L), generator=gen)
         types[mask == 0] = 0
         batch["token_type_ids"] = types
-    if kind == "single":
+    if kind == "token":
+        labels = torch.randint(0, cfg.num_labels, (B, L), generator=gen)
+        labels[torch.rand(B, L, generator=gen) < 0.25] = -100
+        labels[mask == 0] = -100
+        batch["labels"] = labels
+    elif kind == "single":
         batch["labels"] = torch.randint(0, cfg.num_labels, (B,), generator=gen)
     elif kind == "regression":
         batch["labels"] = torch.randn(B, generator=gen, dtype=torch.float64)
@@ -161,5 +185,7 @@ def write_reference(model, batches, d, script):
 
 if __name__ == "__main__":
     out = sys.argv[1]
+    only = sys.argv[2:]  # names to make (default: every case)
     for name, case in CASES.items():
-        make(name, *case, out)
+        if not only or name in only:
+            make(name, *case, out)

@@ -26,6 +26,7 @@ DataShape DataShape::of(const Dataset& data, const Dataset* eval) {
   s.attention_mask = !data.attention_mask.empty();
   s.label_dtype = data.label_dtype;
   s.label_width = data.label_width;
+  s.token_labels = data.token_labels;
   return s;
 }
 
@@ -53,8 +54,9 @@ Dataset synthetic_data(const DataShape& shape, int64_t size) {
   if (shape.token_type_ids) d.token_type_ids.assign(tokens, 0);
   if (shape.attention_mask) d.attention_mask.assign(tokens, 1);
   d.label_dtype = shape.label_dtype;
-  d.label_width = shape.label_width;
-  const auto labels = static_cast<size_t>(size * shape.label_width);
+  d.label_width = shape.token_labels ? shape.seq_len : shape.label_width;
+  d.token_labels = shape.token_labels;
+  const auto labels = static_cast<size_t>(size * d.label_width);
   if (shape.label_dtype == DType::I64)
     d.labels_i64.assign(labels, 0);
   else

@@ -7,6 +7,7 @@
 
 #include "anatomy/analysis/estimate.h"
 #include "anatomy/cli/commands.h"
+#include "anatomy/model/registry.h"
 #include "anatomy/cli/training_flags.h"
 #include "anatomy/gpu/catalog.h"
 #include "anatomy/gpu/nvml.h"
@@ -54,6 +55,10 @@ DataShape shape_from_flags(const TrainingArguments& args, ModelSource& source) {
   s.size = args.dummy_size;
   s.seq_len = args.dummy_seq_len;
   s.label_width = 1;
+  if (model_task(config) == kTokenClassification) {  // the dummy data's: 0 for every token
+    s.token_labels = true;
+    s.label_width = s.seq_len;
+  }
   s.label_dtype = config.num_labels == 1 ? DType::F32 : DType::I64;
   if (s.seq_len > config.max_sequence_length())
     fail("--dummy-seq-len {}: longer than the model's {}", s.seq_len,
@@ -65,6 +70,7 @@ int run_estimate(const EstimateFlags& flags, const CLI::App& app) {
   const EngineOptions options = resolve_engine_options(flags.train.engine);
   TrainingArguments args = resolve_training_flags(flags.train, app);
   ModelSource source = resolve_model(args.model, /*need_weights=*/false);  // the plan needs no weights
+  if (!args.task.empty()) set_model_task(source.config, args.task);
   EstimateRequest r;
   r.options = options;
   r.shape = shape_from_flags(args, source);

@@ -3,7 +3,8 @@
 // weights once in bf16, fp16 or float32), over batches of variable-length
 // sequences packed without padding (or padded, to compare). evaluate prints
 // the metrics (train/metrics.h) with time, samples/s, tokens/s and memory; predict
-// also writes one JSON line per example with its label and probabilities.
+// also writes one JSON line per example with its label and probabilities (token
+// classification: the words and a tag per word).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -23,6 +24,7 @@
 #include "anatomy/model/registry.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/data/text_dataset.h"
+#include "anatomy/data/token_data.h"
 #include "anatomy/data/wordpiece.h"
 #include "anatomy/train/metrics.h"
 #include "anatomy/train/training_data.h"
@@ -102,10 +104,12 @@ int run_inference(const EvaluateFlags& f, bool predict) {
          f.bf16 ? "bf16" : "fp16");
   if (predict && f.output.empty()) fail("--output: predict needs a file to write the predictions to");
 
-  const bool text = !f.input.empty() && is_text_data_file(f.input);
+  const bool per_token = model_task(source.config) == kTokenClassification;
+  const bool text = !f.input.empty() && (is_text_data_file(f.input) || (per_token && is_conll_file(f.input)));
   if (!text && (!f.vocab.empty() || !f.do_lower_case.empty()))
     fail("--{}: only for text input (a .jsonl, .json, .csv or .tsv file)", f.vocab.empty() ? "do-lower-case" : "vocab");
   std::vector<int64_t> lines;  // text: each example's line in the file
+  TaggedCorpus corpus;         // token classification's text: the words
   const Dataset data = [&] {
     if (f.input.empty()) return make_dummy_varlen_dataset(f.dummy_size, f.dummy_min_len, f.dummy_max_len, f.seed);
     if (!text) return load_tensor_dataset(f.input);
@@ -118,6 +122,18 @@ int run_inference(const EvaluateFlags& f, bool predict) {
     if (f.max_seq_length > source.config.max_sequence_length())
       fail("--max-seq-length {}: longer than the model's {}", f.max_seq_length,
            max_sequence_length_text(source.config));
+    if (per_token) {
+      const LabelVocabulary tags = model_label_vocabulary(source.config);
+      TokenDataOptions options;
+      options.max_seq_length = f.max_seq_length;
+      options.add_prefix_space = token_prefix_space(source.config);
+      std::vector<std::string> notes;
+      Dataset d = read_token_data(f.input, f.columns.text, f.columns.label, tokenizer, predict ? nullptr : &tags,
+                                  options, &notes, &corpus);
+      for (const std::string& note : notes) fmt::print("{}\n", note);
+      for (const TaggedSentence& s : corpus.sentences) lines.push_back(s.line);
+      return d;
+    }
     TextColumns columns = f.columns;
     if (predict) columns.label.clear();  // predictions need no labels
     else if (columns.label.empty()) fail("--label-column: evaluate needs labels");
@@ -131,7 +147,7 @@ int run_inference(const EvaluateFlags& f, bool predict) {
     options.max_seq_length = f.max_seq_length;
     return tokenize_text_table(table, tokenizer, predict ? nullptr : &labels, options);
   }();
-  validate_dataset(data, source.config);
+  validate_dataset(data, source.config, model_task(source.config));
   if (!predict && !data.has_labels())
     fail("{}: evaluate needs a 'labels' tensor (use `anatomy predict` for unlabelled data)", data.source);
   const std::vector<int64_t> lengths = sequence_lengths(data);
@@ -188,14 +204,27 @@ int run_inference(const EvaluateFlags& f, bool predict) {
   backend.ledger().release_unused();
 
   const int64_t C = source.config.num_labels;
-  std::vector<float> logits(static_cast<size_t>(data.size * C));
+  const int64_t rows = per_token ? data.seq_len : 1;  // logits rows per example
+  std::vector<float> logits(static_cast<size_t>(data.size * rows * C), 0.0f);
+  std::vector<float> batch_logits;
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t batches = (data.size + f.batch_size - 1) / f.batch_size;
   auto last_progress = t0;
   for (int64_t b = 0; b < batches; ++b) {
     const int64_t begin = b * f.batch_size;
-    const Tensor out = model.forward(batch_at(begin));
-    backend.copy_to_host(out, logits.data() + begin * C);  // waits for the batch
+    const InferenceBatch batch = batch_at(begin);
+    const Tensor out = model.forward(batch);
+    if (!per_token) {
+      backend.copy_to_host(out, logits.data() + begin * C);  // waits for the batch
+    } else {
+      // The batch's token rows (packed or padded) into each example's [L, C].
+      batch_logits.resize(static_cast<size_t>(out.numel()));
+      backend.copy_to_host(out, batch_logits.data());
+      for (int64_t i = 0; i < batch.sequences(); ++i) {
+        const int64_t first = batch.padded_length > 0 ? i * batch.padded_length : batch.offsets[i];
+        std::copy_n(batch_logits.data() + first * C, batch.lengths[i] * C, logits.data() + (begin + i) * rows * C);
+      }
+    }
     if (!f.no_progress && seconds_since(last_progress) > 1.0) {
       last_progress = std::chrono::steady_clock::now();
       fmt::print(stderr, "\r{} / {} batches, {:.1f} s", b + 1, batches, seconds_since(t0));
@@ -216,8 +245,15 @@ int run_inference(const EvaluateFlags& f, bool predict) {
   metrics["tokens_per_second"] = static_cast<double>(tokens) / seconds;
   fmt::print("Time: {:.2f}\nSamples/second: {:.2f}\nTokens/second: {:.0f}\n", seconds,
              static_cast<double>(data.size) / seconds, static_cast<double>(tokens) / seconds);
+  std::vector<std::string> names;  // each id's label: id2label's, or LABEL_i
+  for (int64_t c = 0; c < C; ++c) {
+    const auto it = source.config.id2label.find(c);
+    names.push_back(it != source.config.id2label.end() ? it->second : fmt::format("LABEL_{}", c));
+  }
   if (data.has_labels()) {
-    const std::map<std::string, double> scores = classification_metrics(logits, C, type, data);
+    const std::map<std::string, double> scores =
+        per_token ? token_classification_metrics(logits, C, data, names, f.batch_size)
+                  : classification_metrics(logits, C, type, data);
     std::vector<std::string> shown;
     for (const auto& [name, value] : scores) {
       metrics[name] = value;
@@ -245,8 +281,41 @@ int run_inference(const EvaluateFlags& f, bool predict) {
 
   if (predict) {
     std::ostringstream out;
+    std::vector<int64_t> predicted;  // token classification: each token's label id
+    if (per_token) {
+      predicted.resize(static_cast<size_t>(data.size * rows));
+      for (size_t t = 0; t < predicted.size(); ++t) {
+        const float* x = logits.data() + t * C;
+        predicted[t] = std::max_element(x, x + C) - x;
+      }
+    }
+    std::vector<std::vector<int64_t>> words;  // token classification of words: each word's label id
+    if (per_token && !corpus.sentences.empty()) {
+      std::vector<int64_t> counts;
+      for (const TaggedSentence& s : corpus.sentences) counts.push_back(static_cast<int64_t>(s.words.size()));
+      words = word_level(data, predicted, counts);
+    }
     for (int64_t i = 0; i < data.size; ++i) {
-      nlohmann::json line = prediction(logits.data() + i * C, C, type, source.config, i);
+      nlohmann::json line;
+      if (!per_token) {
+        line = prediction(logits.data() + i * C, C, type, source.config, i);
+      } else if (!words.empty()) {
+        // A tag per word (its first piece's); null for a word the truncation dropped.
+        const TaggedSentence& sentence = corpus.sentences[static_cast<size_t>(i)];
+        line["index"] = i;
+        line["tokens"] = sentence.words;
+        nlohmann::json tags = nlohmann::json::array();
+        for (const int64_t id : words[static_cast<size_t>(i)])
+          tags.push_back(id < 0 ? nlohmann::json() : nlohmann::json(names[static_cast<size_t>(id)]));
+        line["tags"] = tags;
+      } else {
+        // Tensor input has no words: a label per real token.
+        line["index"] = i;
+        std::vector<std::string> tags;
+        for (int64_t t = 0; t < lengths[static_cast<size_t>(i)]; ++t)
+          tags.push_back(names[static_cast<size_t>(predicted[static_cast<size_t>(i * rows + t)])]);
+        line["token_labels"] = tags;
+      }
       if (!lines.empty()) line["line"] = lines[static_cast<size_t>(i)];
       out << line.dump() << "\n";
     }
@@ -265,15 +334,19 @@ Command add_evaluate_command(CLI::App& app, bool predict) {
                  "Directory with config.json + weights, a Hugging Face id in the local hub cache, or a preset (seeded)")
       ->capture_default_str();
   app.add_option("--input,--validation-file", f->input,
-                 "Text (.jsonl, .json, .csv, .tsv) or safetensors with input_ids [N, L] and optional attention_mask "
+                 "Text (.jsonl, .json, .csv, .tsv; token classification: words and tags in .jsonl/.json, or .conll) "
+                 "or safetensors with input_ids [N, L] and optional attention_mask "
                  "(right padding), token_type_ids" + std::string(predict ? ", labels" : " and labels (needed)") +
                  "; without it, dummy data");
-  app.add_option("--text-column", f->columns.text, "Text input: the column (JSON field) of the text")
+  app.add_option("--text-column", f->columns.text,
+                 "Text input: the column (JSON field) of the text; token classification: of the list of words "
+                 "(default there: tokens)")
       ->capture_default_str();
   app.add_option("--text-pair-column", f->columns.text_pair, "Text input: the column of a second text (pairs)");
   if (!predict)
     app.add_option("--label-column", f->columns.label, "Text input: the column of the label (a name of the "
-                                                        "model's id2label, or its id)")
+                                                        "model's id2label, or its id); token classification: of "
+                                                        "the list of tags (default there: tags, or ner_tags)")
         ->capture_default_str();
   app.add_option("--vocab", f->vocab, "Text input: the WordPiece vocab.txt (default: the --model directory's)");
   app.add_option("--do-lower-case", f->do_lower_case,

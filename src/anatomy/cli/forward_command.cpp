@@ -42,7 +42,7 @@ Command add_forward_command(CLI::App& app) {
     Backend& backend = *device.backend;
     const ModelSource source = resolve_model(f->model);
     const Dataset data = load_tensor_dataset(f->inputs);
-    validate_dataset(data, source.config);
+    validate_dataset(data, source.config, model_task(source.config));
     if (f->backward && !data.has_labels()) fail("{}: --backward needs a 'labels' tensor", f->inputs);
 
     const std::unique_ptr<Model> made = make_model(backend, source.config);

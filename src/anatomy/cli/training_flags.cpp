@@ -16,16 +16,26 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
                  "hub cache (nothing is downloaded), or a preset with random initialisation (bert-large-uncased, "
                  "bert-base-uncased, bert-medium, bert-small, bert-mini, bert-tiny)")
       ->capture_default_str();
+  app.add_option("--task", a.task,
+                 "The head to train: sequence-classification or token-classification (default: the --model "
+                 "directory's config.json architectures, else sequence-classification)")
+      ->check(CLI::IsMember({"sequence-classification", "token-classification"}));
   app.add_option("--dataset", a.dataset, "Built-in dataset: dummy (the seed's random ids)")->capture_default_str();
   app.add_option("--train-file", a.train_file,
-                 "Text (.jsonl, .json, .csv, .tsv: tokenized with --vocab) or pre-tokenized safetensors: input_ids "
-                 "[N, L] and optional attention_mask, token_type_ids, labels");
-  app.add_option("--text-column", a.text_column, "Text data: the column (JSON field) of the text")
+                 "Text (.jsonl, .json, .csv, .tsv: tokenized with --vocab; token classification: .jsonl/.json of "
+                 "words and tags, or .conll) or pre-tokenized safetensors: input_ids [N, L] and optional "
+                 "attention_mask, token_type_ids, labels ([N], [N, C], or [N, L] a label per token)");
+  app.add_option("--text-column", a.text_column,
+                 "Text data: the column (JSON field) of the text; token classification: of the list of words "
+                 "(default there: tokens)")
       ->capture_default_str();
   app.add_option("--text-pair-column", a.text_pair_column, "Text data: the column of a second text (pairs)");
   app.add_option("--label-column", a.label_column,
-                 "Text data: the column of the label (names, integer ids, or numbers for regression)")
+                 "Text data: the column of the label (names, integer ids, or numbers for regression); token "
+                 "classification: of the list of tags (default there: tags, or ner_tags)")
       ->capture_default_str();
+  app.add_flag("--label-all-tokens", a.label_all_tokens,
+               "Token classification: label every piece of a word (B- made I-), not only its first");
   app.add_option("--vocab", a.vocab, "Text data: the WordPiece vocab.txt (default: the --model directory's)");
   app.add_option("--do-lower-case", a.do_lower_case,
                  "Text data: lowercase (and strip accents) before WordPiece: true or false (default: the model "

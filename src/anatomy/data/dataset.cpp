@@ -105,10 +105,13 @@ Dataset load_tensor_dataset(const std::string& path) {
     if (!integer && !floating)
       fail("{}: tensor 'labels' has dtype {}; use int64 (classification) or float32 (regression, multi-label)", path,
            io::st_dtype_name(info.dtype));
-    if (info.shape.empty() || info.shape[0] != d.size || info.shape.size() > 2 || (integer && info.shape.size() != 1))
+    const bool per_token = integer && info.shape == std::vector<int64_t>{d.size, d.seq_len};
+    if (info.shape.empty() || info.shape[0] != d.size || info.shape.size() > 2 ||
+        (integer && info.shape.size() != 1 && !per_token))
       fail("{}: tensor 'labels' has shape {}, expected [{}]{}", path, shape_str(info.shape), d.size,
-           integer ? "" : " or [examples, num_labels]");
+           integer ? fmt::format(" or [{}, {}] (a label per token)", d.size, d.seq_len) : " or [examples, num_labels]");
     d.label_width = info.shape.size() == 2 ? info.shape[1] : 1;
+    d.token_labels = per_token;
     if (integer) {
       d.label_dtype = DType::I64;
       d.labels_i64 = file.read_i64("labels");
@@ -120,7 +123,7 @@ Dataset load_tensor_dataset(const std::string& path) {
   return d;
 }
 
-void validate_dataset(const Dataset& d, const ModelConfig& c) {
+void validate_dataset(const Dataset& d, const ModelConfig& c, const std::string& task) {
   if (d.size <= 0 || d.seq_len <= 0) fail("{}: the dataset is empty ({} examples of {} tokens)", d.source, d.size, d.seq_len);
   if (d.seq_len > c.max_sequence_length())
     fail("{}: input_ids has sequences of {} tokens, longer than the model's {}", d.source, d.seq_len,
@@ -136,6 +139,19 @@ void validate_dataset(const Dataset& d, const ModelConfig& c) {
   if (c.type_vocab_size > 0) check_range(d.token_type_ids, "token_type_ids", c.type_vocab_size);
   check_range(d.attention_mask, "attention_mask", 2);
   if (!d.has_labels()) return;
+  if (task == kTokenClassification) {
+    if (!d.token_labels || d.label_dtype != DType::I64)
+      fail("{}: token classification needs int64 labels [{}, {}], a label per token (-100: none)", d.source, d.size,
+           d.seq_len);
+    for (size_t i = 0; i < d.labels_i64.size(); ++i)
+      if (d.labels_i64[i] != -100 && (d.labels_i64[i] < 0 || d.labels_i64[i] >= c.num_labels))
+        fail("{}: labels of example {} (position {}) is {}, outside [0, {}) (num_labels {}; -100: no label)",
+             d.source, i / d.seq_len, i % d.seq_len, d.labels_i64[i], c.num_labels, c.num_labels);
+    return;
+  }
+  if (d.token_labels)
+    fail("{}: labels [{}, {}] are a label per token; a {} model takes one per example", d.source, d.size, d.seq_len,
+         task);
   const ProblemType type = c.problem_type != ProblemType::Unset ? c.problem_type
                            : c.num_labels == 1                  ? ProblemType::Regression
                            : d.label_dtype == DType::I64        ? ProblemType::SingleLabel
@@ -168,6 +184,7 @@ HostBatch gather_batch(const Dataset& d, const std::vector<int64_t>& order, int6
   HostBatch b;
   b.batch = end - begin;
   b.seq_len = d.seq_len;
+  b.token_labels = d.token_labels;
   const int64_t L = d.seq_len;
   if (d.pad_per_batch && !d.attention_mask.empty()) {
     // The batch's longest row: the last 1 of any mask (right padding).
@@ -192,7 +209,8 @@ HostBatch gather_batch(const Dataset& d, const std::vector<int64_t>& order, int6
   gather_rows(d.input_ids, &b.input_ids, b.seq_len, L);
   gather_rows(d.token_type_ids, &b.token_type_ids, b.seq_len, L);
   gather_rows(d.attention_mask, &b.attention_mask, b.seq_len, L);
-  gather_rows(d.labels_i64, &b.labels_i64, d.label_width, d.label_width);
+  if (d.token_labels) gather_rows(d.labels_i64, &b.labels_i64, b.seq_len, L);
+  else gather_rows(d.labels_i64, &b.labels_i64, d.label_width, d.label_width);
   gather_rows(d.labels_f32, &b.labels_f32, d.label_width, d.label_width);
   return b;
 }

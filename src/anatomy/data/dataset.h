@@ -9,6 +9,7 @@
 
 #include "anatomy/core/dtype.h"
 #include "anatomy/model/config.h"
+#include "anatomy/model/tasks.h"
 
 namespace anatomy {
 
@@ -19,9 +20,15 @@ struct Dataset {
   std::vector<int64_t> input_ids;      // [N, L]
   std::vector<int64_t> token_type_ids; // [N, L] or empty (all zero)
   std::vector<int64_t> attention_mask; // [N, L] or empty (all ones)
-  // Labels: int64 [N] (classification), or float32 [N] / [N, C] (regression, multi-label); or none.
+  // Labels: int64 [N] (classification), or float32 [N] / [N, C] (regression,
+  // multi-label); or int64 [N, L], one per token (token_labels: token
+  // classification, -100 for tokens without one); or none.
   DType label_dtype = DType::I64;
-  int64_t label_width = 0;             // values per example: 0 = no labels, 1, or C
+  int64_t label_width = 0;             // values per example: 0 = no labels, 1, C, or L
+  bool token_labels = false;
+  // Word-tagged text (data/token_data.h): the word each token belongs to,
+  // [N, L] (-1: a special token or padding); empty otherwise.
+  std::vector<int64_t> word_ids;
   std::vector<int64_t> labels_i64;
   std::vector<float> labels_f32;
   // Dynamic padding (text data): the rows are right-padded to the longest of
@@ -48,20 +55,27 @@ Dataset make_dummy_varlen_dataset(int64_t size, int64_t min_len, int64_t max_len
 std::vector<int64_t> sequence_lengths(const Dataset& data);
 
 // A safetensors file with input_ids [N, L] and optionally attention_mask,
-// token_type_ids ([N, L], integer) and labels (int64 [N]; float32 [N] or [N, C]).
+// token_type_ids ([N, L], integer) and labels (int64 [N]; float32 [N] or
+// [N, C]; int64 [N, L]: token labels).
 Dataset load_tensor_dataset(const std::string& path);
 
 // Checks the data against the model: non-empty, sequence length within
 // max_position_embeddings, ids within the vocabulary, token types within
-// type_vocab_size, mask values 0/1, labels in range for the problem type.
-// Errors name the source, the tensor and the first offending example.
-void validate_dataset(const Dataset& data, const ModelConfig& config);
+// type_vocab_size, mask values 0/1, labels of the shape `task` (model/tasks.h)
+// takes and in range for the problem type. Errors name the source, the tensor
+// and the first offending example.
+void validate_dataset(const Dataset& data, const ModelConfig& config,
+                      const std::string& task = kSequenceClassification);
 
 // Rows [begin, end) of `order` gathered into a batch (host memory); with
-// pad_per_batch, only the first L' tokens of each row, L' the longest row of
-// the batch by its attention_mask.
+// pad_per_batch, only the first L' tokens of each row (and of token labels),
+// L' the longest row of the batch by its attention_mask.
 struct HostBatch {
   int64_t batch = 0, seq_len = 0;
+  bool token_labels = false;
+  // Word-tagged text (data/token_data.h): the word each token belongs to,
+  // [N, L] (-1: a special token or padding); empty otherwise.
+  std::vector<int64_t> word_ids;  // labels_i64 [batch, seq_len]
   std::vector<int64_t> input_ids, token_type_ids, attention_mask, labels_i64;
   std::vector<float> labels_f32;
 };

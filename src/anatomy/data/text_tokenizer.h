@@ -2,9 +2,17 @@
 // model the `tokenizers` library writes; data/tokenizer/) or a WordPiece
 // vocab.txt (wordpiece.h), behind one interface, so the data code does not
 // care which one a model directory carries.
+//
+// The calls of the task heads (pre-split words, question-answering windows)
+// need offsets, which WordPieceTokenizer does not give: for a vocab.txt they
+// run the tokenizer.json pipeline that transformers' BertTokenizer builds from
+// it (BertNormalizer with the WordPieceOptions, BertPreTokenizer, WordPiece
+// "##", [CLS] $A [SEP] / [CLS] $A [SEP] $B:1 [SEP]:1), made the first time one
+// of them runs; encode_batch keeps WordPieceTokenizer's own, faster path.
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,6 +38,21 @@ class TextTokenizer {
   TextTokenizer() = default;
   std::vector<Encoding> encode_batch(std::span<const TextInput> inputs, const EncodeOptions& options,
                                      int threads = 0) const;
+  // Pre-split words (run_ner.py's tokenizer(words, is_split_into_words=True, truncation=True,
+  // max_length=...)): every example's words, each word tokenized alone, with offsets into the word and
+  // word_ids; special tokens added, the words' tokens truncated and padded as `options` say. For byte-level
+  // BPE, transformers' RobertaTokenizer wants add_prefix_space=True here (options.add_prefix_space): without
+  // it no error, every word is tokenized as the start of a text is, without the space before it.
+  std::vector<Encoding> encode_words(std::span<const std::vector<std::string>> examples, const EncodeOptions& options,
+                                     int threads = 0) const;
+  // A question and a context in overlapping windows (run_qa.py's tokenizer(question, context,
+  // truncation="only_second", max_length, stride, return_overflowing_tokens=True,
+  // return_offsets_mapping=True, padding=...)), each with offsets and sequence_ids; see
+  // tok::Tokenizer::encode_overflowing for the windows and the errors.
+  std::vector<Encoding> encode_overflowing(const TextInput& input, const OverflowOptions& options) const;
+  // The windows of every input, in order, with overflow_to_sample_mapping; errors name the input's index.
+  OverflowingEncodings encode_overflowing_batch(std::span<const TextInput> inputs, const OverflowOptions& options,
+                                                int threads = 0) const;
   size_t vocab_size() const;
   int32_t pad_id() const;  // -1 when the tokenizer has no pad token
   // The special tokens added to one text, or to a pair.
@@ -38,8 +61,17 @@ class TextTokenizer {
   const std::string& file() const { return file_; }
 
  private:
+  // The tokenizer.json pipeline of a vocab.txt, made on first use.
+  struct WordPiecePipeline {
+    std::once_flag made;
+    std::unique_ptr<const tok::Tokenizer> tokenizer;
+  };
+  // json_, or the pipeline of word_piece_.
+  const tok::Tokenizer& pipeline() const;
+
   std::shared_ptr<const WordPieceTokenizer> word_piece_;
   std::shared_ptr<const tok::Tokenizer> json_;
+  std::shared_ptr<WordPiecePipeline> word_piece_pipeline_;
   std::string file_;
 };
 

@@ -200,6 +200,14 @@ int32_t WordPieceTokenizer::Table::find(uint64_t h, const char* key, size_t leng
 
 int32_t WordPieceTokenizer::Table::find(std::string_view key) const { return find(hash(key), key.data(), key.size()); }
 
+std::vector<std::pair<std::string, int32_t>> WordPieceTokenizer::Table::entries() const {
+  std::vector<std::pair<std::string, int32_t>> out;
+  out.reserve(used_);
+  for (const Slot& s : slots_)
+    if (s.id >= 0) out.emplace_back(std::string(bytes_.data() + s.offset, s.length), s.id);
+  return out;
+}
+
 // ----------------------------------------------------------- the vocabulary
 
 WordPieceTokenizer WordPieceTokenizer::from_file(const std::string& path, const WordPieceOptions& options) {
@@ -272,6 +280,12 @@ int32_t WordPieceTokenizer::token_to_id(std::string_view token) const {
   for (const Special& s : specials_)
     if (s.text == token) return s.id;
   return words_.find(token);
+}
+
+std::vector<std::pair<std::string, int32_t>> WordPieceTokenizer::vocabulary() const {
+  std::vector<std::pair<std::string, int32_t>> out = words_.entries();
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  return out;
 }
 
 const std::string& WordPieceTokenizer::id_to_token(int32_t id) const {
@@ -558,6 +572,12 @@ Encoding WordPieceTokenizer::encode(const TextInput& input, const EncodeOptions&
             e.token_type_ids.begin() + static_cast<std::ptrdiff_t>(length), 1);
   e.attention_mask.assign(padded, 0);
   std::fill(e.attention_mask.begin(), e.attention_mask.begin() + static_cast<std::ptrdiff_t>(length), 1);
+  // BertProcessing's sequence ids: the texts' tokens 0 and 1, [CLS], [SEP] and padding none (-1).
+  e.sequence_ids.assign(padded, -1);
+  std::fill(e.sequence_ids.begin() + 1, e.sequence_ids.begin() + static_cast<std::ptrdiff_t>(na + 1), 0);
+  if (pair)
+    std::fill(e.sequence_ids.begin() + static_cast<std::ptrdiff_t>(na + 2),
+              e.sequence_ids.begin() + static_cast<std::ptrdiff_t>(length - 1), 1);
   e.input_ids.resize(padded, pad_id_);
   return e;
 }
@@ -580,6 +600,7 @@ std::vector<Encoding> WordPieceTokenizer::encode_batch(std::span<const TextInput
       e.input_ids.resize(longest, pad_id_);
       e.token_type_ids.resize(longest, 0);
       e.attention_mask.resize(longest, 0);
+      e.sequence_ids.resize(longest, -1);
     }
   }
   return out;

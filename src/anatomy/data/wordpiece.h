@@ -46,6 +46,20 @@ struct EncodeOptions {
   size_t truncate_to = 0;             // > 0: truncation longest_first to this many tokens, special ones included
   Padding padding = Padding::kNone;   // kLongest: to the longest of the batch
   size_t pad_to = 0;                  // for kMaxLength
+  // tokenizer.json only. Set: every ByteLevel pre-tokenizer and ByteLevel or RobertaProcessing post-processor of
+  // the file adds the prefix space (true) or not (false), as transformers' byte-level classes (RobertaTokenizer,
+  // GPT2Tokenizer...) rebuild them from their add_prefix_space argument; unset: the file's. Other tokenizers
+  // have no such setting (transformers ignores the argument for them, and for TokenizersBackend).
+  std::optional<bool> add_prefix_space;
+};
+
+// The settings of a question-answering call: tokenizer(question, context, truncation="only_second",
+// max_length=max_length, stride=stride, return_overflowing_tokens=True, padding=...).
+struct OverflowOptions {
+  size_t max_length = 384;            // tokens of every window, special ones included
+  size_t stride = 128;                // context tokens a window shares with the one before it
+  Padding padding = Padding::kNone;   // kMaxLength: to max_length; kLongest: to the longest window of the call
+  std::optional<bool> add_prefix_space;  // as in EncodeOptions
 };
 
 struct Encoding {
@@ -53,8 +67,22 @@ struct Encoding {
   std::vector<int32_t> token_type_ids;
   std::vector<int32_t> attention_mask;
   // Character spans [start, end) of each token in its text ((0, 0) for special
-  // and padding tokens); filled by tokenizer.json tokenizers (tokenizer/tokenizer.h).
+  // and padding tokens); filled by tokenizer.json tokenizers (tokenizer/tokenizer.h)
+  // and by TextTokenizer's task calls (encode_words, encode_overflowing).
   std::vector<std::pair<uint32_t, uint32_t>> offsets;
+  // The text each token comes from (Hugging Face's sequence_ids()): 0 for the first, 1 for the pair's, -1 for
+  // special and padding tokens. (A tokenizer.json without a post-processor gives 0 to every token of a single
+  // text, padding included, as the library does.) Filled by every encode call.
+  std::vector<int32_t> sequence_ids;
+  // The word each token comes from (word_ids()): the index of the word in a pre-split input, -1 for special and
+  // padding tokens. Filled by the calls on pre-split words only (encode_words); empty otherwise.
+  std::vector<int32_t> word_ids;
+};
+
+// The windows of several question-answering inputs.
+struct OverflowingEncodings {
+  std::vector<Encoding> features;                   // every window of every input, in order
+  std::vector<int32_t> overflow_to_sample_mapping;  // the input of each window
 };
 
 // One input: a text, or a pair of texts.
@@ -86,7 +114,8 @@ class WordPieceTokenizer {
   std::vector<std::string> pre_tokenize(std::string_view text) const;
 
   // [CLS] text [SEP] (pair [SEP]), truncated and padded as `options` say
-  // (padding kLongest pads nothing alone: encode_batch does it).
+  // (padding kLongest pads nothing alone: encode_batch does it). No offsets:
+  // TextTokenizer gives them, through the equivalent tokenizer.json pipeline.
   Encoding encode(const TextInput& input, const EncodeOptions& options) const;
   // Every input on `threads` threads (0: one per hardware thread), in order.
   // Errors name the input's index.
@@ -95,6 +124,9 @@ class WordPieceTokenizer {
 
   int32_t token_to_id(std::string_view token) const;  // -1 if absent
   const std::string& id_to_token(int32_t id) const;
+  // The vocabulary as read: each distinct token of the file with its id (the last line's), by id; the
+  // special tokens added after it are not in it.
+  std::vector<std::pair<std::string, int32_t>> vocabulary() const;
   size_t vocab_size() const { return tokens_.size(); }  // the ids, added special tokens included
   const WordPieceOptions& options() const { return options_; }
 
@@ -112,6 +144,8 @@ class WordPieceTokenizer {
     int32_t find(std::string_view key) const;
     size_t longest() const { return longest_; }
     static uint64_t hash(std::string_view key);
+    // Every key and its id, in no particular order.
+    std::vector<std::pair<std::string, int32_t>> entries() const;
 
    private:
     struct Slot {

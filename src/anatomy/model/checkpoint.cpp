@@ -162,8 +162,10 @@ void write_pretrained(const Model& model, const std::string& directory,
     tensors.push_back({set.specs()[i].name, io::StDType::F32, set.specs()[i].shape, host[i].data()});
   }
   io::write_safetensors((fs::path(directory) / "model.safetensors").string(), tensors, {{"format", "pt"}});
-  io::write_text_file_atomic((fs::path(directory) / "config.json").string(),
-                             model_config_to_json(model.config()).dump(2) + "\n");
+  // "architectures" names the model's class (its head), whatever the family's default.
+  nlohmann::json config = model_config_to_json(model.config());
+  config["architectures"] = nlohmann::json::array({model.architecture()});
+  io::write_text_file_atomic((fs::path(directory) / "config.json").string(), config.dump(2) + "\n");
 }
 
 }  // namespace

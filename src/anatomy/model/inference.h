@@ -54,7 +54,9 @@ class InferenceModel {
   // backend, typically the CPU one the checkpoint was loaded into), rounded
   // to the inference dtype.
   virtual void load_from(const Model& source) = 0;
-  // Logits, float32 [B, num_labels] on the device.
+  // Logits, float32 on the device: [B, num_labels] for a sequence-level
+  // head; [rows, num_labels] for token classification, the batch's rows in
+  // order (packed: the real tokens; padded: B × padded_length).
   virtual Tensor forward(const InferenceBatch& batch) = 0;
 };
 

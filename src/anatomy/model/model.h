@@ -23,6 +23,7 @@
 #include "anatomy/kernels/backend.h"
 #include "anatomy/model/config.h"
 #include "anatomy/model/parameters.h"
+#include "anatomy/model/tasks.h"
 
 namespace anatomy {
 
@@ -33,7 +34,8 @@ struct ModelInputs {
   Tensor input_ids;       // int64 [B, L]
   Tensor token_type_ids;  // int64 [B, L]
   Tensor attention_mask;  // int64 [B, L], 1 attend / 0 padding
-  Tensor labels;          // int64 [B] (single label), float32 [B] or [B, C] (regression, multi-label)
+  Tensor labels;          // int64 [B] (single label), float32 [B] or [B, C] (regression, multi-label),
+                          // int64 [B, L] (token classification, -100: none)
 };
 
 struct ForwardOptions {
@@ -50,7 +52,7 @@ struct ForwardOptions {
 };
 
 struct ForwardOutput {
-  Tensor logits;  // [B, num_labels] on the device
+  Tensor logits;  // [B, num_labels] (token classification: [B, L, num_labels]) on the device
   std::optional<double> loss;
   ProblemType problem_type = ProblemType::Unset;
   // The outputs under Hugging Face's names (ModelOutput's fields), in its order.
@@ -99,6 +101,8 @@ class Model {
 
   // Hugging Face's class name, e.g. "BertForSequenceClassification".
   virtual std::string architecture() const = 0;
+  // What its head does (model/tasks.h).
+  virtual std::string task() const { return kSequenceClassification; }
   const ModelConfig& config() const { return config_; }
   Backend& backend() const { return backend_; }
   // float32, or BF16/F16 under mixed precision (the family says what computes in 16 bits).

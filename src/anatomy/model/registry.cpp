@@ -23,12 +23,13 @@ std::string joined(const std::vector<std::string>& names) {
   return out;
 }
 
-// A family laid out as BERT (model/bert/bert_layout.h), with its sequence classification head.
-ModelArchitecture bert_style_classifier(const BertLayout& layout) {
-  return {layout.architecture, layout.model_type, kSequenceClassification,
+// A family laid out as BERT (model/bert/bert_layout.h), with the head of `task`.
+ModelArchitecture bert_style(const BertLayout& family, const std::string& task) {
+  const BertLayout& layout = bert_task_layout(family, task);
+  return {layout.architecture, layout.model_type, task,
           [&layout](const ModelConfig& config) { return bert_parameter_specs(config, layout); },
           [&layout](Backend& backend, const ModelConfig& config, DType compute) -> std::unique_ptr<Model> {
-            return std::make_unique<BertForSequenceClassification>(backend, config, compute, layout);
+            return std::make_unique<BertStyleModel>(backend, config, compute, layout);
           },
           [&layout](Backend& backend, const ModelConfig& config, DType dtype) -> std::unique_ptr<InferenceModel> {
             return std::make_unique<BertInference>(backend, config, dtype, layout);
@@ -56,12 +57,18 @@ const std::vector<ModelFamily>& model_families() {
 
 const std::vector<ModelArchitecture>& model_architectures() {
   static const std::vector<ModelArchitecture> architectures = {
-      bert_style_classifier(bert_layout()),
-      bert_style_classifier(roberta_layout("roberta")),
-      bert_style_classifier(roberta_layout("xlm-roberta")),
-      bert_style_classifier(roberta_layout("camembert")),
-      bert_style_classifier(electra_layout()),
-      bert_style_classifier(distilbert_layout()),
+      bert_style(bert_layout(), kSequenceClassification),
+      bert_style(roberta_layout("roberta"), kSequenceClassification),
+      bert_style(roberta_layout("xlm-roberta"), kSequenceClassification),
+      bert_style(roberta_layout("camembert"), kSequenceClassification),
+      bert_style(electra_layout(), kSequenceClassification),
+      bert_style(distilbert_layout(), kSequenceClassification),
+      bert_style(bert_layout(), kTokenClassification),
+      bert_style(roberta_layout("roberta"), kTokenClassification),
+      bert_style(roberta_layout("xlm-roberta"), kTokenClassification),
+      bert_style(roberta_layout("camembert"), kTokenClassification),
+      bert_style(electra_layout(), kTokenClassification),
+      bert_style(distilbert_layout(), kTokenClassification),
       {"ModernBertForSequenceClassification", "modernbert", kSequenceClassification, modernbert_parameter_specs,
        [](Backend& backend, const ModelConfig& config, DType compute) -> std::unique_ptr<Model> {
          return std::make_unique<ModernBertForSequenceClassification>(backend, config, compute);
@@ -103,6 +110,10 @@ const ModelArchitecture& model_architecture(const ModelConfig& config, const std
   }
   if (offered.empty()) model_family(config.model_type, "model");  // fails, naming the supported types
   fail("model_type \"{}\" has no {} head (it has: {})", config.model_type, task, joined(offered));
+}
+
+void set_model_task(ModelConfig& config, const std::string& task) {
+  config.extra["architectures"] = nlohmann::json::array({model_architecture(config, task).name});
 }
 
 std::unique_ptr<Model> make_model(Backend& backend, const ModelConfig& config, DType compute,

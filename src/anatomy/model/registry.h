@@ -21,6 +21,7 @@
 #include "anatomy/model/inference.h"
 #include "anatomy/model/model.h"
 #include "anatomy/model/parameters.h"
+#include "anatomy/model/tasks.h"
 
 namespace anatomy {
 
@@ -32,9 +33,6 @@ struct ModelFamily {
   std::function<std::optional<ModelConfig>(const std::string& name)> preset;
   std::function<std::vector<std::string>()> preset_names;
 };
-
-// The tasks a head serves (Hugging Face's pipeline names).
-inline constexpr const char* kSequenceClassification = "sequence-classification";
 
 struct ModelArchitecture {
   std::string name;        // Hugging Face's class name, e.g. "BertForSequenceClassification"
@@ -55,6 +53,9 @@ const ModelFamily& model_family(const std::string& model_type, const std::string
 // engine has for the family; else sequence classification (a pre-training
 // checkpoint, e.g. BertForMaskedLM, fine-tuned as the seed does).
 std::string model_task(const ModelConfig& config, const std::string& requested = "");
+// Makes `config` a model of `task`: its "architectures" names the family's
+// class for it (fails as model_architecture does).
+void set_model_task(ModelConfig& config, const std::string& task);
 // The architecture of `config`'s family for model_task(config, task); fails naming what is supported.
 const ModelArchitecture& model_architecture(const ModelConfig& config, const std::string& task = "");
 

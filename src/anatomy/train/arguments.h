@@ -11,6 +11,7 @@ namespace anatomy {
 
 struct TrainingArguments {
   std::string model = "bert-large-uncased";  // directory with config.json, or a preset
+  std::string task;                          // model/tasks.h; empty: the model's config.json architectures
   std::string dataset = "dummy";             // "dummy" or empty when train_file is given
   std::string train_file;                    // pre-tokenized safetensors, or text: .jsonl, .json, .csv, .tsv
   // Text data: the columns, the tokenizer and the length (train/training_data.h).
@@ -20,6 +21,7 @@ struct TrainingArguments {
   std::string vocab;                         // vocab.txt; empty: the model directory's
   std::string do_lower_case;                 // "true" or "false"; empty: the model's tokenizer_config.json, else true
   int64_t max_seq_length = 128;              // run_glue's default; truncation longest_first
+  bool label_all_tokens = false;             // token classification: every piece of a word labelled
   bool group_by_length = false;              // batches of similar lengths (LengthGroupedSampler)
   int64_t dummy_size = 512;                  // the seed's 512 sequences
   int64_t dummy_seq_len = 512;               // of 512 tokens

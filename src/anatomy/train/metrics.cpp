@@ -6,6 +6,7 @@
 #include <set>
 
 #include "anatomy/core/error.h"
+#include "anatomy/train/seqeval.h"
 
 namespace anatomy {
 
@@ -94,13 +95,61 @@ std::map<std::string, double> classification_metrics(const std::vector<float>& l
   return out;
 }
 
+std::map<std::string, double> token_classification_metrics(const std::vector<float>& logits, int64_t C,
+                                                           const Dataset& data, const std::vector<std::string>& names,
+                                                           int64_t batch_size) {
+  const int64_t L = data.seq_len;
+  ANATOMY_CHECK(data.token_labels && static_cast<int64_t>(logits.size()) == data.size * L * C &&
+                    static_cast<int64_t>(names.size()) == C && batch_size > 0,
+                "token metrics: {} logits for {} x {} x {} ({} names)", logits.size(), data.size, L, C, names.size());
+  std::vector<std::vector<std::string>> truth, predicted;
+  double weighted_loss = 0.0;
+  int64_t weighted_examples = 0;
+  for (int64_t begin = 0; begin < data.size; begin += batch_size) {
+    const int64_t end = std::min(data.size, begin + batch_size);
+    double loss = 0.0;
+    int64_t counted = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      std::vector<std::string> t, p;
+      for (int64_t j = 0; j < L; ++j) {
+        const int64_t label = data.labels_i64[static_cast<size_t>(i * L + j)];
+        if (label == -100) continue;
+        const float* x = logits.data() + (i * L + j) * C;
+        const float max = *std::max_element(x, x + C);
+        double sum = 0.0;
+        for (int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(x[c]) - max);
+        loss += std::log(sum) + max - x[label];
+        ++counted;
+        t.push_back(names[static_cast<size_t>(label)]);
+        p.push_back(names[static_cast<size_t>(std::max_element(x, x + C) - x)]);
+      }
+      truth.push_back(std::move(t));
+      predicted.push_back(std::move(p));
+    }
+    // A batch without labelled tokens has no loss (torch's mean over none is NaN): it is left out.
+    if (counted > 0) {
+      weighted_loss += loss / static_cast<double>(counted) * static_cast<double>(end - begin);
+      weighted_examples += end - begin;
+    }
+  }
+  std::map<std::string, double> out;
+  if (weighted_examples == 0) fail("{}: no token has a label (all are -100)", data.source);
+  out["eval_loss"] = weighted_loss / static_cast<double>(weighted_examples);
+  const SeqevalResult scores = seqeval(truth, predicted);
+  out["eval_precision"] = scores.precision;
+  out["eval_recall"] = scores.recall;
+  out["eval_f1"] = scores.f1;
+  out["eval_accuracy"] = scores.accuracy;
+  return out;
+}
+
 bool metric_greater_is_better(const std::string& metric) {
-  static const std::set<std::string> greater = {"accuracy", "f1", "pearson"};
+  static const std::set<std::string> greater = {"accuracy", "f1", "pearson", "precision", "recall"};
   static const std::set<std::string> smaller = {"loss", "mse"};
   const std::string name = metric.rfind("eval_", 0) == 0 ? metric.substr(5) : metric;
   if (greater.count(name)) return true;
   if (smaller.count(name)) return false;
-  fail("--metric-for-best-model {}: expected loss, accuracy, f1, mse or pearson", metric);
+  fail("--metric-for-best-model {}: expected loss, accuracy, f1, precision, recall, mse or pearson", metric);
 }
 
 }  // namespace anatomy

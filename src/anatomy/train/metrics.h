@@ -24,6 +24,18 @@ namespace anatomy {
 std::map<std::string, double> classification_metrics(const std::vector<float>& logits, int64_t num_labels,
                                                      ProblemType type, const Dataset& data);
 
+// Token classification, as run_ner.py's compute_metrics and Trainer report it:
+// - eval_loss: each evaluation batch's mean cross-entropy over its labelled
+//   tokens (-100 ignored), weighted by the batch's examples (Trainer's mean of
+//   the batch losses repeated per example); batches of `batch_size` in order;
+// - eval_precision, eval_recall, eval_f1, eval_accuracy: seqeval's overall
+//   figures (train/seqeval.h) over the labelled tokens' tags, `names` giving
+//   each id's tag.
+// `logits` holds data.size × data.seq_len × num_labels values (token labels).
+std::map<std::string, double> token_classification_metrics(const std::vector<float>& logits, int64_t num_labels,
+                                                           const Dataset& data, const std::vector<std::string>& names,
+                                                           int64_t batch_size);
+
 // Whether a larger value of the metric is better (loss and mse: smaller);
 // false with an error naming the flag for a metric of no problem type.
 bool metric_greater_is_better(const std::string& metric);

@@ -75,7 +75,9 @@ ModelInputs upload_batch(Backend& backend, const HostBatch& b, DType label_dtype
   in.token_type_ids = upload_tokens(b.token_type_ids, "token_type_ids");
   in.attention_mask = upload_tokens(b.attention_mask, "attention_mask");
   if (label_width > 0) {
-    Shape shape = label_width == 1 ? Shape{b.batch} : Shape{b.batch, label_width};
+    const Shape shape = b.token_labels   ? Shape{b.batch, b.seq_len}
+                        : label_width == 1 ? Shape{b.batch}
+                                           : Shape{b.batch, label_width};
     in.labels = Tensor::empty(ledger, shape, label_dtype, Category::Data, "labels");
     if (label_dtype == DType::I64) backend.copy_from_host(in.labels, b.labels_i64.data());
     else backend.copy_from_host(in.labels, b.labels_f32.data());
@@ -121,7 +123,9 @@ class InputSlots {
     in.token_type_ids = tokens(slot.types, b.token_type_ids, "token_type_ids");
     in.attention_mask = tokens(slot.mask, b.attention_mask, "attention_mask");
     if (data_.label_width > 0) {
-      const Shape shape = data_.label_width == 1 ? Shape{b.batch} : Shape{b.batch, data_.label_width};
+      const Shape shape = b.token_labels           ? Shape{b.batch, b.seq_len}
+                          : data_.label_width == 1 ? Shape{b.batch}
+                                                   : Shape{b.batch, data_.label_width};
       in.labels = slot.labels.slice(0, shape, "labels");
       if (data_.label_dtype == DType::I64) backend_.upload_async(in.labels, b.labels_i64.data());
       else backend_.upload_async(in.labels, b.labels_f32.data());
@@ -233,16 +237,37 @@ std::map<std::string, double> Trainer::evaluate() {
   const Dataset& eval = *eval_data_;
   Ledger& ledger = backend_.ledger();
   const int64_t C = model_.config().num_labels, B = args_.per_device_eval_batch_size;
+  const bool per_token = model_.task() == kTokenClassification;
+  const int64_t rows = per_token ? eval.seq_len : 1;  // logits rows per example
   const std::vector<int64_t> order = epoch_order(eval.size, /*shuffle=*/false, 0, 0);
-  std::vector<float> logits(static_cast<size_t>(eval.size * C));
+  std::vector<float> logits(static_cast<size_t>(eval.size * rows * C), 0.0f);
+  std::vector<float> batch_logits;
   for (int64_t begin = 0; begin < eval.size; begin += B) {
     ledger.set_phase("evaluation");
     // No labels on the device: the loss is computed on the host, from the logits.
-    const ModelInputs inputs = upload_batch(backend_, gather_batch(eval, order, begin, std::min(eval.size, begin + B)),
-                                           eval.label_dtype, 0);
+    HostBatch host = gather_batch(eval, order, begin, std::min(eval.size, begin + B));
+    host.labels_i64.clear();
+    const ModelInputs inputs = upload_batch(backend_, host, eval.label_dtype, 0);
     ForwardOptions options;  // dropout off, nothing kept for backward
     const ForwardOutput out = model_.forward(inputs, options);
-    backend_.copy_to_host(out.logits, logits.data() + begin * C);
+    if (!per_token) {
+      backend_.copy_to_host(out.logits, logits.data() + begin * C);
+      continue;
+    }
+    // [b, L', C] of a batch cut to its longest row, into [N, L, C].
+    batch_logits.resize(static_cast<size_t>(out.logits.numel()));
+    backend_.copy_to_host(out.logits, batch_logits.data());
+    const int64_t length = host.seq_len;
+    for (int64_t i = 0; i < host.batch; ++i)
+      std::copy_n(batch_logits.data() + i * length * C, length * C, logits.data() + ((begin + i) * rows) * C);
+  }
+  if (per_token) {
+    std::vector<std::string> names;  // each id's tag: id2label's, or Hugging Face's LABEL_i
+    for (int64_t c = 0; c < C; ++c) {
+      const auto it = model_.config().id2label.find(c);
+      names.push_back(it != model_.config().id2label.end() ? it->second : fmt::format("LABEL_{}", c));
+    }
+    return token_classification_metrics(logits, C, eval, names, B);
   }
   return classification_metrics(logits, C, resolve_problem_type(model_.config(), eval.label_dtype), eval);
 }

@@ -2,11 +2,13 @@
 #include "anatomy/train/training_data.h"
 
 #include <filesystem>
+#include <set>
 
 #include <fmt/format.h>
 
 #include "anatomy/core/error.h"
 #include "anatomy/data/wordpiece.h"
+#include "anatomy/model/registry.h"
 
 namespace anatomy {
 
@@ -104,11 +106,71 @@ LabelVocabulary model_label_vocabulary(const ModelConfig& config) {
   return v;
 }
 
+namespace {
+
+// The model's labels for a tag set, as fit_labels does for text labels.
+LabelVocabulary fit_tags(const TaggedCorpus& train, ModelConfig& config, bool from_directory) {
+  LabelVocabulary tags = tag_vocabulary(train);
+  if (from_directory && has_named_labels(config)) {
+    const LabelVocabulary model = model_label_vocabulary(config);
+    bool covered = true;
+    for (const std::string& name : tags.names) covered = covered && model.ids.count(name) != 0;
+    if (covered) tags = model;
+  }
+  config.num_labels = tags.num_labels();
+  config.problem_type = ProblemType::Unset;
+  config.id2label.clear();
+  for (size_t i = 0; i < tags.names.size(); ++i) config.id2label[static_cast<int64_t>(i)] = tags.names[i];
+  return tags;
+}
+
+}  // namespace
+
+std::optional<bool> token_prefix_space(const ModelConfig& config) {
+  static const std::set<std::string> spaced = {"roberta", "gpt2", "bloom", "deberta"};
+  if (spaced.count(config.model_type) != 0) return true;
+  return std::nullopt;
+}
+
+std::string token_words_column(const std::string& text_column) {
+  return text_column == "text" ? "tokens" : text_column;
+}
+
+std::string token_tags_column(const std::string& label_column) {
+  return label_column == "label" ? "tags" : label_column;
+}
+
+Dataset read_token_data(const std::string& path, const std::string& text_column, const std::string& label_column,
+                        const data::TextTokenizer& tokenizer, const LabelVocabulary* tags,
+                        const TokenDataOptions& options, std::vector<std::string>* notes,
+                        TaggedCorpus* corpus_out) {
+  TaggedCorpus corpus =
+      read_tagged_corpus(path, token_words_column(text_column), tags ? token_tags_column(label_column) : "");
+  if (notes != nullptr) {
+    if (corpus.blank_lines_skipped > 0)
+      notes->push_back(fmt::format("Skipped {} blank line{} of {}", corpus.blank_lines_skipped,
+                                   corpus.blank_lines_skipped == 1 ? "" : "s", path));
+    if (corpus.empty_sentences_skipped > 0)
+      notes->push_back(fmt::format("Skipped {} sentence{} without words in {}", corpus.empty_sentences_skipped,
+                                   corpus.empty_sentences_skipped == 1 ? "" : "s", path));
+  }
+  Dataset d = tokenize_tagged_corpus(corpus, tokenizer, tags, options);
+  if (corpus_out != nullptr) *corpus_out = std::move(corpus);
+  return d;
+}
+
 TrainingData load_training_data(const TrainingArguments& args, ModelSource& source) {
   TrainingData out;
   ModelConfig& config = source.config;
-  const bool train_text = !args.train_file.empty() && is_text_data_file(args.train_file);
-  const bool eval_text = !args.validation_file.empty() && is_text_data_file(args.validation_file);
+  if (!args.task.empty()) set_model_task(config, args.task);
+  const bool token_task = model_task(config) == kTokenClassification;
+  auto text_file = [&](const std::string& path) {
+    return is_text_data_file(path) || (token_task && is_conll_file(path));
+  };
+  const bool train_text = !args.train_file.empty() && text_file(args.train_file);
+  const bool eval_text = !args.validation_file.empty() && text_file(args.validation_file);
+  if (args.label_all_tokens && !token_task)
+    fail("--label-all-tokens: only for token classification (--task token-classification)");
   if (eval_text && !train_text)
     fail("--validation-file {}: text validation data needs a text --train-file (its labels name the classes)",
          args.validation_file);
@@ -136,6 +198,21 @@ TrainingData load_training_data(const TrainingArguments& args, ModelSource& sour
            config.vocab_size, source.directory);
     }
     if (!settings.config.contains("model_max_length")) settings.model_max_length = config.max_sequence_length();
+    if (token_task) {
+      const TaggedCorpus train = read_tagged_corpus(args.train_file, token_words_column(args.text_column),
+                                                    token_tags_column(args.label_column));
+      const LabelVocabulary tags = fit_tags(train, config, !source.directory.empty());
+      TokenDataOptions options;
+      options.max_seq_length = args.max_seq_length;
+      options.label_all_tokens = args.label_all_tokens;
+      options.add_prefix_space = token_prefix_space(config);
+      out.train = read_token_data(args.train_file, args.text_column, args.label_column, tokenizer, &tags, options,
+                                  &out.notes, nullptr);
+      if (eval_text)
+        out.eval = read_token_data(args.validation_file, args.text_column, args.label_column, tokenizer, &tags,
+                                   options, &out.notes, nullptr);
+      out.tokenizer = settings;
+    } else {
     TextColumns columns{args.text_column, args.text_pair_column, args.label_column};
     if (columns.label.empty()) fail("--label-column: training needs labels");
     const TextTable train = read_text_table(args.train_file, columns);
@@ -155,6 +232,7 @@ TrainingData load_training_data(const TrainingArguments& args, ModelSource& sour
       out.eval = tokenize_text_table(eval, tokenizer, &labels, options);
     }
     out.tokenizer = settings;
+    }
   } else {
     out.train = args.train_file.empty() ? make_dummy_dataset(args.dummy_size, args.dummy_seq_len, args.seed)
                                         : load_tensor_dataset(args.train_file);
@@ -164,13 +242,20 @@ TrainingData load_training_data(const TrainingArguments& args, ModelSource& sour
       out.train.labels_f32.assign(out.train.size, 0.0f);
       out.train.labels_i64.clear();
     }
+    if (args.train_file.empty() && token_task) {
+      // The dummy labels of token classification: 0 for every token.
+      out.train.token_labels = true;
+      out.train.label_width = out.train.seq_len;
+      out.train.labels_i64.assign(static_cast<size_t>(out.train.size * out.train.seq_len), 0);
+    }
     if (!source.directory.empty()) out.tokenizer = read_tokenizer_settings(source.directory);
   }
-  validate_dataset(out.train, config);
+  validate_dataset(out.train, config, model_task(config));
   if (!args.validation_file.empty()) {
     if (!out.eval) out.eval = load_tensor_dataset(args.validation_file);
-    validate_dataset(*out.eval, config);
-    if (out.eval->label_dtype != out.train.label_dtype || out.eval->label_width != out.train.label_width)
+    validate_dataset(*out.eval, config, model_task(config));
+    if (out.eval->label_dtype != out.train.label_dtype || out.eval->token_labels != out.train.token_labels ||
+        (!out.train.token_labels && out.eval->label_width != out.train.label_width))
       fail("{}: its labels ({} x {}) are not of the training data's kind ({} x {})", out.eval->source,
            dtype_name(out.eval->label_dtype), out.eval->label_width, dtype_name(out.train.label_dtype),
            out.train.label_width);

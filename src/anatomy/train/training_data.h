@@ -14,6 +14,7 @@
 #include "anatomy/data/dataset.h"
 #include "anatomy/data/text_dataset.h"
 #include "anatomy/data/text_table.h"
+#include "anatomy/data/token_data.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/arguments.h"
 
@@ -37,6 +38,21 @@ TrainingData load_training_data(const TrainingArguments& args, ModelSource& sour
 // needs it in the error when there is no vocabulary.
 TokenizerSettings resolve_tokenizer(const std::string& vocab, const std::string& model_dir,
                                     const std::string& do_lower_case, const std::string& needed_by);
+
+// Token classification's fields: --text-column and --label-column, their
+// defaults ("text", "label") read as "tokens" and "tags".
+std::string token_words_column(const std::string& text_column);
+// run_ner's add_prefix_space=True for the model types it loads so (roberta, gpt2, bloom, deberta); else unset.
+std::optional<bool> token_prefix_space(const ModelConfig& config);
+std::string token_tags_column(const std::string& label_column);
+
+// Word-tagged text (.jsonl/.json/.conll) read and tokenized for token
+// classification (data/token_data.h); `tags` null: without tags
+// (prediction). Skipped lines and sentences go to `notes` (may be null); the
+// corpus read, to `corpus` (may be null).
+Dataset read_token_data(const std::string& path, const std::string& text_column, const std::string& label_column,
+                        const data::TextTokenizer& tokenizer, const LabelVocabulary* tags,
+                        const TokenDataOptions& options, std::vector<std::string>* notes, TaggedCorpus* corpus);
 
 // A trained model's labels as a vocabulary, to read labelled text for
 // evaluation: the id2label names (and the ids themselves, written as integers,

@@ -14,11 +14,44 @@
 namespace anatomy::data::tok {
 
 void TokenSequence::append(const TokenSequence& other) {
+  const auto shift = static_cast<uint32_t>(ids.size());
+  for (const SequenceRange& r : other.ranges) {
+    const SequenceRange moved{r.id, r.start + shift, r.end + shift};
+    const auto same = std::find_if(ranges.begin(), ranges.end(), [&](const SequenceRange& x) { return x.id == r.id; });
+    if (same != ranges.end())
+      *same = moved;
+    else
+      ranges.push_back(moved);
+  }
   ids.insert(ids.end(), other.ids.begin(), other.ids.end());
   type_ids.insert(type_ids.end(), other.type_ids.begin(), other.type_ids.end());
   offsets.insert(offsets.end(), other.offsets.begin(), other.offsets.end());
   values.insert(values.end(), other.values.begin(), other.values.end());
   special.insert(special.end(), other.special.begin(), other.special.end());
+  words.insert(words.end(), other.words.begin(), other.words.end());
+}
+
+void TokenSequence::set_sequence_id(int32_t id) {
+  const SequenceRange all{id, 0, static_cast<uint32_t>(ids.size())};
+  const auto same = std::find_if(ranges.begin(), ranges.end(), [&](const SequenceRange& x) { return x.id == id; });
+  if (same != ranges.end())
+    *same = all;
+  else
+    ranges.push_back(all);
+}
+
+std::vector<int32_t> TokenSequence::sequence_ids(size_t length) const {
+  std::vector<int32_t> out(length, -1);
+  const size_t count = std::max<size_t>(ranges.size(), 1);
+  for (size_t id = 0; id < count; ++id) {
+    const auto range = std::find_if(ranges.begin(), ranges.end(),
+                                    [&](const SequenceRange& r) { return r.id == static_cast<int32_t>(id); });
+    const size_t start = range == ranges.end() ? 0 : std::min<size_t>(range->start, length);
+    const size_t end = range == ranges.end() ? length : std::min<size_t>(range->end, length);
+    std::fill(out.begin() + static_cast<std::ptrdiff_t>(start), out.begin() + static_cast<std::ptrdiff_t>(end),
+              static_cast<int32_t>(id));
+  }
+  return out;
 }
 
 PostProcessor::~PostProcessor() = default;
@@ -38,6 +71,7 @@ TokenSequence special_sequence(const SpecialToken& token, int32_t type_id) {
   s.offsets.assign(token.ids.size(), Span{0, 0});
   s.values = token.tokens;
   s.special.assign(token.ids.size(), 1);
+  s.words.assign(token.ids.size(), -1);
   return s;
 }
 
@@ -160,7 +194,7 @@ class TemplateProcessor : public PostProcessor {
         const auto index = static_cast<size_t>(item.sequence);
         if (index >= sequences.size()) continue;
         TokenSequence s = sequences[index];
-        std::fill(s.type_ids.begin(), s.type_ids.end(), item.type_id);
+        if (!s.overflow) std::fill(s.type_ids.begin(), s.type_ids.end(), item.type_id);
         out.append(s);
       } else if (add_special_tokens) {
         out.append(special_sequence(specials_.at(item.token), item.type_id));
@@ -286,8 +320,12 @@ std::unique_ptr<PostProcessor> post_processor_from_json(const nlohmann::json& va
 
 TokenSequence post_process(const PostProcessor* processor, std::vector<TokenSequence> sequences,
                            bool add_special_tokens) {
-  for (size_t i = 0; i < sequences.size(); ++i)
+  // The library's process() marks each text's tokens as its own; without a processor, only a pair is
+  // marked (default_process), and a single text keeps no ranges.
+  for (size_t i = 0; i < sequences.size(); ++i) {
     std::fill(sequences[i].type_ids.begin(), sequences[i].type_ids.end(), static_cast<int32_t>(i));
+    if (processor || sequences.size() > 1) sequences[i].set_sequence_id(static_cast<int32_t>(i));
+  }
   if (processor) processor->process(sequences, add_special_tokens);
   TokenSequence out;
   for (const TokenSequence& s : sequences) out.append(s);

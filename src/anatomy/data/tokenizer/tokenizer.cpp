@@ -3,6 +3,8 @@
 #include "anatomy/data/tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <initializer_list>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -73,6 +75,77 @@ void truncate(TokenSequence& s, size_t length, bool left) {
   cut(s.offsets);
   cut(s.values);
   cut(s.special);
+  cut(s.words);
+  s.ranges.clear();
+}
+
+// Truncation longest_first of one text or a pair to `truncate_to` tokens, `added` of them the special tokens
+// (utils/truncation.rs: with n1 the shorter, keep max(n1, budget - n1) of the longer, or half each when both
+// are long).
+void truncate_longest_first(std::vector<TokenSequence>& sequences, size_t truncate_to, size_t added) {
+  const bool pair = sequences.size() > 1;
+  if (truncate_to < added)
+    fail("cannot truncate to {} tokens: the tokenizer adds {} special tokens to {}", truncate_to, added,
+         pair ? "a pair" : "a text");
+  const size_t budget = truncate_to - added;
+  if (!pair) {
+    truncate(sequences[0], budget, false);
+  } else if (sequences[0].size() + sequences[1].size() > budget) {
+    size_t n1 = sequences[0].size(), n2 = sequences[1].size();
+    if (budget == 0) {
+      n1 = n2 = 0;
+    } else {
+      const bool swap = n1 > n2;
+      if (swap) std::swap(n1, n2);
+      n2 = n1 > budget ? n1 : std::max(n1, budget - n1);
+      if (n1 + n2 > budget) {
+        n1 = budget / 2;
+        n2 = n1 + budget % 2;
+      }
+      if (swap) std::swap(n1, n2);
+    }
+    truncate(sequences[0], n1, false);
+    truncate(sequences[1], n2, false);
+  }
+}
+
+// The tokens [start, end) of `s`, as a sequence of their own (no ranges, as Encoding::truncate leaves them).
+TokenSequence slice(const TokenSequence& s, size_t start, size_t end) {
+  const auto part = [&](const auto& v) {
+    using V = std::decay_t<decltype(v)>;
+    if (v.empty()) return V();
+    return V(v.begin() + static_cast<std::ptrdiff_t>(start), v.begin() + static_cast<std::ptrdiff_t>(end));
+  };
+  TokenSequence out;
+  out.ids = part(s.ids);
+  out.type_ids = part(s.type_ids);
+  out.offsets = part(s.offsets);
+  out.values = part(s.values);
+  out.special = part(s.special);
+  out.words = part(s.words);
+  return out;
+}
+
+// Sets add_prefix_space to `value` in `step` if its type is one of `types`, or in each of its steps (`list`) if it
+// is a Sequence (the field's default is true); whether that changed anything.
+bool set_add_prefix_space(nlohmann::json& step, bool value, const char* list,
+                          std::initializer_list<const char*> types) {
+  if (!step.is_object()) return false;
+  const auto type = step.find("type");
+  if (type == step.end() || !type->is_string()) return false;
+  if (*type == "Sequence") {
+    const auto steps = step.find(list);
+    if (steps == step.end() || !steps->is_array()) return false;
+    bool changed = false;
+    for (nlohmann::json& inner : *steps) changed = set_add_prefix_space(inner, value, list, types) || changed;
+    return changed;
+  }
+  if (std::none_of(types.begin(), types.end(), [&](const char* t) { return *type == t; })) return false;
+  const auto field = step.find("add_prefix_space");
+  if (field != step.end() && field->is_boolean() && field->get<bool>() == value) return false;
+  if (field == step.end() && value) return false;
+  step["add_prefix_space"] = value;
+  return true;
 }
 
 }  // namespace
@@ -98,6 +171,18 @@ Tokenizer::Tokenizer(const nlohmann::json& document, const std::string& source) 
     pre_tokenizer_ = pre_tokenizer_from_json(*p, source);
   if (const nlohmann::json* p = optional_field(document, "post_processor"))
     post_processor_ = post_processor_from_json(*p, source);
+  for (const bool value : {false, true}) {
+    if (const nlohmann::json* p = optional_field(document, "pre_tokenizer")) {
+      nlohmann::json changed = *p;
+      if (set_add_prefix_space(changed, value, "pretokenizers", {"ByteLevel"}))
+        prefix_pre_tokenizers_[value] = pre_tokenizer_from_json(changed, source);
+    }
+    if (const nlohmann::json* p = optional_field(document, "post_processor")) {
+      nlohmann::json changed = *p;
+      if (set_add_prefix_space(changed, value, "processors", {"ByteLevel", "RobertaProcessing"}))
+        prefix_post_processors_[value] = post_processor_from_json(changed, source);
+    }
+  }
 
   // Added tokens, as the library adds them: ids from the model's vocabulary or
   // the next free id (the file's "id" is only a hint it warns about).
@@ -262,7 +347,17 @@ void Tokenizer::cut_added_tokens(std::vector<Piece>& pieces, bool normalized) co
   pieces = std::move(out);
 }
 
-TokenSequence Tokenizer::encode_text(std::string_view text, bool fill_values) const {
+Tokenizer::Pipeline Tokenizer::pipeline(std::optional<bool> add_prefix_space) const {
+  Pipeline p{pre_tokenizer_.get(), post_processor_.get()};
+  if (add_prefix_space) {
+    if (const auto& pre = prefix_pre_tokenizers_[*add_prefix_space]) p.pre_tokenizer = pre.get();
+    if (const auto& post = prefix_post_processors_[*add_prefix_space]) p.post_processor = post.get();
+  }
+  return p;
+}
+
+TokenSequence Tokenizer::encode_text(std::string_view text, const Pipeline& pipeline, int32_t word) const {
+  const bool fill_values = pipeline.post_processor && pipeline.post_processor->needs_token_text();
   if (const size_t bad = find_invalid_utf8(text); bad != std::string_view::npos)
     fail("invalid UTF-8 (byte 0x{:02X} at byte {})", static_cast<unsigned char>(text[bad]), bad);
   std::vector<Piece> pieces;
@@ -273,7 +368,7 @@ TokenSequence Tokenizer::encode_text(std::string_view text, bool fill_values) co
   cut_added_tokens(pieces, /*normalized=*/true);
   // The library drops pieces that normalization emptied.
   std::erase_if(pieces, [](const Piece& p) { return !p.tokens && p.text.empty(); });
-  if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(pieces);
+  if (pipeline.pre_tokenizer) pipeline.pre_tokenizer->pre_tokenize(pieces);
 
   TokenSequence out;
   const CharOffsets chars(text);
@@ -298,77 +393,205 @@ TokenSequence Tokenizer::encode_text(std::string_view text, bool fill_values) co
   }
   out.type_ids.assign(out.ids.size(), 0);
   out.special.assign(out.ids.size(), 0);
+  out.words.assign(out.ids.size(), word);
   return out;
 }
 
-Encoding Tokenizer::encode(const TextInput& input, const EncodeOptions& options, bool add_special_tokens) const {
-  const bool fill_values = post_processor_ && post_processor_->needs_token_text();
-  std::vector<TokenSequence> sequences;
-  try {
-    sequences.push_back(encode_text(input.text, fill_values));
-    if (input.pair) sequences.push_back(encode_text(*input.pair, fill_values));
-  } catch (const Error& e) {
-    fail("{}: {}", source_, e.what());
-  }
-  if (options.truncate_to > 0) {
-    const size_t added = add_special_tokens ? added_special_tokens(input.pair.has_value()) : 0;
-    if (options.truncate_to < added)
-      fail("cannot truncate to {} tokens: the tokenizer adds {} special tokens to {}", options.truncate_to, added,
-           input.pair ? "a pair" : "a text");
-    const size_t budget = options.truncate_to - added;
-    if (sequences.size() == 1) {
-      truncate(sequences[0], budget, false);
-    } else if (sequences[0].size() + sequences[1].size() > budget) {
-      size_t n1 = sequences[0].size(), n2 = sequences[1].size();
-      if (budget == 0) {
-        n1 = n2 = 0;
-      } else {
-        const bool swap = n1 > n2;
-        if (swap) std::swap(n1, n2);
-        n2 = n1 > budget ? n1 : std::max(n1, budget - n1);
-        if (n1 + n2 > budget) {
-          n1 = budget / 2;
-          n2 = n1 + budget % 2;
-        }
-        if (swap) std::swap(n1, n2);
-      }
-      truncate(sequences[0], n1, false);
-      truncate(sequences[1], n2, false);
-    }
-  }
-  TokenSequence all = post_process(post_processor_.get(), std::move(sequences), add_special_tokens);
+Encoding Tokenizer::assemble(std::vector<TokenSequence> sequences, const Pipeline& pipeline, bool add_special_tokens,
+                             bool words, size_t pad_to, int32_t& pad_sequence_id) const {
+  TokenSequence all = post_process(pipeline.post_processor, std::move(sequences), add_special_tokens);
   Encoding e;
+  // The sequence id one token past the end is the one padding takes.
+  e.sequence_ids = all.sequence_ids(all.size() + 1);
+  pad_sequence_id = e.sequence_ids.back();
+  e.sequence_ids.pop_back();
   e.input_ids = std::move(all.ids);
   e.token_type_ids = std::move(all.type_ids);
   e.offsets = std::move(all.offsets);
   e.attention_mask.assign(e.input_ids.size(), 1);
-  if (options.padding == Padding::kMaxLength && e.input_ids.size() < options.pad_to) {
-    if (pad_id_ < 0) fail("{}: padding needs a pad token, and the tokenizer has none ([PAD] or <pad>)", source_);
-    e.input_ids.resize(options.pad_to, pad_id_);
-    e.token_type_ids.resize(options.pad_to, 0);
-    e.attention_mask.resize(options.pad_to, 0);
-    e.offsets.resize(options.pad_to, {0, 0});
-  }
+  if (words) e.word_ids = std::move(all.words);
+  pad(e, pad_to, pad_sequence_id, words);
   return e;
+}
+
+void Tokenizer::pad(Encoding& e, size_t length, int32_t pad_sequence_id, bool words) const {
+  if (e.input_ids.size() >= length) return;
+  if (pad_id_ < 0) fail("{}: padding needs a pad token, and the tokenizer has none ([PAD] or <pad>)", source_);
+  e.input_ids.resize(length, pad_id_);
+  e.token_type_ids.resize(length, 0);
+  e.attention_mask.resize(length, 0);
+  e.offsets.resize(length, {0, 0});
+  e.sequence_ids.resize(length, pad_sequence_id);
+  if (words) e.word_ids.resize(length, -1);
+}
+
+Encoding Tokenizer::encode(const TextInput& input, const EncodeOptions& options, bool add_special_tokens,
+                           int32_t& pad_sequence_id) const {
+  const Pipeline p = pipeline(options.add_prefix_space);
+  std::vector<TokenSequence> sequences;
+  try {
+    sequences.push_back(encode_text(input.text, p));
+    if (input.pair) sequences.push_back(encode_text(*input.pair, p));
+  } catch (const Error& e) {
+    fail("{}: {}", source_, e.what());
+  }
+  if (options.truncate_to > 0)
+    truncate_longest_first(sequences, options.truncate_to,
+                           add_special_tokens ? added_special_tokens(input.pair.has_value()) : 0);
+  return assemble(std::move(sequences), p, add_special_tokens, /*words=*/false,
+                  options.padding == Padding::kMaxLength ? options.pad_to : 0, pad_sequence_id);
+}
+
+Encoding Tokenizer::encode(const TextInput& input, const EncodeOptions& options, bool add_special_tokens) const {
+  int32_t pad_sequence_id = -1;
+  return encode(input, options, add_special_tokens, pad_sequence_id);
 }
 
 std::vector<Encoding> Tokenizer::encode_batch(std::span<const TextInput> inputs, const EncodeOptions& options,
                                               bool add_special_tokens, int threads) const {
   std::vector<Encoding> out(inputs.size());
+  std::vector<int32_t> pad_sequence_ids(inputs.size(), -1);
   encode_in_parallel(inputs.size(), threads, [&] {
-    return [&](size_t i) { out[i] = encode(inputs[i], options, add_special_tokens); };
+    return [&](size_t i) { out[i] = encode(inputs[i], options, add_special_tokens, pad_sequence_ids[i]); };
   });
   if (options.padding == Padding::kLongest) {
     size_t longest = 0;
     for (const Encoding& e : out) longest = std::max(longest, e.input_ids.size());
-    for (Encoding& e : out) {
-      if (e.input_ids.size() == longest) continue;
-      if (pad_id_ < 0) fail("{}: padding needs a pad token, and the tokenizer has none ([PAD] or <pad>)", source_);
-      e.input_ids.resize(longest, pad_id_);
-      e.token_type_ids.resize(longest, 0);
-      e.attention_mask.resize(longest, 0);
-      e.offsets.resize(longest, {0, 0});
+    for (size_t i = 0; i < out.size(); ++i) pad(out[i], longest, pad_sequence_ids[i], false);
+  }
+  return out;
+}
+
+// ------------------------------------------------------------ pre-split words
+
+Encoding Tokenizer::encode_words(std::span<const std::string> words, const EncodeOptions& options) const {
+  int32_t pad_sequence_id = -1;
+  return encode_words(words, options, pad_sequence_id);
+}
+
+Encoding Tokenizer::encode_words(std::span<const std::string> words, const EncodeOptions& options,
+                                 int32_t& pad_sequence_id) const {
+  const Pipeline p = pipeline(options.add_prefix_space);
+  std::vector<TokenSequence> sequences(1);
+  for (size_t i = 0; i < words.size(); ++i) {
+    try {
+      sequences[0].append(encode_text(words[i], p, static_cast<int32_t>(i)));
+    } catch (const Error& e) {
+      fail("{}: word {}: {}", source_, i + 1, e.what());
     }
+  }
+  if (options.truncate_to > 0) truncate_longest_first(sequences, options.truncate_to, added_special_tokens(false));
+  return assemble(std::move(sequences), p, /*add_special_tokens=*/true, /*words=*/true,
+                  options.padding == Padding::kMaxLength ? options.pad_to : 0, pad_sequence_id);
+}
+
+std::vector<Encoding> Tokenizer::encode_words_batch(std::span<const std::vector<std::string>> examples,
+                                                    const EncodeOptions& options, int threads) const {
+  std::vector<Encoding> out(examples.size());
+  std::vector<int32_t> pad_sequence_ids(examples.size(), -1);
+  encode_in_parallel(examples.size(), threads, [&] {
+    return [&](size_t i) { out[i] = encode_words(examples[i], options, pad_sequence_ids[i]); };
+  });
+  if (options.padding == Padding::kLongest) {
+    size_t longest = 0;
+    for (const Encoding& e : out) longest = std::max(longest, e.input_ids.size());
+    for (size_t i = 0; i < out.size(); ++i) pad(out[i], longest, pad_sequence_ids[i], /*words=*/true);
+  }
+  return out;
+}
+
+// --------------------------------------------------------- overflowing windows
+
+std::vector<Encoding> Tokenizer::windows(const TextInput& input, const OverflowOptions& options,
+                                         std::vector<int32_t>& pad_sequence_ids) const {
+  const size_t max_length = options.max_length, stride = options.stride;
+  const bool pair = input.pair.has_value();
+  const size_t added = added_special_tokens(pair), single_added = added_special_tokens(false);
+  // The library subtracts the special tokens from max_length in unsigned arithmetic and wraps around, or with
+  // max_length equal to them moves every token to a window of its own: neither makes windows.
+  if (max_length <= added)
+    fail("cannot cut {} into windows of {} tokens: the tokenizer adds {} special tokens to it",
+         pair ? "a pair" : "a text", max_length, added);
+  // TokenizerImpl::with_truncation, before any encoding.
+  if (max_length - single_added < stride)
+    fail("tokenizer stride set to {}, which is greater than or equal to its effective max length of {} (= {} original "
+         "max length - {} added special tokens)",
+         stride, max_length - single_added, max_length, single_added);
+  const Pipeline p = pipeline(options.add_prefix_space);
+  std::vector<TokenSequence> sequences;
+  try {
+    sequences.push_back(encode_text(input.text, p));
+    if (pair) sequences.push_back(encode_text(*input.pair, p));
+  } catch (const Error& e) {
+    fail("{}: {}", source_, e.what());
+  }
+  const size_t budget = max_length - added;
+  const size_t pad_to = options.padding == Padding::kMaxLength ? max_length : 0;
+  std::vector<Encoding> out;
+  int32_t pad_sequence_id = -1;
+  const size_t n1 = sequences[0].size(), total = n1 + (pair ? sequences[1].size() : 0);
+  if (total <= budget) {
+    out.push_back(assemble(std::move(sequences), p, true, false, pad_to, pad_sequence_id));
+    pad_sequence_ids.push_back(pad_sequence_id);
+    return out;
+  }
+  if (!pair)
+    fail("truncation only_second needs a pair, and a text of {} tokens does not fit {} (Truncation error: Second "
+         "sequence not provided)",
+         n1, max_length);
+  const TokenSequence second = std::move(sequences[1]);
+  const size_t n2 = second.size(), to_remove = total - budget;
+  if (n2 <= to_remove)
+    fail("the first text's {} tokens and {} special tokens leave the second text no room in {} tokens (Truncation "
+         "error: Sequence to truncate too short to respect the provided max_length)",
+         n1, added, max_length);
+  // Encoding::truncate: windows of `window` tokens every window - stride tokens, the last one ending with the text.
+  const size_t window = n2 - to_remove;
+  if (stride >= window)
+    fail("`stride` must be strictly less than `max_len={}`: a window of {} tokens holds {} tokens of the second text "
+         "beside the first text's {} and {} special tokens, and stride is {}",
+         window, max_length, window, n1, added, stride);
+  for (size_t start = 0;; start += window - stride) {
+    const size_t end = std::min(start + window, n2);
+    std::vector<TokenSequence> parts = {sequences[0], slice(second, start, end)};
+    parts[1].overflow = start > 0;
+    out.push_back(assemble(std::move(parts), p, true, false, pad_to, pad_sequence_id));
+    pad_sequence_ids.push_back(pad_sequence_id);
+    if (end == n2) break;
+  }
+  return out;
+}
+
+std::vector<Encoding> Tokenizer::encode_overflowing(const TextInput& input, const OverflowOptions& options) const {
+  std::vector<int32_t> pad_sequence_ids;
+  std::vector<Encoding> out = windows(input, options, pad_sequence_ids);
+  if (options.padding == Padding::kLongest) {
+    size_t longest = 0;
+    for (const Encoding& e : out) longest = std::max(longest, e.input_ids.size());
+    for (size_t i = 0; i < out.size(); ++i) pad(out[i], longest, pad_sequence_ids[i], false);
+  }
+  return out;
+}
+
+OverflowingEncodings Tokenizer::encode_overflowing_batch(std::span<const TextInput> inputs,
+                                                         const OverflowOptions& options, int threads) const {
+  std::vector<std::vector<Encoding>> each(inputs.size());
+  std::vector<std::vector<int32_t>> pad_sequence_ids(inputs.size());
+  encode_in_parallel(inputs.size(), threads, [&] {
+    return [&](size_t i) { each[i] = windows(inputs[i], options, pad_sequence_ids[i]); };
+  });
+  OverflowingEncodings out;
+  std::vector<int32_t> pads;
+  for (size_t i = 0; i < each.size(); ++i)
+    for (size_t w = 0; w < each[i].size(); ++w) {
+      out.features.push_back(std::move(each[i][w]));
+      out.overflow_to_sample_mapping.push_back(static_cast<int32_t>(i));
+      pads.push_back(pad_sequence_ids[i][w]);
+    }
+  if (options.padding == Padding::kLongest) {
+    size_t longest = 0;
+    for (const Encoding& e : out.features) longest = std::max(longest, e.input_ids.size());
+    for (size_t i = 0; i < out.features.size(); ++i) pad(out.features[i], longest, pads[i], false);
   }
   return out;
 }

@@ -14,9 +14,15 @@
 // library's Encoding.offsets; the tokens of a pair's second text have spans of
 // that text. The file's own "truncation" and "padding" are not applied: as in
 // transformers, the caller's settings (EncodeOptions) decide.
+//
+// Pre-split words (is_split_into_words=True) go through steps 1 to 4 one word at a time, as texts of their own
+// (offsets relative to the word), before step 5 on all of them. Overflowing windows (truncation only_second with
+// return_overflowing_tokens and a stride) cut the second text's tokens before step 5, which then runs on each
+// window as on a whole input (utils/truncation.rs, Encoding::truncate).
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -57,6 +63,25 @@ class Tokenizer {
   std::vector<Encoding> encode_batch(std::span<const TextInput> inputs, const EncodeOptions& options,
                                      bool add_special_tokens = true, int threads = 0) const;
 
+  // Pre-split words, tokenizer(words, is_split_into_words=True), with word_ids: each word's tokens (none for a
+  // word the normalizer empties) carry its index and offsets into it. Special tokens added; truncation (of the
+  // words' tokens) and padding as `options` say, padding kLongest left to encode_words_batch.
+  Encoding encode_words(std::span<const std::string> words, const EncodeOptions& options) const;
+  std::vector<Encoding> encode_words_batch(std::span<const std::vector<std::string>> examples,
+                                           const EncodeOptions& options, int threads = 0) const;
+
+  // A question and its context as windows (see OverflowOptions): the second text's tokens cut in windows of
+  // max_length less the first text's tokens and the special tokens, each starting `stride` tokens before the
+  // end of the one before, the last one ending with the text; each window with the whole first text and the
+  // special tokens, its offsets and sequence ids. One window when the pair fits (or has no second text).
+  // Errors, as the library's: a stride above max_length less one text's special tokens; a pair that does not
+  // fit and whose first text leaves the second no room, or less than stride + 1 tokens; a single text that
+  // does not fit; and a max_length that only the special tokens fill (the library wraps around there).
+  std::vector<Encoding> encode_overflowing(const TextInput& input, const OverflowOptions& options) const;
+  // Every input's windows, in order, with the input of each; errors name the input's index.
+  OverflowingEncodings encode_overflowing_batch(std::span<const TextInput> inputs, const OverflowOptions& options,
+                                                int threads = 0) const;
+
   int32_t token_to_id(std::string_view token) const;  // added tokens first; -1 if absent
   std::string id_to_token(int32_t id) const;          // empty if absent
   size_t vocab_size() const;                          // the model's and the added tokens' ids
@@ -67,7 +92,25 @@ class Tokenizer {
   size_t added_special_tokens(bool pair) const;
 
  private:
-  TokenSequence encode_text(std::string_view text, bool fill_values) const;
+  // The pre-tokenizer and post-processor a call runs (the file's, or those of its add_prefix_space).
+  struct Pipeline {
+    const PreTokenizer* pre_tokenizer;
+    const PostProcessor* post_processor;
+  };
+  Pipeline pipeline(std::optional<bool> add_prefix_space) const;
+  TokenSequence encode_text(std::string_view text, const Pipeline& pipeline, int32_t word = -1) const;
+  Encoding encode(const TextInput& input, const EncodeOptions& options, bool add_special_tokens,
+                  int32_t& pad_sequence_id) const;
+  Encoding encode_words(std::span<const std::string> words, const EncodeOptions& options,
+                        int32_t& pad_sequence_id) const;
+  // Post-processing, then padding to `pad_to` tokens (0: none); the sequence id padding takes goes to
+  // `pad_sequence_id`.
+  Encoding assemble(std::vector<TokenSequence> sequences, const Pipeline& pipeline, bool add_special_tokens,
+                    bool words, size_t pad_to, int32_t& pad_sequence_id) const;
+  // Right padding to `length` tokens (word_ids too when `words`).
+  void pad(Encoding& e, size_t length, int32_t pad_sequence_id, bool words) const;
+  std::vector<Encoding> windows(const TextInput& input, const OverflowOptions& options,
+                                std::vector<int32_t>& pad_sequence_ids) const;
   void cut_added_tokens(std::vector<Piece>& pieces, bool normalized) const;
 
   std::string source_;
@@ -75,6 +118,10 @@ class Tokenizer {
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
   std::unique_ptr<PostProcessor> post_processor_;
+  // The file's pre-tokenizer and post-processor with every ByteLevel add_prefix_space false ([0]) or true
+  // ([1]), where that changes them (EncodeOptions::add_prefix_space).
+  std::unique_ptr<PreTokenizer> prefix_pre_tokenizers_[2];
+  std::unique_ptr<PostProcessor> prefix_post_processors_[2];
   std::vector<AddedToken> added_;
   Vocabulary added_ids_;                      // content -> id
   std::vector<std::pair<std::string, size_t>> raw_patterns_, normalized_patterns_;  // (pattern, index in added_), longest first

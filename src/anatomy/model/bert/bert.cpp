@@ -1,5 +1,4 @@
-// bert.cpp: BertForSequenceClassification: the encoder and the sequence
-// classification head run unit by unit — the embeddings (unit 0), each encoder
+// bert.cpp: a BERT-style model: the encoder and the head run unit by unit — the embeddings (unit 0), each encoder
 // layer (unit 1 + l), the head (unit L + 1) — each unit's weights used (and,
 // under ZeRO stage 3, lent) around its work, its gradients reported final
 // after its backward.
@@ -11,36 +10,37 @@
 
 namespace anatomy {
 
-struct BertForSequenceClassification::Step {
+struct BertStyleModel::Step {
   SavedTensors embeddings;
   std::vector<SavedTensors> layers;
   SavedTensors head;
   Tensor dlogits;
 };
 
-BertForSequenceClassification::BertForSequenceClassification(Backend& backend, const ModelConfig& config,
-                                                             DType compute, const BertLayout& layout)
+BertStyleModel::BertStyleModel(Backend& backend, const ModelConfig& config, DType compute,
+                               const BertLayout& layout)
     : Model(backend, config, compute, bert_parameter_specs(config, layout),
             [&config, &layout](const ParameterSet& set) { return bert_parameter_units(set, config, layout); }),
       layout_(layout),
       encoder_(backend_, config_, layout_, compute_, w_, wh_, g_),
-      head_(backend_, config_, layout_, compute_, w_, g_, encoder_) {
-  // The head reads the first token only: the last layer for that token alone,
-  // unless asked otherwise or the backend's first-query attention does not
-  // take the model's head size and longest sequence (then the whole layer).
+      head_(make_bert_head(backend_, config_, layout_, compute_, w_, wh_, g_, encoder_)) {
+  // A head that reads the first token only: the last layer for that token
+  // alone, unless asked otherwise or the backend's first-query attention does
+  // not take the model's head size and longest sequence (then the whole layer).
   encoder_.set_first_token_last_layer(
-      backend_.options().last_layer == LastLayer::FirstToken && config_.num_attention_heads > 0 &&
+      head_->first_token_only() && backend_.options().last_layer == LastLayer::FirstToken &&
+      config_.num_attention_heads > 0 &&
       backend_.attention_first_query_supported(config_.head_dim(), config_.max_position_embeddings));
   bind_views(Views::Weights, weights_);
   bind_views(Views::Compute, half_weights_ ? *half_weights_ : weights_);
 }
 
-std::string BertForSequenceClassification::attention_note() const {
+std::string BertStyleModel::attention_note() const {
   return first_token_last_layer() ? "; the last layer's, of the first token only (--last-layer all: every token)"
                                   : "";
 }
 
-BertTensors& BertForSequenceClassification::views_of(Views views) {
+BertTensors& BertStyleModel::views_of(Views views) {
   switch (views) {
     case Views::Weights: return w_;
     case Views::Compute: return wh_;
@@ -49,21 +49,23 @@ BertTensors& BertForSequenceClassification::views_of(Views views) {
   return w_;
 }
 
-void BertForSequenceClassification::bind_views(Views views, const ParameterSet& set) {
+void BertStyleModel::bind_views(Views views, const ParameterSet& set) {
   views_of(views) = BertTensors::bind(set, config_, layout_);
 }
 
-void BertForSequenceClassification::bind_unit_views(Views views, int64_t unit,
+void BertStyleModel::bind_unit_views(Views views, int64_t unit,
                                                     const std::function<Tensor(const std::string&)>& get) {
   views_of(views).bind_unit(unit, config_, layout_, get);
 }
 
-bool BertForSequenceClassification::reads_float32_in_mixed_precision(const std::string& name) const {
+bool BertStyleModel::reads_float32_in_mixed_precision(const std::string& name) const {
   const bool projection = name.rfind(layout_.prefix + layout_.projection + ".", 0) == 0;
-  return !(layout_.in_encoder_layer(name) || projection) || layout_.is_layer_norm(name);
+  const bool token_classifier =
+      layout_.task == kTokenClassification && name.rfind(layout_.classifier + ".", 0) == 0;
+  return !(layout_.in_encoder_layer(name) || projection || token_classifier) || layout_.is_layer_norm(name);
 }
 
-std::vector<std::string> BertForSequenceClassification::checkpoint_names(const std::string& name) const {
+std::vector<std::string> BertStyleModel::checkpoint_names(const std::string& name) const {
   std::vector<std::string> names = {name};
   auto legacy = [](std::string n) {
     auto replace_suffix = [&](const std::string& from, const std::string& to) {
@@ -83,11 +85,12 @@ std::vector<std::string> BertForSequenceClassification::checkpoint_names(const s
   return names;
 }
 
-bool BertForSequenceClassification::optional_on_load(const std::string& name) const {
-  return name.rfind(layout_.head_dense + ".", 0) == 0 || name.rfind(layout_.classifier + ".", 0) == 0;
+bool BertStyleModel::optional_on_load(const std::string& name) const {
+  return (layout_.has_head_dense() && name.rfind(layout_.head_dense + ".", 0) == 0) ||
+         name.rfind(layout_.classifier + ".", 0) == 0;
 }
 
-int64_t BertForSequenceClassification::zero_row_on_init(const ParamSpec& spec) const {
+int64_t BertStyleModel::zero_row_on_init(const ParamSpec& spec) const {
   // nn.Embedding(padding_idx=pad_token_id): that row starts at zero.
   if (spec.name == layout_.prefix + layout_.word + ".weight") return config_.pad_token_id;
   if (layout_.position_padding_row && spec.name == layout_.prefix + layout_.position + ".weight")
@@ -95,9 +98,9 @@ int64_t BertForSequenceClassification::zero_row_on_init(const ParamSpec& spec) c
   return -1;
 }
 
-BertForSequenceClassification::~BertForSequenceClassification() = default;
+BertStyleModel::~BertStyleModel() = default;
 
-ForwardOutput BertForSequenceClassification::forward(const ModelInputs& inputs, const ForwardOptions& options) {
+ForwardOutput BertStyleModel::forward(const ModelInputs& inputs, const ForwardOptions& options) {
   encoder_.prepare_inputs(inputs, options);
   const int64_t B = encoder_.batch(), L = encoder_.length();
   const Category kept = options.save_for_backward ? Category::Activations : Category::Temporary;
@@ -140,25 +143,25 @@ ForwardOutput BertForSequenceClassification::forward(const ModelInputs& inputs, 
   }
   ledger.set_phase("forward head");
   step->head =
-      SavedTensors(backend_, saved_for_backward(LayerKind::Head, config_, B, 1, plan, 0, layout_), kept, "head.");
+      SavedTensors(backend_, saved_for_backward(LayerKind::Head, config_, B, L, plan, 0, layout_), kept, "head.");
   use_unit_weights(config_.num_hidden_layers + 1, -1);
-  head_.forward(*hidden, step->head);
+  head_->forward(*hidden, step->head);
   drop_unit_weights(config_.num_hidden_layers + 1);
 
   ForwardOutput out;
   out.logits = step->head["logits"];
   if (inputs.labels.defined()) {
-    out.problem_type = resolve_problem_type(config_, inputs.labels.dtype());
+    out.problem_type = head_->problem_type(inputs.labels.dtype());
     step->dlogits = Tensor::empty(ledger, out.logits.shape(), DType::F32, Category::Temporary, "dlogits");
     ledger.set_phase("loss");
-    out.loss = head_.loss(out.logits, inputs.labels, out.problem_type, step->dlogits);
+    out.loss = head_->loss(out.logits, inputs.labels, out.problem_type, step->dlogits);
   }
   if (options.save_for_backward) step_ = std::move(step);
   else step_.reset();
   return out;
 }
 
-void BertForSequenceClassification::backward(double loss_scale) {
+void BertStyleModel::backward(double loss_scale) {
   ANATOMY_CHECK(step_ && step_->dlogits.defined(), "backward without a training forward that computed a loss");
   std::unique_ptr<Step> step = std::move(step_);
   if (!lends_gradients()) gradients();
@@ -170,13 +173,13 @@ void BertForSequenceClassification::backward(double loss_scale) {
   use_unit_weights(head_unit, head_unit - 1);
   use_unit_gradients(head_unit);
   if (loss_scale != 1.0) backend_.scale(step->dlogits, loss_scale);
-  // The pooler's gradients stay until the end of backward, as the plan has them.
-  BertClassificationHead::Gradients head_gradients = head_.backward(step->head, step->dlogits);
+  // The head's held gradients (the pooler's) stay until the end of backward, as the plan has them.
+  BertHead::Gradients head_gradients = head_->backward(step->head, step->dlogits);
   Tensor d_hidden = std::move(head_gradients.d_hidden);
   step->head = SavedTensors();
   drop_unit_weights(head_unit);
   unit_gradients_ready(head_unit);
-  gradients_ready((layout_.head_dense + ".weight").c_str());
+  gradients_ready(layout_.head_first_parameter().c_str());
 
   for (int64_t l = config_.num_hidden_layers - 1; l >= 0; --l) {
     const Tensor& x = l > 0 ? step->layers[l - 1]["out"] : step->embeddings["out"];

@@ -66,6 +66,11 @@ std::vector<SavedSpec> saved_for_backward(LayerKind kind, const ModelConfig& c, 
       return specs;
     }
     case LayerKind::Head:
+      if (layout.task == kTokenClassification)
+        return {
+            {"classifier_in", {B, L, H}, x, "classifier backward (after dropout)"},
+            {"logits", {B, L, c.num_labels}, f32, "loss"},
+        };
       return {
           {"first_token", {B, H}, f32, "head dense backward"},
           layout.head_activation == ActivationKind::Tanh

@@ -30,7 +30,10 @@ const std::set<std::string>& selective_recomputed();
 // input). With 1 the layer computes the query and the attention of the
 // first token only (keys and values of all L tokens): it saves q_first and
 // kv instead of qkv, the first query's probabilities as attn_saved.
-// `layout`: the family's (the embeddings' projection and the head's activation).
+// `layout`: the family's (the embeddings' projection, the head's task and activation).
+// The head (LayerKind::Head): the sequence classifier's saves [B, H] vectors
+// of the first token (L is not read); the token classifier's its [B, L, H]
+// input after dropout (compute dtype) and the float32 logits [B, L, labels].
 std::vector<SavedSpec> saved_for_backward(LayerKind kind, const ModelConfig& config, int64_t B, int64_t L,
                                           const ActivationPlan& plan = {}, int64_t rows = 0,
                                           const BertLayout& layout = bert_layout());

@@ -23,7 +23,7 @@ BertClassificationHead::BertClassificationHead(Backend& backend, const ModelConf
 // The head's dropout sites follow the encoder's: after the activation, then before the dense layer.
 void BertClassificationHead::forward(const Tensor& hidden, const SavedTensors& s) {
   const int64_t B = encoder_.batch(), H = config_.hidden_size;
-  const double p = config_.classifier_dropout_prob();
+  const double p = layout_.head_dropout(config_);
   if (compute_ == DType::F32) {
     backend_.select_row(hidden, 0, s["first_token"]);
   } else {  // the head is small: it runs in float32 from the rounded first token
@@ -43,24 +43,26 @@ void BertClassificationHead::forward(const Tensor& hidden, const SavedTensors& s
   backend_.linear_forward(s["classifier_in"], w_.classifier_w, &w_.classifier_b, s["logits"]);
 }
 
+ProblemType BertClassificationHead::problem_type(DType labels_dtype) const {
+  return resolve_problem_type(config_, labels_dtype);
+}
+
 double BertClassificationHead::loss(const Tensor& logits, const Tensor& labels, ProblemType type,
                                     const Tensor& dlogits) {
   return sequence_classification_loss(backend_, logits, labels, type, dlogits);
 }
 
-BertClassificationHead::Gradients BertClassificationHead::backward(const SavedTensors& head, const Tensor& dlogits) {
+BertHead::Gradients BertClassificationHead::backward(const SavedTensors& head, const Tensor& dlogits) {
   const int64_t B = encoder_.batch(), H = config_.hidden_size;
-  const double p = config_.classifier_dropout_prob();
+  const double p = layout_.head_dropout(config_);
   Gradients out;
-  Tensor& d_pooled = out.d_pooled;
-  d_pooled = encoder_.temporary({B, H}, "d_pooled");
+  Tensor d_pooled = encoder_.temporary({B, H}, "d_pooled");
   backend_.linear_backward(dlogits, head["classifier_in"], w_.classifier_w, &d_pooled, g_.classifier_w,
                            &g_.classifier_b);
   backend_.dropout(d_pooled, d_pooled, encoder_.dropout_at(p, encoder_.dropout_sites()));
   const ActivationKind act = layout_.head_activation;
   backend_.activation_backward(act, head[activation_saved(act)], d_pooled, d_pooled);
-  Tensor& d_first = out.d_first;
-  d_first = encoder_.temporary({B, H}, "d_first_token");
+  Tensor d_first = encoder_.temporary({B, H}, "d_first_token");
   backend_.linear_backward(d_pooled, head["first_token"], w_.head_dense_w, &d_first, g_.head_dense_w,
                            &g_.head_dense_b);
   if (layout_.dropout_before_head_dense)
@@ -77,6 +79,7 @@ BertClassificationHead::Gradients BertClassificationHead::backward(const SavedTe
     backend_.cast(d_first, d_first_half);
     backend_.select_row_backward(d_first_half, 0, d_hidden);
   }
+  out.held = {d_pooled, d_first};
   return out;
 }
 

@@ -8,33 +8,26 @@
 // compute past attention for that token alone.
 #pragma once
 
-#include "anatomy/kernels/backend.h"
-#include "anatomy/model/bert/bert_activations.h"
-#include "anatomy/model/bert/bert_encoder.h"
-#include "anatomy/model/bert/bert_parameters.h"
+#include "anatomy/model/bert/bert_head.h"
 
 namespace anatomy {
 
-class BertClassificationHead {
+class BertClassificationHead : public BertHead {
  public:
   // `w` (float32 weights) and `g` (gradients): the model's handles; the head
   // computes in float32 under mixed precision too (it is small).
   BertClassificationHead(Backend& backend, const ModelConfig& config, const BertLayout& layout, DType compute,
                          const BertTensors& w, const BertTensors& g, BertEncoder& encoder);
 
+  bool first_token_only() const override { return true; }
   // The logits of the encoder's output `hidden` into s["logits"] (s: the head's saved tensors).
-  void forward(const Tensor& hidden, const SavedTensors& s);
-  // The mean loss of `logits` against `labels`, its gradient into `dlogits`.
-  double loss(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits);
-  // From the (scaled) loss gradient: the head's parameter gradients, and the
-  // gradient of the encoder's output, d_hidden: [B, rows of its last layer, H]
-  // in the compute dtype (zero but for the first token). The head's
-  // gradients are temporaries the model holds to the end of its backward.
-  struct Gradients {
-    Tensor d_pooled, d_first;
-    Tensor d_hidden;
-  };
-  Gradients backward(const SavedTensors& s, const Tensor& dlogits);
+  void forward(const Tensor& hidden, const SavedTensors& s) override;
+  // resolve_problem_type's rule.
+  ProblemType problem_type(DType labels_dtype) const override;
+  double loss(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits) override;
+  // d_hidden is zero but for the first token; the gradients of the pooled
+  // and first-token vectors are held.
+  Gradients backward(const SavedTensors& s, const Tensor& dlogits) override;
 
  private:
   Backend& backend_;

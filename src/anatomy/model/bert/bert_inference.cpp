@@ -6,6 +6,7 @@
 //               h1  = LayerNorm(linear(ctx) + x)
 //               out = LayerNorm(linear(act(linear(h1))) + h1)
 //   head:       pooled = act(linear(out[first token])); logits = linear(pooled)
+//               (token classification: logits = linear(out), every row)
 // every encoder product in the inference dtype; LayerNorm statistics and the
 // small head in float32.
 #include "anatomy/model/bert/bert_inference.h"
@@ -202,6 +203,19 @@ Tensor BertInference::forward(const InferenceBatch& batch) {
 
   ledger.set_phase("head");
   const int64_t C = config_.num_labels;
+  if (layout_.task == kTokenClassification) {
+    // Every row's logits (dropout off): the product in the inference dtype,
+    // as the training model's under mixed precision.
+    Tensor logits = Tensor::empty(ledger, {T, C}, DType::F32, Category::Activations, "logits");
+    if (dt == DType::F32) {
+      backend_.linear_forward(x, w_.classifier_w, &w_.classifier_b, logits);
+    } else {
+      Tensor rounded = temporary({T, C}, "logits_half", dt);
+      backend_.linear_forward(x, w_.classifier_w, &w_.classifier_b, rounded);
+      backend_.cast(rounded, logits);
+    }
+    return logits;
+  }
   Tensor first_token = temporary({B, H}, "first_token", DType::F32);
   backend_.embedding_forward(first_rows, x, first_token, false);  // a gather of rows, widened to float32
   x = Tensor();

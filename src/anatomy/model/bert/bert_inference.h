@@ -38,7 +38,7 @@ class BertInference : public InferenceModel {
   // one the checkpoint was loaded into), rounded to the inference dtype.
   void load_from(const Model& source) override;
 
-  // Logits, float32 [B, num_labels] on the device.
+  // Logits, float32 on the device: [B, num_labels], or [rows, num_labels] for token classification.
   Tensor forward(const InferenceBatch& batch) override;
 
  private:

@@ -1,7 +1,14 @@
 // bert_layout.cpp: BERT's layout and the names a layout derives.
 #include "anatomy/model/bert/bert_layout.h"
 
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+
 #include <fmt/format.h>
+
+#include "anatomy/core/error.h"
 
 namespace anatomy {
 
@@ -26,6 +33,40 @@ bool BertLayout::is_layer_norm(const std::string& name) const {
 bool BertLayout::in_encoder_layer(const std::string& name) const {
   const std::string root = prefix + layer.substr(0, layer.find("{}"));
   return name.rfind(root, 0) == 0;
+}
+
+const std::vector<std::string>& bert_tasks() {
+  static const std::vector<std::string> tasks = {kSequenceClassification, kTokenClassification};
+  return tasks;
+}
+
+const BertLayout& bert_task_layout(const BertLayout& family, const std::string& task) {
+  ANATOMY_CHECK(family.task == kSequenceClassification, "bert_task_layout: {} is not a family's layout",
+                family.architecture);
+  if (task == kSequenceClassification) return family;
+  static std::mutex mutex;
+  static std::map<std::pair<std::string, std::string>, std::unique_ptr<BertLayout>> layouts;
+  const std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<BertLayout>& made = layouts[{family.architecture, task}];
+  if (made) return *made;
+  const std::string suffix = "ForSequenceClassification";
+  ANATOMY_CHECK(ends_with(family.architecture, suffix), "family architecture {}", family.architecture);
+  const std::string class_name = family.architecture.substr(0, family.architecture.size() - suffix.size());
+  auto l = std::make_unique<BertLayout>(family);
+  l->task = task;
+  if (task == kTokenClassification) {
+    // *ForTokenClassification: dropout(sequence_output) -> classifier, every
+    // token; no pooler. DistilBERT's dropout is config.dropout.
+    l->architecture = class_name + "ForTokenClassification";
+    l->head_dense.clear();
+    l->classifier = "classifier";
+    l->dropout_before_head_dense = false;
+    l->head_dropout_hidden = family.model_type == "distilbert";
+  } else {
+    fail("the {} family has no {} head", family.model_type, task);
+  }
+  made = std::move(l);
+  return *made;
 }
 
 const BertLayout& bert_layout() {

@@ -11,15 +11,20 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "anatomy/kernels/backend.h"
 #include "anatomy/model/config.h"
+#include "anatomy/model/tasks.h"
 
 namespace anatomy {
 
 struct BertLayout {
   std::string model_type;    // config.json's, e.g. "roberta"
   std::string architecture;  // Hugging Face's class, e.g. "RobertaForSequenceClassification"
+  // The head (model/tasks.h): the family's layout is sequence classification's;
+  // bert_task_layout() derives the others.
+  std::string task = kSequenceClassification;
   std::string prefix;        // base_model_prefix and a dot, e.g. "roberta."
 
   // Embeddings, under `prefix`.
@@ -47,11 +52,23 @@ struct BertLayout {
 
   // The sequence classification head over the first token:
   //   [dropout] -> dense (H -> H) -> activation -> dropout -> classifier (H -> labels)
-  // Full names (not under `prefix` unless they say so).
+  // Full names (not under `prefix` unless they say so). The token
+  // classification head has no dense layer (head_dense empty): dropout, then
+  // the classifier on every token.
   std::string head_dense = "bert.pooler.dense";
   std::string classifier = "classifier";
   ActivationKind head_activation = ActivationKind::Tanh;
   bool dropout_before_head_dense = false;  // RoBERTa, ELECTRA
+  // The head's dropout is hidden_dropout_prob, not classifier_dropout (DistilBERT's token head).
+  bool head_dropout_hidden = false;
+
+  // The head's dropout probability for `config`.
+  double head_dropout(const ModelConfig& config) const {
+    return head_dropout_hidden ? config.hidden_dropout_prob : config.classifier_dropout_prob();
+  }
+  bool has_head_dense() const { return !head_dense.empty(); }
+  // The first parameter of the head (its ZeRO unit starts there).
+  std::string head_first_parameter() const { return (has_head_dense() ? head_dense : classifier) + ".weight"; }
 
   std::string layer_name(int64_t l, const std::string& part) const;
   // Whether parameter `name` is a LayerNorm's (weight or bias).
@@ -62,5 +79,13 @@ struct BertLayout {
 
 // BERT's own layout (BertForSequenceClassification).
 const BertLayout& bert_layout();
+
+// The family layout `family` (a sequence classifier's) with the head of
+// `task`: its architecture (e.g. "RobertaForTokenClassification") and head
+// names. The reference lives as long as the program. Fails for a task the
+// BERT-style families have no head for.
+const BertLayout& bert_task_layout(const BertLayout& family, const std::string& task);
+// The tasks bert_task_layout() serves.
+const std::vector<std::string>& bert_tasks();
 
 }  // namespace anatomy

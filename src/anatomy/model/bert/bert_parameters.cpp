@@ -49,7 +49,7 @@ std::vector<ParamSpec> bert_parameter_specs(const ModelConfig& c, const BertLayo
     linear(layout.layer_name(l, layout.output), H, I);
     layer_norm(layout.layer_name(l, layout.output_norm), H);
   }
-  linear(layout.head_dense, H, H);
+  if (layout.has_head_dense()) linear(layout.head_dense, H, H);
   linear(layout.classifier, c.num_labels, H);
   for (size_t i = 0; i < specs.size(); ++i)
     if (specs[i].slot < 0) specs[i].slot = static_cast<int64_t>(i);
@@ -111,8 +111,8 @@ void BertTensors::bind_unit(int64_t unit, const ModelConfig& c, const BertLayout
     e.qkv_w = Tensor::adjacent({e.query_w, e.key_w, e.value_w}, {3 * H, H}, stacked_name(e.query_w));
     e.qkv_b = Tensor::adjacent({e.query_b, e.key_b, e.value_b}, {3 * H}, stacked_name(e.query_b));
   } else {
-    head_dense_w = get(layout.head_dense + ".weight");
-    head_dense_b = get(layout.head_dense + ".bias");
+    head_dense_w = layout.has_head_dense() ? get(layout.head_dense + ".weight") : Tensor();
+    head_dense_b = layout.has_head_dense() ? get(layout.head_dense + ".bias") : Tensor();
     classifier_w = get(layout.classifier + ".weight");
     classifier_b = get(layout.classifier + ".bias");
   }
@@ -124,7 +124,7 @@ std::vector<ParameterUnit> bert_parameter_units(const ParameterSet& set, const M
   std::vector<int64_t> starts = {0};
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     starts.push_back(set.offset_of(layout.layer_name(l, layout.query) + ".weight"));
-  starts.push_back(set.offset_of(layout.head_dense + ".weight"));
+  starts.push_back(set.offset_of(layout.head_first_parameter()));
   std::vector<ParameterUnit> units;
   for (size_t u = 0; u < starts.size(); ++u)
     units.push_back({starts[u], u + 1 < starts.size() ? starts[u + 1] : set.flat_elements()});

@@ -33,7 +33,7 @@ struct BertTensors {
   Tensor projection_w, projection_b;                      // ELECTRA's embeddings projection, or undefined
   std::vector<EncoderLayerTensors> layers;
   // The head: its dense layer (BERT's pooler, RoBERTa's classifier.dense,
-  // DistilBERT's pre_classifier) and the classifier.
+  // DistilBERT's pre_classifier; undefined for a head without one) and the classifier.
   Tensor head_dense_w, head_dense_b, classifier_w, classifier_b;
 
   static BertTensors bind(const ParameterSet& set, const ModelConfig& config, const BertLayout& layout = bert_layout());
@@ -47,7 +47,7 @@ struct BertTensors {
 bool has_embeddings_projection(const ModelConfig& config);
 
 // The units: the embeddings (unit 0), encoder layer l (unit 1 + l), the
-// head's dense layer and the classifier (unit L + 1).
+// head (its dense layer and the classifier: unit L + 1).
 std::vector<ParameterUnit> bert_parameter_units(const ParameterSet& set, const ModelConfig& config,
                                                 const BertLayout& layout = bert_layout());
 

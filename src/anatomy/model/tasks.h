@@ -1,0 +1,12 @@
+// tasks.h: the tasks a model's head serves, named as the command line and
+// the registry name them (Hugging Face's pipeline task names where it has one).
+#pragma once
+
+namespace anatomy {
+
+// One label (or values) per sequence: *ForSequenceClassification.
+inline constexpr const char* kSequenceClassification = "sequence-classification";
+// One label per token: *ForTokenClassification (named-entity recognition).
+inline constexpr const char* kTokenClassification = "token-classification";
+
+}  // namespace anatomy
