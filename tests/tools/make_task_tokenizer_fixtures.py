@@ -11,7 +11,7 @@ Writes tests/fixtures/task-tokenizers/:
                            normalize to nothing, long words);
                          "qa": question/context pairs: "long" (contexts of 300 to 3,000 characters made of the
                            corpus' texts, and an empty one), "short" (150 to 800 characters, an empty question, a
-                           short context, and a question too long for 64 tokens), "tiny";
+                           short context, and a question too long for 64 tokens), "tiny" (150 and 300);
                          "pairs": ordinary texts and pairs (the corpus' pairs and 12 single texts).
   <name>.json          one tokenizer's outputs (see CASES below), each encoding one line:
                          "words": tokenizer(words, is_split_into_words=True, truncation=True,
@@ -71,8 +71,9 @@ warnings.filterwarnings("ignore")
 transformers.logging.set_verbosity_error()
 
 WORDS_MAX_LENGTH = 24
-# (max_length, stride, padding, which contexts): run_qa's 384/128 with padding to max_length, then small windows.
-QA_SETTINGS = [(384, 128, "max_length", "long"), (64, 16, "max_length", "short"), (40, 8, "do_not_pad", "tiny")]
+# (max_length, stride, padding, which contexts): run_qa's 384/128 with padding to max_length, then small windows,
+# the last padded to the longest window of the batch (padding=True).
+QA_SETTINGS = [(384, 128, "max_length", "long"), (64, 16, "max_length", "short"), (40, 8, "longest", "tiny")]
 PAIRS_MAX_LENGTH = 24
 
 # name: (source, what, options). source: a directory of tokenizers/ (its tokenizer.json), or "vocab:<dir>" (the
@@ -299,22 +300,23 @@ def qa_section(tok, inputs, only=None):
         kwargs = {"truncation": "only_second", "max_length": max_length, "stride": stride,
                   "return_overflowing_tokens": True, "return_offsets_mapping": True, "padding": padding}
         # Each example alone: the library refuses some (the question leaves too little room). The others go in
-        # one batch, which gives the same windows as each alone (the padding is to max_length or none), but for
-        # an empty context: transformers takes tokenizer(question, "") for one text, not a pair.
+        # one batch, which gives the same windows as each alone (padding aside), but for an empty context:
+        # transformers takes tokenizer(question, "") for one text, not a pair.
         accepted, alone, errors = [], [], []
         for index, e in enumerate(inputs["qa"][which]):
             try:
                 one = call(tok, e["question"], e["context"], **kwargs)
             except BaseException as error:  # tokenizers' errors are plain Exceptions, its panics PanicExceptions
-                if not type(error).__name__ in ("Exception", "PanicException"):
+                if type(error).__name__ not in ("Exception", "PanicException"):
                     raise
                 errors.append({"example": index, "error": str(error)})
                 continue
             accepted.append(index)
-            alone.extend(one["input_ids"] if e["context"] else [None] * len(one["input_ids"]))
+            unpadded = [ids[:sum(mask)] for ids, mask in zip(one["input_ids"], one["attention_mask"])]
+            alone.extend(unpadded if e["context"] else [None] * len(unpadded))
         examples = [inputs["qa"][which][i] for i in accepted]
         batch = call(tok, [e["question"] for e in examples], [e["context"] for e in examples], **kwargs)
-        assert all(a is None or a == b for a, b in zip(alone, batch["input_ids"], strict=True))
+        assert all(a is None or a == b[:len(a)] for a, b in zip(alone, batch["input_ids"], strict=True))
         encodings = [compact(batch, i, tok.pad_token_id) for i in range(len(batch["input_ids"]))]
         features += len(encodings)
         out.append({"max_length": max_length, "stride": stride, "padding": padding, "contexts": which,
@@ -335,7 +337,7 @@ def qa_probes(tok, inputs):
                  stride=stride, return_overflowing_tokens=True, return_offsets_mapping=True)
             sys.exit(f"stride {stride} at max_length {max_length} was accepted")
         except BaseException as error:
-            if not type(error).__name__ in ("Exception", "PanicException", "ValueError"):
+            if type(error).__name__ not in ("Exception", "PanicException", "ValueError"):
                 raise
             probes.append({"contexts": "long", "example": 2, "max_length": max_length, "stride": stride,
                            "error": str(error).strip()})

@@ -97,6 +97,26 @@ Dataset load_tensor_dataset(const std::string& path) {
   };
   read_tokens("token_type_ids", &d.token_type_ids);
   read_tokens("attention_mask", &d.attention_mask);
+  if (file.has("start_positions") || file.has("end_positions")) {
+    for (const char* name : {"start_positions", "end_positions"}) {
+      if (!file.has(name))
+        fail("{}: tensor '{}' is missing: question answering needs start_positions and end_positions", path, name);
+      const auto& info = file.info(name);
+      if ((info.dtype != io::StDType::I64 && info.dtype != io::StDType::I32) ||
+          info.shape != std::vector<int64_t>{d.size})
+        fail("{}: tensor '{}' must be integer [{}], got {} {}", path, name, d.size, io::st_dtype_name(info.dtype),
+             shape_str(info.shape));
+    }
+    if (file.has("labels")) fail("{}: both 'labels' and start_positions/end_positions", path);
+    const std::vector<int64_t> starts = file.read_i64("start_positions"), ends = file.read_i64("end_positions");
+    d.label_dtype = DType::I64;
+    d.label_width = 2;
+    d.span_labels = true;
+    for (int64_t i = 0; i < d.size; ++i) {
+      d.labels_i64.push_back(starts[static_cast<size_t>(i)]);
+      d.labels_i64.push_back(ends[static_cast<size_t>(i)]);
+    }
+  }
   if (file.has("labels")) {
     const auto& info = file.info("labels");
     const bool integer = info.dtype == io::StDType::I64 || info.dtype == io::StDType::I32;
@@ -149,6 +169,25 @@ void validate_dataset(const Dataset& d, const ModelConfig& c, const std::string&
              d.source, i / d.seq_len, i % d.seq_len, d.labels_i64[i], c.num_labels, c.num_labels);
     return;
   }
+  if (task == kQuestionAnswering) {
+    if (!d.span_labels)
+      fail("{}: question answering needs start_positions and end_positions (int64 [{}]), not 'labels'", d.source,
+           d.size);
+    // Positions within each example's tokens (Hugging Face clamps positions past the sequence and ignores
+    // them; data that points past its tokens is refused here instead).
+    const std::vector<int64_t> lengths = sequence_lengths(d);
+    for (int64_t i = 0; i < d.size; ++i)
+      for (int64_t k = 0; k < 2; ++k) {
+        const int64_t p = d.labels_i64[static_cast<size_t>(2 * i + k)];
+        if (p < 0 || p >= lengths[static_cast<size_t>(i)])
+          fail("{}: {} of example {} is {}, outside its {} tokens", d.source,
+               k == 0 ? "start_positions" : "end_positions", i, p, lengths[static_cast<size_t>(i)]);
+      }
+    return;
+  }
+  if (d.span_labels)
+    fail("{}: start_positions and end_positions are question answering's labels; a {} model takes 'labels'",
+         d.source, task);
   if (d.token_labels)
     fail("{}: labels [{}, {}] are a label per token; a {} model takes one per example", d.source, d.size, d.seq_len,
          task);
@@ -185,6 +224,7 @@ HostBatch gather_batch(const Dataset& d, const std::vector<int64_t>& order, int6
   b.batch = end - begin;
   b.seq_len = d.seq_len;
   b.token_labels = d.token_labels;
+  b.span_labels = d.span_labels;
   const int64_t L = d.seq_len;
   if (d.pad_per_batch && !d.attention_mask.empty()) {
     // The batch's longest row: the last 1 of any mask (right padding).
@@ -209,8 +249,17 @@ HostBatch gather_batch(const Dataset& d, const std::vector<int64_t>& order, int6
   gather_rows(d.input_ids, &b.input_ids, b.seq_len, L);
   gather_rows(d.token_type_ids, &b.token_type_ids, b.seq_len, L);
   gather_rows(d.attention_mask, &b.attention_mask, b.seq_len, L);
-  if (d.token_labels) gather_rows(d.labels_i64, &b.labels_i64, b.seq_len, L);
-  else gather_rows(d.labels_i64, &b.labels_i64, d.label_width, d.label_width);
+  if (d.token_labels) {
+    gather_rows(d.labels_i64, &b.labels_i64, b.seq_len, L);
+  } else if (d.span_labels) {  // [2, batch]: the starts, then the ends
+    b.labels_i64.resize(static_cast<size_t>(2 * b.batch));
+    for (int64_t i = begin; i < end; ++i)
+      for (int64_t k = 0; k < 2; ++k)
+        b.labels_i64[static_cast<size_t>(k * b.batch + (i - begin))] =
+            d.labels_i64[static_cast<size_t>(2 * order[i] + k)];
+  } else {
+    gather_rows(d.labels_i64, &b.labels_i64, d.label_width, d.label_width);
+  }
   gather_rows(d.labels_f32, &b.labels_f32, d.label_width, d.label_width);
   return b;
 }

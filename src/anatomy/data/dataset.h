@@ -26,6 +26,10 @@ struct Dataset {
   DType label_dtype = DType::I64;
   int64_t label_width = 0;             // values per example: 0 = no labels, 1, C, or L
   bool token_labels = false;
+  // Question answering: labels_i64 [N, 2], each example's start and end
+  // position (safetensors' start_positions and end_positions); a batch holds
+  // them as [2, B], the starts then the ends.
+  bool span_labels = false;
   // Word-tagged text (data/token_data.h): the word each token belongs to,
   // [N, L] (-1: a special token or padding); empty otherwise.
   std::vector<int64_t> word_ids;
@@ -56,7 +60,8 @@ std::vector<int64_t> sequence_lengths(const Dataset& data);
 
 // A safetensors file with input_ids [N, L] and optionally attention_mask,
 // token_type_ids ([N, L], integer) and labels (int64 [N]; float32 [N] or
-// [N, C]; int64 [N, L]: token labels).
+// [N, C]; int64 [N, L]: token labels), or start_positions and end_positions
+// (int64 [N] each: question answering).
 Dataset load_tensor_dataset(const std::string& path);
 
 // Checks the data against the model: non-empty, sequence length within
@@ -72,10 +77,8 @@ void validate_dataset(const Dataset& data, const ModelConfig& config,
 // L' the longest row of the batch by its attention_mask.
 struct HostBatch {
   int64_t batch = 0, seq_len = 0;
-  bool token_labels = false;
-  // Word-tagged text (data/token_data.h): the word each token belongs to,
-  // [N, L] (-1: a special token or padding); empty otherwise.
-  std::vector<int64_t> word_ids;  // labels_i64 [batch, seq_len]
+  bool token_labels = false;  // labels_i64 [batch, seq_len]
+  bool span_labels = false;   // labels_i64 [2, batch]: start positions, then end positions
   std::vector<int64_t> input_ids, token_type_ids, attention_mask, labels_i64;
   std::vector<float> labels_f32;
 };

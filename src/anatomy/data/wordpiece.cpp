@@ -392,10 +392,21 @@ void WordPieceTokenizer::split_words(std::string_view text, Scratch& scratch, Si
       // ASCII: a starter that NFD keeps; only A-Z lowercase.
       if (!run.empty()) flush_run();
       switch (ascii[b]) {
-        case kLetter:
-          word.push_back(static_cast<char>(lower && b >= 'A' && b <= 'Z' ? b + 32 : b));
-          ++chars;
-          break;
+        case kLetter: {
+          // The whole run of such bytes at once.
+          size_t end = i + 1;
+          while (end < n && static_cast<unsigned char>(text[end]) < 0x80 &&
+                 ascii[static_cast<unsigned char>(text[end])] == kLetter)
+            ++end;
+          const size_t at = word.size();
+          word.append(text.data() + i, end - i);
+          if (lower)
+            for (size_t k = at; k < word.size(); ++k)
+              if (word[k] >= 'A' && word[k] <= 'Z') word[k] = static_cast<char>(word[k] + 32);
+          chars += end - i;
+          i = end;
+          continue;
+        }
         case kSpaceChar:
           flush();
           break;

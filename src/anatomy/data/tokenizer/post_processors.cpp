@@ -15,39 +15,28 @@ namespace anatomy::data::tok {
 
 void TokenSequence::append(const TokenSequence& other) {
   const auto shift = static_cast<uint32_t>(ids.size());
-  for (const SequenceRange& r : other.ranges) {
-    const SequenceRange moved{r.id, r.start + shift, r.end + shift};
-    const auto same = std::find_if(ranges.begin(), ranges.end(), [&](const SequenceRange& x) { return x.id == r.id; });
-    if (same != ranges.end())
-      *same = moved;
-    else
-      ranges.push_back(moved);
-  }
+  for (size_t id = 0; id < ranges.size(); ++id)
+    if (other.ranges[id].set) ranges[id] = {true, other.ranges[id].start + shift, other.ranges[id].end + shift};
   ids.insert(ids.end(), other.ids.begin(), other.ids.end());
   type_ids.insert(type_ids.end(), other.type_ids.begin(), other.type_ids.end());
   offsets.insert(offsets.end(), other.offsets.begin(), other.offsets.end());
   values.insert(values.end(), other.values.begin(), other.values.end());
   special.insert(special.end(), other.special.begin(), other.special.end());
-  words.insert(words.end(), other.words.begin(), other.words.end());
 }
 
 void TokenSequence::set_sequence_id(int32_t id) {
-  const SequenceRange all{id, 0, static_cast<uint32_t>(ids.size())};
-  const auto same = std::find_if(ranges.begin(), ranges.end(), [&](const SequenceRange& x) { return x.id == id; });
-  if (same != ranges.end())
-    *same = all;
-  else
-    ranges.push_back(all);
+  if (id < 0 || static_cast<size_t>(id) >= ranges.size()) fail("internal error: sequence id {}", id);
+  ranges[static_cast<size_t>(id)] = {true, 0, static_cast<uint32_t>(ids.size())};
 }
 
 std::vector<int32_t> TokenSequence::sequence_ids(size_t length) const {
   std::vector<int32_t> out(length, -1);
-  const size_t count = std::max<size_t>(ranges.size(), 1);
+  const auto set = std::count_if(ranges.begin(), ranges.end(), [](const SequenceRange& r) { return r.set; });
+  const size_t count = std::max<size_t>(static_cast<size_t>(set), 1);
   for (size_t id = 0; id < count; ++id) {
-    const auto range = std::find_if(ranges.begin(), ranges.end(),
-                                    [&](const SequenceRange& r) { return r.id == static_cast<int32_t>(id); });
-    const size_t start = range == ranges.end() ? 0 : std::min<size_t>(range->start, length);
-    const size_t end = range == ranges.end() ? length : std::min<size_t>(range->end, length);
+    const SequenceRange& range = ranges[id];
+    const size_t start = range.set ? std::min<size_t>(range.start, length) : 0;
+    const size_t end = range.set ? std::min<size_t>(range.end, length) : length;
     std::fill(out.begin() + static_cast<std::ptrdiff_t>(start), out.begin() + static_cast<std::ptrdiff_t>(end),
               static_cast<int32_t>(id));
   }
@@ -71,7 +60,6 @@ TokenSequence special_sequence(const SpecialToken& token, int32_t type_id) {
   s.offsets.assign(token.ids.size(), Span{0, 0});
   s.values = token.tokens;
   s.special.assign(token.ids.size(), 1);
-  s.words.assign(token.ids.size(), -1);
   return s;
 }
 

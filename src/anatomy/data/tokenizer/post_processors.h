@@ -4,6 +4,7 @@
 // trimming only) and Sequence, as Hugging Face tokenizers' processors/ do.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,11 +16,11 @@
 
 namespace anatomy::data::tok {
 
-// The tokens [start, end) of a sequence that came from text `id` (an entry of the library's
-// Encoding::sequence_ranges).
+// The tokens [start, end) of a sequence that came from one text of the input (an entry of the library's
+// Encoding::sequence_ranges, whose ids are the index of the text, 0 or 1).
 struct SequenceRange {
-  int32_t id;
-  uint32_t start, end;
+  bool set = false;
+  uint32_t start = 0, end = 0;
 };
 
 // The tokens of one text (or, after processing, of the whole input).
@@ -29,20 +30,19 @@ struct TokenSequence {
   std::vector<Span> offsets;        // characters of the text the token came from; (0, 0) for added special tokens
   std::vector<std::string> values;  // the tokens' strings, filled only when needs_token_text()
   std::vector<uint8_t> special;     // 1 for the tokens a post-processor added
-  std::vector<int32_t> words;       // the word of each token in a pre-split input; -1 otherwise
-  std::vector<SequenceRange> ranges;  // which tokens come from which text, at most one range per id
+  std::array<SequenceRange, 2> ranges;  // which tokens come from text 0 and from text 1
   // A window after the first of a text cut into overflowing windows: TemplateProcessing leaves the type ids of
   // such an encoding as they were encoded (the text's index), whatever the template says, as the library does.
   bool overflow = false;
 
   size_t size() const { return ids.size(); }
-  // Appends `other`, its ranges moved past this sequence's tokens (one of the same id replaced).
+  // Appends `other`, its ranges moved past this sequence's tokens (replacing those of the same text).
   void append(const TokenSequence& other);
-  // Marks every token as text `id`'s (set_sequence_id).
+  // Marks every token as text `id`'s (set_sequence_id; `id` 0 or 1).
   void set_sequence_id(int32_t id);
   // The sequence id of each of `length` tokens (padding after the last token included), as the library's
-  // get_sequence_ids: -1 outside the ranges; no ranges at all count as one range of id 0 over everything, and
-  // so does an id below the number of ranges that has none.
+  // get_sequence_ids: -1 outside the ranges; no ranges at all count as one range of text 0 over everything, and
+  // so does a missing range of text 0 when text 1 has one.
   std::vector<int32_t> sequence_ids(size_t length) const;
 };
 

@@ -75,8 +75,7 @@ void truncate(TokenSequence& s, size_t length, bool left) {
   cut(s.offsets);
   cut(s.values);
   cut(s.special);
-  cut(s.words);
-  s.ranges.clear();
+  s.ranges = {};
 }
 
 // Truncation longest_first of one text or a pair to `truncate_to` tokens, `added` of them the special tokens
@@ -122,7 +121,6 @@ TokenSequence slice(const TokenSequence& s, size_t start, size_t end) {
   out.offsets = part(s.offsets);
   out.values = part(s.values);
   out.special = part(s.special);
-  out.words = part(s.words);
   return out;
 }
 
@@ -356,7 +354,7 @@ Tokenizer::Pipeline Tokenizer::pipeline(std::optional<bool> add_prefix_space) co
   return p;
 }
 
-TokenSequence Tokenizer::encode_text(std::string_view text, const Pipeline& pipeline, int32_t word) const {
+TokenSequence Tokenizer::encode_text(std::string_view text, const Pipeline& pipeline) const {
   const bool fill_values = pipeline.post_processor && pipeline.post_processor->needs_token_text();
   if (const size_t bad = find_invalid_utf8(text); bad != std::string_view::npos)
     fail("invalid UTF-8 (byte 0x{:02X} at byte {})", static_cast<unsigned char>(text[bad]), bad);
@@ -393,12 +391,11 @@ TokenSequence Tokenizer::encode_text(std::string_view text, const Pipeline& pipe
   }
   out.type_ids.assign(out.ids.size(), 0);
   out.special.assign(out.ids.size(), 0);
-  out.words.assign(out.ids.size(), word);
   return out;
 }
 
 Encoding Tokenizer::assemble(std::vector<TokenSequence> sequences, const Pipeline& pipeline, bool add_special_tokens,
-                             bool words, size_t pad_to, int32_t& pad_sequence_id) const {
+                             const std::vector<int32_t>* words, size_t pad_to, int32_t& pad_sequence_id) const {
   TokenSequence all = post_process(pipeline.post_processor, std::move(sequences), add_special_tokens);
   Encoding e;
   // The sequence id one token past the end is the one padding takes.
@@ -409,8 +406,17 @@ Encoding Tokenizer::assemble(std::vector<TokenSequence> sequences, const Pipelin
   e.token_type_ids = std::move(all.type_ids);
   e.offsets = std::move(all.offsets);
   e.attention_mask.assign(e.input_ids.size(), 1);
-  if (words) e.word_ids = std::move(all.words);
-  pad(e, pad_to, pad_sequence_id, words);
+  if (words) {
+    // The texts' tokens keep their order through post-processing: the k-th one not added is word token k.
+    e.word_ids.assign(e.input_ids.size(), -1);
+    size_t k = 0;
+    for (size_t i = 0; i < e.word_ids.size(); ++i)
+      if (!all.special[i]) {
+        if (k == words->size()) fail("internal error: more text tokens than the {} of the words", words->size());
+        e.word_ids[i] = (*words)[k++];
+      }
+  }
+  pad(e, pad_to, pad_sequence_id, words != nullptr);
   return e;
 }
 
@@ -438,7 +444,7 @@ Encoding Tokenizer::encode(const TextInput& input, const EncodeOptions& options,
   if (options.truncate_to > 0)
     truncate_longest_first(sequences, options.truncate_to,
                            add_special_tokens ? added_special_tokens(input.pair.has_value()) : 0);
-  return assemble(std::move(sequences), p, add_special_tokens, /*words=*/false,
+  return assemble(std::move(sequences), p, add_special_tokens, /*words=*/nullptr,
                   options.padding == Padding::kMaxLength ? options.pad_to : 0, pad_sequence_id);
 }
 
@@ -473,15 +479,18 @@ Encoding Tokenizer::encode_words(std::span<const std::string> words, const Encod
                                  int32_t& pad_sequence_id) const {
   const Pipeline p = pipeline(options.add_prefix_space);
   std::vector<TokenSequence> sequences(1);
+  std::vector<int32_t> token_words;  // the word of each token
   for (size_t i = 0; i < words.size(); ++i) {
     try {
-      sequences[0].append(encode_text(words[i], p, static_cast<int32_t>(i)));
+      sequences[0].append(encode_text(words[i], p));
     } catch (const Error& e) {
       fail("{}: word {}: {}", source_, i + 1, e.what());
     }
+    token_words.resize(sequences[0].size(), static_cast<int32_t>(i));
   }
   if (options.truncate_to > 0) truncate_longest_first(sequences, options.truncate_to, added_special_tokens(false));
-  return assemble(std::move(sequences), p, /*add_special_tokens=*/true, /*words=*/true,
+  token_words.resize(sequences[0].size());
+  return assemble(std::move(sequences), p, /*add_special_tokens=*/true, &token_words,
                   options.padding == Padding::kMaxLength ? options.pad_to : 0, pad_sequence_id);
 }
 
@@ -531,7 +540,7 @@ std::vector<Encoding> Tokenizer::windows(const TextInput& input, const OverflowO
   int32_t pad_sequence_id = -1;
   const size_t n1 = sequences[0].size(), total = n1 + (pair ? sequences[1].size() : 0);
   if (total <= budget) {
-    out.push_back(assemble(std::move(sequences), p, true, false, pad_to, pad_sequence_id));
+    out.push_back(assemble(std::move(sequences), p, true, nullptr, pad_to, pad_sequence_id));
     pad_sequence_ids.push_back(pad_sequence_id);
     return out;
   }
@@ -555,7 +564,7 @@ std::vector<Encoding> Tokenizer::windows(const TextInput& input, const OverflowO
     const size_t end = std::min(start + window, n2);
     std::vector<TokenSequence> parts = {sequences[0], slice(second, start, end)};
     parts[1].overflow = start > 0;
-    out.push_back(assemble(std::move(parts), p, true, false, pad_to, pad_sequence_id));
+    out.push_back(assemble(std::move(parts), p, true, nullptr, pad_to, pad_sequence_id));
     pad_sequence_ids.push_back(pad_sequence_id);
     if (end == n2) break;
   }

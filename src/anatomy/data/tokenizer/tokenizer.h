@@ -98,15 +98,15 @@ class Tokenizer {
     const PostProcessor* post_processor;
   };
   Pipeline pipeline(std::optional<bool> add_prefix_space) const;
-  TokenSequence encode_text(std::string_view text, const Pipeline& pipeline, int32_t word = -1) const;
+  TokenSequence encode_text(std::string_view text, const Pipeline& pipeline) const;
   Encoding encode(const TextInput& input, const EncodeOptions& options, bool add_special_tokens,
                   int32_t& pad_sequence_id) const;
   Encoding encode_words(std::span<const std::string> words, const EncodeOptions& options,
                         int32_t& pad_sequence_id) const;
   // Post-processing, then padding to `pad_to` tokens (0: none); the sequence id padding takes goes to
-  // `pad_sequence_id`.
+  // `pad_sequence_id`. `words`, if given, is the word of each of the texts' tokens, for word_ids.
   Encoding assemble(std::vector<TokenSequence> sequences, const Pipeline& pipeline, bool add_special_tokens,
-                    bool words, size_t pad_to, int32_t& pad_sequence_id) const;
+                    const std::vector<int32_t>* words, size_t pad_to, int32_t& pad_sequence_id) const;
   // Right padding to `length` tokens (word_ids too when `words`).
   void pad(Encoding& e, size_t length, int32_t pad_sequence_id, bool words) const;
   std::vector<Encoding> windows(const TextInput& input, const OverflowOptions& options,
