@@ -83,6 +83,8 @@ CONFIGS = {
     # Task heads: (..., model, sequence length, task)
     "token-bf16-b64-s256": (["--bf16", "--tf32"], BF16, "sdpa", 4096, 64, "bert-large-uncased", 256,
                             "token-classification"),
+    "qa-bf16-b32-s384": (["--bf16", "--tf32"], BF16, "sdpa", 4096, 32, "bert-large-uncased", 384,
+                         "question-answering"),
 }
 
 # Hugging Face's side: one Trainer run per process, settings in, one JSON line out (shared with anatomy bench).

@@ -14,8 +14,9 @@ Settings (a JSON object, the first argument; every key optional):
     config      a BertConfig as a dict (config.json's keys); bert-large-uncased's architecture when absent
     model_type  the family of `config` ("bert" when absent; "roberta", "electra", "distilbert", ...): its
                 AutoConfig and AutoModelForSequenceClassification
-    task        "sequence-classification" (default) or "token-classification": AutoModelForTokenClassification,
-                labels 0 for every token
+    task        "sequence-classification" (default), "token-classification" (AutoModelForTokenClassification,
+                labels 0 for every token) or "question-answering" (AutoModelForQuestionAnswering, start and end
+                positions 0)
     args        TrainingArguments overrides: gradient_accumulation_steps, gradient_checkpointing, fp16, bf16,
                 tf32, optim ("adamw_torch", "adafactor", "adamw_bnb_8bit"), max_steps, ...
     output_dir  TrainingArguments' output_dir (/tmp/hf_trainer); nothing is saved there
@@ -98,15 +99,16 @@ def train(cfg):
     import numpy as np
     import torch
     import transformers
-    from transformers import (AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification,
-                              BertConfig, Trainer, TrainingArguments, logging)
+    from transformers import (AutoConfig, AutoModelForQuestionAnswering, AutoModelForSequenceClassification,
+                              AutoModelForTokenClassification, BertConfig, Trainer, TrainingArguments, logging)
     logging.set_verbosity_error()
 
     seed = cfg.get("seed", 42)
     n, seq_len = cfg.get("samples", 512), cfg.get("seq_len", 512)
     rng = np.random.default_rng(seed)
     ids = torch.from_numpy(rng.integers(100, 30000, (n, seq_len)))
-    token_task = cfg.get("task", "sequence-classification") == "token-classification"
+    task = cfg.get("task", "sequence-classification")
+    token_task, qa_task = task == "token-classification", task == "question-answering"
     labels = torch.zeros((n, seq_len) if token_task else n, dtype=torch.int64)
 
     class Dummy(torch.utils.data.Dataset):  # the seed's datasets.Dataset, without the datasets package
@@ -114,6 +116,8 @@ def train(cfg):
             return n
 
         def __getitem__(self, i):
+            if qa_task:
+                return {"input_ids": ids[i], "start_positions": labels[i], "end_positions": labels[i]}
             return {"input_ids": ids[i], "labels": labels[i]}
 
     model_type = cfg.get("model_type", "bert")
@@ -124,7 +128,8 @@ def train(cfg):
         config.update(BERT_LARGE)
     extra = {"attn_implementation": cfg["attn"]} if cfg.get("attn") else {}
     device = cfg.get("device", "cuda")
-    auto = AutoModelForTokenClassification if token_task else AutoModelForSequenceClassification
+    auto = (AutoModelForTokenClassification if token_task else AutoModelForQuestionAnswering if qa_task
+            else AutoModelForSequenceClassification)
     model = auto.from_config(config, **extra).to(device)
     base = dict(use_cpu=device == "cpu", output_dir=cfg.get("output_dir", "/tmp/hf_trainer"), per_device_train_batch_size=cfg.get("batch", 4),
                 num_train_epochs=1, report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,

@@ -264,7 +264,7 @@ TEST_P(FamilyTechniques, EveryTechniqueRuns) {
 INSTANTIATE_TEST_SUITE_P(Families, FamilyTechniques,
                          ::testing::Values("roberta-tiny-padded", "electra-tiny-padded", "distilbert-tiny-multilabel",
                                            "modernbert-tiny-padded", "bert-tiny-token", "roberta-tiny-token",
-                                           "distilbert-tiny-token"),
+                                           "distilbert-tiny-token", "bert-tiny-qa", "distilbert-tiny-qa"),
                          [](const auto& info) { return test::test_name(info.param); });
 
 }  // namespace

@@ -45,20 +45,23 @@ TEST_P(Fixture, ForwardAndBackwardMatchHuggingFace) {
   std::vector<float> logits(out.logits.numel());
   backend->copy_to_host(out.logits, logits.data());
   // Token classification's many logits, some near zero: at the output's scale.
-  if (model.task() == kTokenClassification) test::expect_close_at_scale(logits, ref.read_f64("logits"), 1e-5, "logits");
+  // (Question answering's: [2, B, L], the start logits then the end logits, as the reference stacks them.)
+  if (model.task() != kSequenceClassification)
+    test::expect_close_at_scale(logits, ref.read_f64("logits"), 1e-5, "logits");
   else expect_relative(logits, ref.read_f64("logits"), 1e-5, "logits");
   ASSERT_TRUE(out.loss.has_value());
   expect_relative({static_cast<float>(*out.loss)}, ref.read_f64("loss"), 1e-5, "loss");
 
   model.zero_gradients();
   model.backward();
+  const double largest = test::largest_reference_gradient(ref);
   const ParameterSet& grads = model.gradients();
   for (size_t i = 0; i < grads.specs().size(); ++i) {
     const std::string& name = grads.specs()[i].name;
     const std::vector<double> expected = ref.read_f64("grad." + name, grads.specs()[i].shape);
     std::vector<float> got(grads.tensors()[i].numel());
     backend->copy_to_host(grads.tensors()[i], got.data());
-    EXPECT_LE(test::max_abs_diff(got, expected), 1e-4 * test::max_abs(expected) + 1e-9) << name;
+    EXPECT_LE(test::max_abs_diff(got, expected), 1e-4 * test::max_abs(expected) + 1e-7 * largest) << name;
   }
 }
 
@@ -96,11 +99,20 @@ TEST_P(Fixture, TenTrainingStepsThroughTheCommandLineMatchHuggingFace) {
   EXPECT_EQ(saved_config.model_type, resolve_model(dir()).config.model_type);
   EXPECT_EQ(saved_config.hidden_size, resolve_model(dir()).config.hidden_size);
   int checked = 0;
+  const double largest = test::largest_reference_gradient(ref);
   for (const auto& name : ref.names()) {
     if (name.rfind("after.", 0) != 0) continue;
     const std::string param = name.substr(6);
     const std::vector<double> expected = ref.read_f64(name);
     const std::vector<float> got = saved.read_f32(param, ref.info(name).shape);
+    // A parameter whose gradient is zero in exact arithmetic (question answering's qa_outputs.bias and last
+    // LayerNorm bias) gets float32 rounding for a gradient, which AdamW turns into steps of up to the learning
+    // rate (m / (sqrt(v) + eps) is at most about 1), where float64 leaves it put: 10 steps of 1e-3 at most.
+    if (test::max_abs(ref.read_f64("grad." + param)) <= 1e-12 * largest) {
+      EXPECT_LE(test::max_abs_diff(got, expected), 10 * 1e-3) << param;
+      ++checked;
+      continue;
+    }
     EXPECT_LE(test::max_abs_diff(got, expected), 5e-5) << param;
     ++checked;
   }
@@ -115,23 +127,31 @@ TEST_P(Fixture, ForwardCommandWritesLogitsLossAndGradients) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const io::SafetensorsFile got = io::SafetensorsFile::open(out);
   const io::SafetensorsFile ref = io::SafetensorsFile::open(reference());
-  if (model_task(resolve_model(dir()).config) == kTokenClassification)
+  const std::string task = model_task(resolve_model(dir()).config);
+  if (task == kQuestionAnswering) {  // Hugging Face's names
+    for (const char* name : {"start_logits", "end_logits"})
+      test::expect_close_at_scale(got.read_f32(name), ref.read_f64(name), 1e-5, name);
+    EXPECT_FALSE(got.has("logits"));
+  } else if (task == kTokenClassification) {
     test::expect_close_at_scale(got.read_f32("logits"), ref.read_f64("logits"), 1e-5, "logits");
-  else expect_relative(got.read_f32("logits"), ref.read_f64("logits"), 1e-5, "logits");
+  } else {
+    expect_relative(got.read_f32("logits"), ref.read_f64("logits"), 1e-5, "logits");
+  }
   expect_relative(got.read_f32("loss"), ref.read_f64("loss"), 1e-5, "loss");
   int grads = 0;
+  const double largest = test::largest_reference_gradient(ref);
   for (const auto& name : ref.names()) {
     if (name.rfind("grad.", 0) != 0) continue;
     const std::vector<double> expected = ref.read_f64(name);
     EXPECT_LE(test::max_abs_diff(got.read_f32(name, ref.info(name).shape), expected),
-              1e-4 * test::max_abs(expected) + 1e-9) << name;
+              1e-4 * test::max_abs(expected) + 1e-7 * largest) << name;
     ++grads;
   }
   int written = 0;
   for (const auto& name : got.names()) written += name.rfind("grad.", 0) == 0;
   EXPECT_EQ(written, grads);  // one gradient per parameter, no more
   EXPECT_EQ(grads, static_cast<int>(model_parameter_specs(resolve_model(dir()).config).size()));
-  EXPECT_EQ(got.info("logits").dtype, io::StDType::F32);
+  EXPECT_EQ(got.info(task == kQuestionAnswering ? "start_logits" : "logits").dtype, io::StDType::F32);
 }
 
 INSTANTIATE_TEST_SUITE_P(HuggingFace, Fixture, ::testing::ValuesIn(test::kHuggingFaceFixtures),

@@ -115,7 +115,8 @@ inline int64_t write_reference_train_file(const std::string& reference, const st
   std::vector<std::vector<float>> floats;
   std::vector<io::StWriteTensor> tensors;
   int64_t batch = 0;
-  for (const std::string name : {"input_ids", "token_type_ids", "attention_mask", "labels"}) {
+  for (const std::string name :
+       {"input_ids", "token_type_ids", "attention_mask", "labels", "start_positions", "end_positions"}) {
     if (!ref.has(name)) continue;
     std::vector<int64_t> shape = ref.info(name).shape;
     batch = shape[0];
@@ -142,7 +143,7 @@ inline const std::vector<std::string> kHuggingFaceFixtures = {
     "bert-tiny-cls", "bert-tiny-cls-padded", "bert-regression-gelu-new", "bert-multilabel-relu", "bert-cls5-wide",
     "roberta-tiny-padded", "xlm-roberta-regression", "electra-tiny-padded", "distilbert-tiny-multilabel",
     "modernbert-tiny-padded", "modernbert-biases", "bert-tiny-token", "roberta-tiny-token", "electra-tiny-token",
-    "distilbert-tiny-token"};
+    "distilbert-tiny-token", "bert-tiny-qa", "roberta-tiny-qa", "electra-tiny-qa", "distilbert-tiny-qa"};
 
 // Token classification's reference logits [B, L, C] (padding rows included)
 // cut to the real tokens' rows, in order: a packed batch's logits.
@@ -153,6 +154,20 @@ std::vector<T> real_token_rows(const std::vector<T>& logits, const Dataset& data
   std::vector<T> out;
   for (int64_t b = 0; b < data.size; ++b)
     out.insert(out.end(), logits.begin() + b * data.seq_len * C, logits.begin() + (b * data.seq_len + lengths[b]) * C);
+  return out;
+}
+
+// Question answering's reference logits [2, B, L] (start, end; padding
+// included) cut to the real tokens: [2, rows], as a packed batch's.
+template <typename T>
+std::vector<T> real_span_rows(const std::vector<T>& logits, const Dataset& data) {
+  const std::vector<int64_t> lengths = sequence_lengths(data);
+  const int64_t half = data.size * data.seq_len;
+  std::vector<T> out;
+  for (int64_t k = 0; k < 2; ++k)
+    for (int64_t b = 0; b < data.size; ++b)
+      out.insert(out.end(), logits.begin() + k * half + b * data.seq_len,
+                 logits.begin() + k * half + b * data.seq_len + lengths[b]);
   return out;
 }
 
@@ -222,6 +237,18 @@ inline void expect_relative(const std::vector<float>& got, const std::vector<dou
   for (size_t i = 0; i < ref.size(); ++i)
     EXPECT_LE(std::abs(got[i] - ref[i]), tol * std::abs(ref[i])) << what << "[" << i << "] = " << got[i] << " vs "
                                                                  << ref[i];
+}
+
+// The largest value of any reference gradient ("grad." tensors): the scale
+// of a gradient that is zero in exact arithmetic (question answering's
+// qa_outputs.bias and the last LayerNorm's bias: a shift of every position's
+// logit leaves the softmax as it is), whose float32 value is rounding of sums
+// of terms at that scale.
+inline double largest_reference_gradient(const io::SafetensorsFile& ref) {
+  double m = 0.0;
+  for (const std::string& name : ref.names())
+    if (name.rfind("grad.", 0) == 0) m = std::max(m, max_abs(ref.read_f64(name)));
+  return m;
 }
 
 // Closeness at the scale of the whole output: |a - ref| <= tol * max |ref|

@@ -140,9 +140,13 @@ TEST_P(CudaInferenceFixture, SixteenBitLogitsNearHuggingFace) {
     for (const int64_t pad_to : {int64_t{0}, data.seq_len}) {
       const std::vector<float> got = download(*backend, model.forward(batch_of(data, pad_to)));
       // A token classifier's logits: the real tokens' rows (padded: the padding rows hold padding id 0's).
-      const bool token_rows = model_task(source.config) == kTokenClassification;
-      EXPECT_LE(relative_l2(token_rows && pad_to > 0 ? test::real_token_rows(got, data) : got,
-                            token_rows ? test::real_token_rows(expected, data) : expected),
+      // Question answering's: [2, rows], the start and end logits.
+      const std::string task = model_task(source.config);
+      const auto rows = [&](const auto& v) {
+        return task == kQuestionAnswering ? test::real_span_rows(v, data) : test::real_token_rows(v, data);
+      };
+      const bool by_rows = task != kSequenceClassification;
+      EXPECT_LE(relative_l2(by_rows && pad_to > 0 ? rows(got) : got, by_rows ? rows(expected) : expected),
                 5 * unit_roundoff(dtype))
           << dtype_name(dtype) << (pad_to == 0 ? " packed" : " padded");
     }

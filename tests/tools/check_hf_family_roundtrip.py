@@ -2,8 +2,9 @@
 """check_hf_family_roundtrip.py: for each model fixture given (a Hugging Face checkpoint of any family
 the engine has, with its reference.safetensors), `anatomy train` fine-tunes it for 4 steps on the
 reference's two batches, saving a checkpoint at step 2; the final directory and checkpoint-2 load with
-transformers' AutoModelForSequenceClassification (AutoModelForTokenClassification for a token
-classifier, as config.json's "architectures" says), and its float32 logits in evaluation mode equal the
+transformers' AutoModelForSequenceClassification (AutoModelForTokenClassification or
+AutoModelForQuestionAnswering, as config.json's "architectures" says), and its float32 logits (start
+and end logits for question answering) in evaluation mode equal the
 logits `anatomy forward` gives on the same batch, within 1e-5 of the largest logit.
 
     python3 tests/tools/check_hf_family_roundtrip.py --anatomy build/anatomy [--device cpu] FIXTURE_DIR...
@@ -21,7 +22,8 @@ import tempfile
 import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
-from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+from transformers import (AutoModelForQuestionAnswering, AutoModelForSequenceClassification,
+                          AutoModelForTokenClassification)
 
 INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -36,8 +38,9 @@ def main():
     for fixture in a.fixtures:
         ref = load_file(os.path.join(fixture, "reference.safetensors"))
         with tempfile.TemporaryDirectory() as tmp:
-            train = {k: np.concatenate([ref[k], ref[k + "_1"]]) for k in INPUTS + ("labels",) if k in ref}
-            if train["labels"].dtype == np.float64:
+            train = {k: np.concatenate([ref[k], ref[k + "_1"]])
+                     for k in INPUTS + ("labels", "start_positions", "end_positions") if k in ref}
+            if "labels" in train and train["labels"].dtype == np.float64:
                 train["labels"] = train["labels"].astype(np.float32)
             save_file(train, os.path.join(tmp, "train.safetensors"))
             inputs = {k: ref[k] for k in INPUTS if k in ref}
@@ -52,13 +55,20 @@ def main():
                 subprocess.run([a.anatomy, "forward", "--model", model_dir, "--inputs",
                                 os.path.join(tmp, "inputs.safetensors"), "--output", logits_file, "--device", a.device],
                                check=True, stdout=subprocess.DEVNULL)
-                ours = load_file(logits_file)["logits"].astype(np.float64)
+                written = load_file(logits_file)
+                qa = "start_logits" in written  # question answering: the start and end logits, stacked
+                ours = (np.stack([written["start_logits"], written["end_logits"]]) if qa
+                        else written["logits"]).astype(np.float64)
                 with open(os.path.join(model_dir, "config.json")) as f:
-                    token = json.load(f)["architectures"][0].endswith("ForTokenClassification")
-                auto = AutoModelForTokenClassification if token else AutoModelForSequenceClassification
+                    architecture = json.load(f)["architectures"][0]
+                auto = (AutoModelForTokenClassification if architecture.endswith("ForTokenClassification")
+                        else AutoModelForQuestionAnswering if architecture.endswith("ForQuestionAnswering")
+                        else AutoModelForSequenceClassification)
                 model = auto.from_pretrained(model_dir, attn_implementation="eager").eval()
                 with torch.no_grad():
-                    theirs = model(**{k: torch.from_numpy(v) for k, v in inputs.items()}).logits.double().numpy()
+                    result = model(**{k: torch.from_numpy(v) for k, v in inputs.items()})
+                    theirs = (torch.stack([result.start_logits, result.end_logits]) if qa
+                              else result.logits).double().numpy()
                 rel = np.max(np.abs(ours - theirs)) / np.max(np.abs(theirs))
                 good = rel <= 1e-5
                 ok &= bool(good)

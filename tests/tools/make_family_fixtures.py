@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """make_family_fixtures.py: reference fixtures for the model families other than BERT (RoBERTa,
-XLM-RoBERTa, ELECTRA, DistilBERT, ModernBERT) and for the token classification heads, made with Hugging Face transformers in the format of
+XLM-RoBERTa, ELECTRA, DistilBERT, ModernBERT) and for the token classification and question answering
+heads, made with Hugging Face transformers in the format of
 tests/fixtures/bert-tiny-cls (tests/fixtures/README.md): tiny random configurations, dropout 0,
 float32 weights saved with save_pretrained, the reference computed in float64 on the CPU — logits,
 loss, every gradient, 10 AdamW steps and the parameters after them.
@@ -16,11 +17,13 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import (BertConfig, BertForTokenClassification, DistilBertConfig,
-                          DistilBertForSequenceClassification, DistilBertForTokenClassification, ElectraConfig,
+from transformers import (BertConfig, BertForQuestionAnswering, BertForTokenClassification, DistilBertConfig,
+                          DistilBertForQuestionAnswering, DistilBertForSequenceClassification,
+                          DistilBertForTokenClassification, ElectraConfig, ElectraForQuestionAnswering,
                           ElectraForSequenceClassification, ElectraForTokenClassification, ModernBertConfig,
-                          ModernBertForSequenceClassification, RobertaConfig, RobertaForSequenceClassification,
-                          RobertaForTokenClassification, XLMRobertaConfig, XLMRobertaForSequenceClassification)
+                          ModernBertForSequenceClassification, RobertaConfig, RobertaForQuestionAnswering,
+                          RobertaForSequenceClassification, RobertaForTokenClassification, XLMRobertaConfig,
+                          XLMRobertaForSequenceClassification)
 
 NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
@@ -79,6 +82,22 @@ CASES = {
                               dict(dim=64, n_heads=4, n_layers=2, hidden_dim=96, vocab_size=300,
                                    max_position_embeddings=32, num_labels=9, dropout=0.0, attention_dropout=0.0),
                               2, 18, "token", 0),
+    # Question answering (*ForQuestionAnswering): start and end positions within each sequence's real tokens.
+    "bert-tiny-qa": (BertConfig, BertForQuestionAnswering,
+                     dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=96,
+                          vocab_size=300, max_position_embeddings=32, **NO_DROPOUT), 3, 16, "qa", 2),
+    "roberta-tiny-qa": (RobertaConfig, RobertaForQuestionAnswering,
+                        dict(hidden_size=48, num_attention_heads=3, num_hidden_layers=2, intermediate_size=80,
+                             vocab_size=280, max_position_embeddings=24, type_vocab_size=1, layer_norm_eps=1e-5,
+                             **NO_DROPOUT), 3, 14, "qa", 1),
+    "electra-tiny-qa": (ElectraConfig, ElectraForQuestionAnswering,
+                        dict(embedding_size=32, hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
+                             intermediate_size=80, vocab_size=300, max_position_embeddings=32, **NO_DROPOUT),
+                        2, 12, "qa", 2),
+    "distilbert-tiny-qa": (DistilBertConfig, DistilBertForQuestionAnswering,
+                           dict(dim=64, n_heads=4, n_layers=2, hidden_dim=96, vocab_size=300,
+                                max_position_embeddings=32, dropout=0.0, attention_dropout=0.0, qa_dropout=0.0),
+                           3, 16, "qa", 0),
 }
 
 
@@ -98,7 +117,12 @@ def make_batch(gen, cfg, B, L, kind, type_vocab, first):
         types = torch.randint(0, type_vocab, (B, L), generator=gen)
         types[mask == 0] = 0
         batch["token_type_ids"] = types
-    if kind == "token":
+    if kind == "qa":
+        lengths = mask.sum(1)
+        starts = torch.stack([torch.randint(0, int(n), (1,), generator=gen)[0] for n in lengths])
+        ends = torch.stack([torch.randint(int(st), int(n), (1,), generator=gen)[0] for st, n in zip(starts, lengths)])
+        batch["start_positions"], batch["end_positions"] = starts, ends
+    elif kind == "token":
         labels = torch.randint(0, cfg.num_labels, (B, L), generator=gen)
         labels[torch.rand(B, L, generator=gen) < 0.25] = -100
         labels[mask == 0] = -100
@@ -150,7 +174,12 @@ def write_reference(model, batches, d, script):
             tensors[key + suffix] = value
     out0 = model(**batches[0])
     out0.loss.backward()
-    tensors["logits"] = out0.logits.detach()
+    if hasattr(out0, "start_logits"):  # question answering: also as one [2, B, L] tensor, the engine's layout
+        tensors["start_logits"] = out0.start_logits.detach()
+        tensors["end_logits"] = out0.end_logits.detach()
+        tensors["logits"] = torch.stack([out0.start_logits, out0.end_logits]).detach()
+    else:
+        tensors["logits"] = out0.logits.detach()
     tensors["loss"] = out0.loss.detach().reshape(1)
     for n, p in model.named_parameters():
         tensors["grad." + n] = p.grad.detach().clone()

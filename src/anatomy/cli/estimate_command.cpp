@@ -59,6 +59,10 @@ DataShape shape_from_flags(const TrainingArguments& args, ModelSource& source) {
     s.token_labels = true;
     s.label_width = s.seq_len;
   }
+  if (model_task(config) == kQuestionAnswering) {  // the dummy data's: start and end 0
+    s.span_labels = true;
+    s.label_width = 2;
+  }
   s.label_dtype = config.num_labels == 1 ? DType::F32 : DType::I64;
   if (s.seq_len > config.max_sequence_length())
     fail("--dummy-seq-len {}: longer than the model's {}", s.seq_len,

@@ -104,6 +104,10 @@ int run_inference(const EvaluateFlags& f, bool predict) {
          f.bf16 ? "bf16" : "fp16");
   if (predict && f.output.empty()) fail("--output: predict needs a file to write the predictions to");
 
+  if (model_task(source.config) == kQuestionAnswering)
+    fail("{}: {} of a question answering model needs SQuAD data and answer extraction, which the engine does not "
+         "have yet (train's --validation-file gives eval_loss; `anatomy forward` the start and end logits)",
+         source.name(), predict ? "predict" : "evaluate");
   const bool per_token = model_task(source.config) == kTokenClassification;
   const bool text = !f.input.empty() && (is_text_data_file(f.input) || (per_token && is_conll_file(f.input)));
   if (!text && (!f.vocab.empty() || !f.do_lower_case.empty()))

@@ -63,7 +63,7 @@ Command add_forward_command(CLI::App& app) {
       backend.copy_to_host(t, host.back().data());
       tensors.push_back({name, io::StDType::F32, t.shape(), nullptr});
     };
-    add("logits", out.logits);
+    for (const auto& [name, tensor] : out.named()) add(name, tensor);  // "logits", or the start and end logits
     std::vector<float> loss;
     if (out.loss) loss.push_back(static_cast<float>(*out.loss));
     if (f->backward) {

@@ -15,7 +15,8 @@
 // labels each window with the first answer's token span, found through the offsets and sequence ids exactly
 // as run_qa finds it, or with the CLS index when the question has no answer or the window does not hold all
 // of it (its edge case included: an answer starting in the window's last context token gets the window's
-// last token as start). Validation keeps each window's example and the offsets of its context tokens, none
+// last token as start; a window without context tokens, which run_qa cannot label (IndexError), does not hold
+// it). Validation keeps each window's example and the offsets of its context tokens, none
 // for the others. The context is always the second text (run_qa's pad_on_right: right padding).
 //
 // Post-processing (utils_qa): per question, over its features, the n_best_size largest start and end logits,
@@ -98,8 +99,9 @@ struct QaEvalFeatures {
   std::vector<std::pair<int32_t, int32_t>> offsets;  // [N, L], character spans [start, end) of the context
 };
 
-// Errors name the file, the line and the question: the tokenizer's (a question that leaves the context no
-// room, a stride too large for the room), a max_seq_length too short for the special tokens, no pad token.
+// Errors: the tokenizer's (a question that leaves the context no room, a stride too large for the room), naming
+// the file, the line and the first question it refuses; a max_seq_length too short for the special tokens; a
+// negative doc_stride; a tokenizer without a pad token.
 QaTrainFeatures prepare_train_features(const QaCorpus& corpus, const data::TextTokenizer& tokenizer,
                                        const QaFeatureOptions& options);
 QaEvalFeatures prepare_validation_features(const QaCorpus& corpus, const data::TextTokenizer& tokenizer,
@@ -131,9 +133,10 @@ struct QaPredictions {
 };
 
 // `start_logits` and `end_logits` are [N, width] (N = features.example_index.size(); width the model's sequence
-// length: positions past a feature's offsets are not spans). Every example must have a feature. Errors: logits of
-// the wrong size, a NaN logit, n_best_size or max_answer_length < 1, and (where utils_qa fails with IndexError)
-// a version 2 question whose every entry is empty.
+// length: positions past a feature's offsets are not spans). Errors: logits of the wrong size, a NaN logit, a
+// negative n_best_size, and where utils_qa fails: with version 2, a question without a feature (no null score) or
+// whose every n-best entry is empty (IndexError). Without version 2 a question without a feature gets the "empty"
+// entry, as in utils_qa.
 QaPredictions postprocess_qa_predictions(const QaCorpus& corpus, const QaEvalFeatures& features,
                                          std::span<const float> start_logits, std::span<const float> end_logits,
                                          int64_t width, const QaPostprocessOptions& options);

@@ -56,7 +56,8 @@ class InferenceModel {
   virtual void load_from(const Model& source) = 0;
   // Logits, float32 on the device: [B, num_labels] for a sequence-level
   // head; [rows, num_labels] for token classification, the batch's rows in
-  // order (packed: the real tokens; padded: B × padded_length).
+  // order (packed: the real tokens; padded: B × padded_length); [2, rows]
+  // for question answering (the start logits, then the end logits).
   virtual Tensor forward(const InferenceBatch& batch) = 0;
 };
 

@@ -35,7 +35,8 @@ struct ModelInputs {
   Tensor token_type_ids;  // int64 [B, L]
   Tensor attention_mask;  // int64 [B, L], 1 attend / 0 padding
   Tensor labels;          // int64 [B] (single label), float32 [B] or [B, C] (regression, multi-label),
-                          // int64 [B, L] (token classification, -100: none)
+                          // int64 [B, L] (token classification, -100: none), int64 [2, B]
+                          // (question answering: start_positions, then end_positions)
 };
 
 struct ForwardOptions {
@@ -52,11 +53,17 @@ struct ForwardOptions {
 };
 
 struct ForwardOutput {
-  Tensor logits;  // [B, num_labels] (token classification: [B, L, num_labels]) on the device
+  // On the device: [B, num_labels]; token classification: [B, L, num_labels];
+  // question answering: [2, B, L] (the start logits, then the end logits).
+  Tensor logits;
   std::optional<double> loss;
   ProblemType problem_type = ProblemType::Unset;
-  // The outputs under Hugging Face's names (ModelOutput's fields), in its order.
-  std::vector<std::pair<std::string, Tensor>> named() const { return {{"logits", logits}}; }
+  // The outputs under Hugging Face's names (ModelOutput's fields), in its
+  // order: views of `logits` ("logits"; or "start_logits", "end_logits").
+  std::vector<std::pair<std::string, Tensor>> outputs;
+  std::vector<std::pair<std::string, Tensor>> named() const {
+    return outputs.empty() ? std::vector<std::pair<std::string, Tensor>>{{"logits", logits}} : outputs;
+  }
 };
 
 // ZeRO stages 2 and 3 (distributed/zero_sharding.h): the model reads a unit's

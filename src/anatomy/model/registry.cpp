@@ -69,6 +69,12 @@ const std::vector<ModelArchitecture>& model_architectures() {
       bert_style(roberta_layout("camembert"), kTokenClassification),
       bert_style(electra_layout(), kTokenClassification),
       bert_style(distilbert_layout(), kTokenClassification),
+      bert_style(bert_layout(), kQuestionAnswering),
+      bert_style(roberta_layout("roberta"), kQuestionAnswering),
+      bert_style(roberta_layout("xlm-roberta"), kQuestionAnswering),
+      bert_style(roberta_layout("camembert"), kQuestionAnswering),
+      bert_style(electra_layout(), kQuestionAnswering),
+      bert_style(distilbert_layout(), kQuestionAnswering),
       {"ModernBertForSequenceClassification", "modernbert", kSequenceClassification, modernbert_parameter_specs,
        [](Backend& backend, const ModelConfig& config, DType compute) -> std::unique_ptr<Model> {
          return std::make_unique<ModernBertForSequenceClassification>(backend, config, compute);

@@ -8,5 +8,7 @@ namespace anatomy {
 inline constexpr const char* kSequenceClassification = "sequence-classification";
 // One label per token: *ForTokenClassification (named-entity recognition).
 inline constexpr const char* kTokenClassification = "token-classification";
+// The start and end of an answer span in the context: *ForQuestionAnswering (extractive QA).
+inline constexpr const char* kQuestionAnswering = "question-answering";
 
 }  // namespace anatomy

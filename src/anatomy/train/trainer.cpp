@@ -76,6 +76,7 @@ ModelInputs upload_batch(Backend& backend, const HostBatch& b, DType label_dtype
   in.attention_mask = upload_tokens(b.attention_mask, "attention_mask");
   if (label_width > 0) {
     const Shape shape = b.token_labels   ? Shape{b.batch, b.seq_len}
+                        : b.span_labels    ? Shape{2, b.batch}
                         : label_width == 1 ? Shape{b.batch}
                                            : Shape{b.batch, label_width};
     in.labels = Tensor::empty(ledger, shape, label_dtype, Category::Data, "labels");
@@ -124,6 +125,7 @@ class InputSlots {
     in.attention_mask = tokens(slot.mask, b.attention_mask, "attention_mask");
     if (data_.label_width > 0) {
       const Shape shape = b.token_labels           ? Shape{b.batch, b.seq_len}
+                          : b.span_labels          ? Shape{2, b.batch}
                           : data_.label_width == 1 ? Shape{b.batch}
                                                    : Shape{b.batch, data_.label_width};
       in.labels = slot.labels.slice(0, shape, "labels");
@@ -238,7 +240,9 @@ std::map<std::string, double> Trainer::evaluate() {
   Ledger& ledger = backend_.ledger();
   const int64_t C = model_.config().num_labels, B = args_.per_device_eval_batch_size;
   const bool per_token = model_.task() == kTokenClassification;
+  const bool spans = model_.task() == kQuestionAnswering;
   const int64_t rows = per_token ? eval.seq_len : 1;  // logits rows per example
+  double span_loss = 0.0;  // question answering: the sum over examples of (start + end cross-entropy) / 2
   const std::vector<int64_t> order = epoch_order(eval.size, /*shuffle=*/false, 0, 0);
   std::vector<float> logits(static_cast<size_t>(eval.size * rows * C), 0.0f);
   std::vector<float> batch_logits;
@@ -250,6 +254,22 @@ std::map<std::string, double> Trainer::evaluate() {
     const ModelInputs inputs = upload_batch(backend_, host, eval.label_dtype, 0);
     ForwardOptions options;  // dropout off, nothing kept for backward
     const ForwardOutput out = model_.forward(inputs, options);
+    if (spans) {
+      // [2, b, L']: each example's start and end logits against its positions.
+      batch_logits.resize(static_cast<size_t>(out.logits.numel()));
+      backend_.copy_to_host(out.logits, batch_logits.data());
+      const int64_t b = host.batch, length = host.seq_len;
+      for (int64_t i = 0; i < b; ++i)
+        for (int64_t k = 0; k < 2; ++k) {
+          const float* x = batch_logits.data() + (k * b + i) * length;
+          const float max = *std::max_element(x, x + length);
+          double sum = 0.0;
+          for (int64_t t = 0; t < length; ++t) sum += std::exp(static_cast<double>(x[t]) - max);
+          const int64_t position = eval.labels_i64[static_cast<size_t>(2 * (begin + i) + k)];
+          span_loss += (std::log(sum) + max - x[position]) / 2.0;
+        }
+      continue;
+    }
     if (!per_token) {
       backend_.copy_to_host(out.logits, logits.data() + begin * C);
       continue;
@@ -261,6 +281,8 @@ std::map<std::string, double> Trainer::evaluate() {
     for (int64_t i = 0; i < host.batch; ++i)
       std::copy_n(batch_logits.data() + i * length * C, length * C, logits.data() + ((begin + i) * rows) * C);
   }
+  // Question answering on tensors (no contexts to extract answers from): the loss, as Trainer's mean over examples.
+  if (spans) return {{"eval_loss", span_loss / static_cast<double>(eval.size)}};
   if (per_token) {
     std::vector<std::string> names;  // each id's tag: id2label's, or Hugging Face's LABEL_i
     for (int64_t c = 0; c < C; ++c) {

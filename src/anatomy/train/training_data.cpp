@@ -169,6 +169,9 @@ TrainingData load_training_data(const TrainingArguments& args, ModelSource& sour
   };
   const bool train_text = !args.train_file.empty() && text_file(args.train_file);
   const bool eval_text = !args.validation_file.empty() && text_file(args.validation_file);
+  if (train_text && model_task(config) == kQuestionAnswering)
+    fail("--train-file {}: question answering reads pre-tokenized .safetensors (input_ids, start_positions, "
+         "end_positions) or the dummy data; SQuAD files are not read yet", args.train_file);
   if (args.label_all_tokens && !token_task)
     fail("--label-all-tokens: only for token classification (--task token-classification)");
   if (eval_text && !train_text)
@@ -241,6 +244,12 @@ TrainingData load_training_data(const TrainingArguments& args, ModelSource& sour
       out.train.label_dtype = DType::F32;
       out.train.labels_f32.assign(out.train.size, 0.0f);
       out.train.labels_i64.clear();
+    }
+    if (args.train_file.empty() && model_task(config) == kQuestionAnswering) {
+      // The dummy answers of question answering: the first token ([CLS], as an unanswerable question's).
+      out.train.span_labels = true;
+      out.train.label_width = 2;
+      out.train.labels_i64.assign(static_cast<size_t>(2 * out.train.size), 0);
     }
     if (args.train_file.empty() && token_task) {
       // The dummy labels of token classification: 0 for every token.

@@ -60,8 +60,8 @@ void BertStyleModel::bind_unit_views(Views views, int64_t unit,
 
 bool BertStyleModel::reads_float32_in_mixed_precision(const std::string& name) const {
   const bool projection = name.rfind(layout_.prefix + layout_.projection + ".", 0) == 0;
-  const bool token_classifier =
-      layout_.task == kTokenClassification && name.rfind(layout_.classifier + ".", 0) == 0;
+  const bool token_classifier = (layout_.task == kTokenClassification || layout_.task == kQuestionAnswering) &&
+                                name.rfind(layout_.classifier + ".", 0) == 0;
   return !(layout_.in_encoder_layer(name) || projection || token_classifier) || layout_.is_layer_norm(name);
 }
 
@@ -150,6 +150,7 @@ ForwardOutput BertStyleModel::forward(const ModelInputs& inputs, const ForwardOp
 
   ForwardOutput out;
   out.logits = step->head["logits"];
+  out.outputs = head_->named_outputs(out.logits);
   if (inputs.labels.defined()) {
     out.problem_type = head_->problem_type(inputs.labels.dtype());
     step->dlogits = Tensor::empty(ledger, out.logits.shape(), DType::F32, Category::Temporary, "dlogits");

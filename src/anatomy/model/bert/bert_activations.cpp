@@ -66,6 +66,11 @@ std::vector<SavedSpec> saved_for_backward(LayerKind kind, const ModelConfig& c, 
       return specs;
     }
     case LayerKind::Head:
+      if (layout.task == kQuestionAnswering)
+        return {
+            {"classifier_in", {B, L, H}, x, "qa_outputs backward (after dropout)"},
+            {"logits", {2, B, L}, f32, "loss (start logits, then end logits)"},
+        };
       if (layout.task == kTokenClassification)
         return {
             {"classifier_in", {B, L, H}, x, "classifier backward (after dropout)"},

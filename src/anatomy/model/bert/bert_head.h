@@ -1,12 +1,14 @@
 // bert_head.h: what a BERT-style model's task head does, as the model runs
 // it after the encoder (bert.h): the sequence classification head over the
 // first token (bert_classification_head.h) or the token classification head
-// over every token (bert_token_classification_head.h), as the layout's task
-// says. What a head saves for backward is declared with the encoder's
+// over every token (bert_token_classification_head.h) or the answer span's
+// start and end (bert_question_answering_head.h), as the layout's task says. What a head saves for backward is declared with the encoder's
 // (bert_activations.h, LayerKind::Head).
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "anatomy/kernels/backend.h"
@@ -38,6 +40,10 @@ class BertHead {
     std::vector<Tensor> held;
   };
   virtual Gradients backward(const SavedTensors& s, const Tensor& dlogits) = 0;
+  // Its outputs under Hugging Face's names (the logits, or their parts).
+  virtual std::vector<std::pair<std::string, Tensor>> named_outputs(const Tensor& logits) const {
+    return {{"logits", logits}};
+  }
 };
 
 // The head of `layout.task`. `w`: the float32 weights, `wh`: what 16-bit

@@ -6,7 +6,8 @@
 //               h1  = LayerNorm(linear(ctx) + x)
 //               out = LayerNorm(linear(act(linear(h1))) + h1)
 //   head:       pooled = act(linear(out[first token])); logits = linear(pooled)
-//               (token classification: logits = linear(out), every row)
+//               (token classification: logits = linear(out), every row;
+//               question answering: start and end logits [2, rows])
 // every encoder product in the inference dtype; LayerNorm statistics and the
 // small head in float32.
 #include "anatomy/model/bert/bert_inference.h"
@@ -203,6 +204,23 @@ Tensor BertInference::forward(const InferenceBatch& batch) {
 
   ledger.set_phase("head");
   const int64_t C = config_.num_labels;
+  if (layout_.task == kQuestionAnswering) {
+    // Every row's start and end logits: [2, rows], each from its row of qa_outputs.
+    const int64_t H = config_.hidden_size;
+    Tensor logits = Tensor::empty(ledger, {2, T}, DType::F32, Category::Activations, "logits");
+    for (int64_t o = 0; o < 2; ++o) {
+      const Tensor w = w_.classifier_w.slice(o * H, {1, H}), b = w_.classifier_b.slice(o, {1});
+      const Tensor y = logits.slice(o * T, {T, 1});
+      if (dt == DType::F32) {
+        backend_.linear_forward(x, w, &b, y);
+      } else {
+        Tensor rounded = temporary({T, 1}, "logits_half", dt);
+        backend_.linear_forward(x, w, &b, rounded);
+        backend_.cast(rounded, y);
+      }
+    }
+    return logits;
+  }
   if (layout_.task == kTokenClassification) {
     // Every row's logits (dropout off): the product in the inference dtype,
     // as the training model's under mixed precision.

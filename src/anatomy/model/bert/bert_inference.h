@@ -38,7 +38,8 @@ class BertInference : public InferenceModel {
   // one the checkpoint was loaded into), rounded to the inference dtype.
   void load_from(const Model& source) override;
 
-  // Logits, float32 on the device: [B, num_labels], or [rows, num_labels] for token classification.
+  // Logits, float32 on the device: [B, num_labels], [rows, num_labels] for token classification, or
+  // [2, rows] for question answering (start logits, then end logits).
   Tensor forward(const InferenceBatch& batch) override;
 
  private:

@@ -36,8 +36,28 @@ bool BertLayout::in_encoder_layer(const std::string& name) const {
 }
 
 const std::vector<std::string>& bert_tasks() {
-  static const std::vector<std::string> tasks = {kSequenceClassification, kTokenClassification};
+  static const std::vector<std::string> tasks = {kSequenceClassification, kTokenClassification, kQuestionAnswering};
   return tasks;
+}
+
+double BertLayout::head_dropout(const ModelConfig& config) const {
+  switch (head_dropout_kind) {
+    case HeadDropout::Classifier: return config.classifier_dropout_prob();
+    case HeadDropout::Hidden: return config.hidden_dropout_prob;
+    case HeadDropout::None: return 0.0;
+    case HeadDropout::QaDropout: {
+      const auto it = config.extra.find("qa_dropout");
+      if (it == config.extra.end() || it->is_null()) return 0.1;
+      if (!it->is_number() || !(it->get<double>() >= 0.0 && it->get<double>() < 1.0))
+        fail("config.json: 'qa_dropout' must be a probability in [0, 1), got {}", it->dump());
+      return it->get<double>();
+    }
+  }
+  return 0.0;
+}
+
+int64_t BertLayout::head_outputs(const ModelConfig& config) const {
+  return task == kQuestionAnswering ? 2 : config.num_labels;
 }
 
 const BertLayout& bert_task_layout(const BertLayout& family, const std::string& task) {
@@ -61,7 +81,17 @@ const BertLayout& bert_task_layout(const BertLayout& family, const std::string& 
     l->head_dense.clear();
     l->classifier = "classifier";
     l->dropout_before_head_dense = false;
-    l->head_dropout_hidden = family.model_type == "distilbert";
+    l->head_dropout_kind =
+        family.model_type == "distilbert" ? BertLayout::HeadDropout::Hidden : BertLayout::HeadDropout::Classifier;
+  } else if (task == kQuestionAnswering) {
+    // *ForQuestionAnswering: qa_outputs (H -> 2) on every token, split into
+    // start and end logits; dropout before it in DistilBERT only.
+    l->architecture = class_name + "ForQuestionAnswering";
+    l->head_dense.clear();
+    l->classifier = "qa_outputs";
+    l->dropout_before_head_dense = false;
+    l->head_dropout_kind =
+        family.model_type == "distilbert" ? BertLayout::HeadDropout::QaDropout : BertLayout::HeadDropout::None;
   } else {
     fail("the {} family has no {} head", family.model_type, task);
   }

@@ -59,13 +59,16 @@ struct BertLayout {
   std::string classifier = "classifier";
   ActivationKind head_activation = ActivationKind::Tanh;
   bool dropout_before_head_dense = false;  // RoBERTa, ELECTRA
-  // The head's dropout is hidden_dropout_prob, not classifier_dropout (DistilBERT's token head).
-  bool head_dropout_hidden = false;
+  // The head's dropout: classifier_dropout (or hidden_dropout_prob when
+  // unset), hidden_dropout_prob (DistilBERT's token head), none (the question
+  // answering heads but DistilBERT's), or config.json's `qa_dropout` (DistilBERT's, 0.1 by default).
+  enum class HeadDropout { Classifier, Hidden, None, QaDropout };
+  HeadDropout head_dropout_kind = HeadDropout::Classifier;
 
   // The head's dropout probability for `config`.
-  double head_dropout(const ModelConfig& config) const {
-    return head_dropout_hidden ? config.hidden_dropout_prob : config.classifier_dropout_prob();
-  }
+  double head_dropout(const ModelConfig& config) const;
+  // The classifier's outputs: num_labels, or 2 (an answer's start and end) for question answering.
+  int64_t head_outputs(const ModelConfig& config) const;
   bool has_head_dense() const { return !head_dense.empty(); }
   // The first parameter of the head (its ZeRO unit starts there).
   std::string head_first_parameter() const { return (has_head_dense() ? head_dense : classifier) + ".weight"; }

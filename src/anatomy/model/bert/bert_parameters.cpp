@@ -50,7 +50,7 @@ std::vector<ParamSpec> bert_parameter_specs(const ModelConfig& c, const BertLayo
     layer_norm(layout.layer_name(l, layout.output_norm), H);
   }
   if (layout.has_head_dense()) linear(layout.head_dense, H, H);
-  linear(layout.classifier, c.num_labels, H);
+  linear(layout.classifier, layout.head_outputs(c), H);
   for (size_t i = 0; i < specs.size(); ++i)
     if (specs[i].slot < 0) specs[i].slot = static_cast<int64_t>(i);
   return specs;
