@@ -24,9 +24,11 @@
 #include "anatomy/model/registry.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/data/text_dataset.h"
+#include "anatomy/data/qa_data.h"
 #include "anatomy/data/token_data.h"
 #include "anatomy/data/wordpiece.h"
 #include "anatomy/train/metrics.h"
+#include "anatomy/train/squad_metrics.h"
 #include "anatomy/train/training_data.h"
 
 namespace anatomy::cli {
@@ -40,6 +42,7 @@ struct EvaluateFlags {
   TextColumns columns;
   std::string vocab, do_lower_case;
   int64_t max_seq_length = 128;
+  int64_t doc_stride = 128;   // question answering: context tokens shared by consecutive windows
   int64_t dummy_size = 512;
   int64_t dummy_min_len = 64, dummy_max_len = 512;
   int64_t batch_size = 8;     // Hugging Face's per_device_eval_batch_size
@@ -104,16 +107,18 @@ int run_inference(const EvaluateFlags& f, bool predict) {
          f.bf16 ? "bf16" : "fp16");
   if (predict && f.output.empty()) fail("--output: predict needs a file to write the predictions to");
 
-  if (model_task(source.config) == kQuestionAnswering)
-    fail("{}: {} of a question answering model needs SQuAD data and answer extraction, which the engine does not "
-         "have yet (train's --validation-file gives eval_loss; `anatomy forward` the start and end logits)",
-         source.name(), predict ? "predict" : "evaluate");
+  const bool spans = model_task(source.config) == kQuestionAnswering;
+  if (spans && (f.input.empty() || !is_text_data_file(f.input)))
+    fail("--input: {} of a question answering model reads SQuAD questions (.json, or .jsonl rows)",
+         predict ? "predict" : "evaluate");
   const bool per_token = model_task(source.config) == kTokenClassification;
   const bool text = !f.input.empty() && (is_text_data_file(f.input) || (per_token && is_conll_file(f.input)));
   if (!text && (!f.vocab.empty() || !f.do_lower_case.empty()))
     fail("--{}: only for text input (a .jsonl, .json, .csv or .tsv file)", f.vocab.empty() ? "do-lower-case" : "vocab");
   std::vector<int64_t> lines;  // text: each example's line in the file
   TaggedCorpus corpus;         // token classification's text: the words
+  QaCorpus questions;          // question answering: the questions and contexts
+  QaEvalFeatures windows;      // and their windows
   const Dataset data = [&] {
     if (f.input.empty()) return make_dummy_varlen_dataset(f.dummy_size, f.dummy_min_len, f.dummy_max_len, f.seed);
     if (!text) return load_tensor_dataset(f.input);
@@ -126,6 +131,18 @@ int run_inference(const EvaluateFlags& f, bool predict) {
     if (f.max_seq_length > source.config.max_sequence_length())
       fail("--max-seq-length {}: longer than the model's {}", f.max_seq_length,
            max_sequence_length_text(source.config));
+    if (spans) {
+      // run_qa's validation windows (each batch packed; no padding).
+      QaFeatureOptions options;
+      options.max_seq_length = f.max_seq_length;
+      options.doc_stride = f.doc_stride;
+      options.pad_to_max_length = false;
+      options.add_prefix_space = token_prefix_space(source.config);
+      questions = read_qa_corpus(f.input);
+      windows = prepare_validation_features(questions, tokenizer, options);
+      for (const QaExample& q : questions.examples) lines.push_back(q.line);
+      return windows.data;
+    }
     if (per_token) {
       const LabelVocabulary tags = model_label_vocabulary(source.config);
       TokenDataOptions options;
@@ -152,7 +169,7 @@ int run_inference(const EvaluateFlags& f, bool predict) {
     return tokenize_text_table(table, tokenizer, predict ? nullptr : &labels, options);
   }();
   validate_dataset(data, source.config, model_task(source.config));
-  if (!predict && !data.has_labels())
+  if (!predict && !data.has_labels() && !spans)
     fail("{}: evaluate needs a 'labels' tensor (use `anatomy predict` for unlabelled data)", data.source);
   const std::vector<int64_t> lengths = sequence_lengths(data);
   const int64_t tokens = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
@@ -209,7 +226,9 @@ int run_inference(const EvaluateFlags& f, bool predict) {
 
   const int64_t C = source.config.num_labels;
   const int64_t rows = per_token ? data.seq_len : 1;  // logits rows per example
-  std::vector<float> logits(static_cast<size_t>(data.size * rows * C), 0.0f);
+  std::vector<float> logits(static_cast<size_t>(spans ? 0 : data.size * rows * C), 0.0f);
+  // Question answering: each window's start and end logits, [N, L] each (past a window's tokens: no span).
+  std::vector<float> starts(static_cast<size_t>(spans ? data.size * data.seq_len : 0), 0.0f), ends(starts);
   std::vector<float> batch_logits;
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t batches = (data.size + f.batch_size - 1) / f.batch_size;
@@ -218,7 +237,17 @@ int run_inference(const EvaluateFlags& f, bool predict) {
     const int64_t begin = b * f.batch_size;
     const InferenceBatch batch = batch_at(begin);
     const Tensor out = model.forward(batch);
-    if (!per_token) {
+    if (spans) {
+      // [2, rows]: the start logits of the batch's rows, then the end logits.
+      batch_logits.resize(static_cast<size_t>(out.numel()));
+      backend.copy_to_host(out, batch_logits.data());
+      const int64_t half = batch.rows();
+      for (int64_t i = 0; i < batch.sequences(); ++i) {
+        const int64_t first = batch.padded_length > 0 ? i * batch.padded_length : batch.offsets[i];
+        std::copy_n(batch_logits.data() + first, batch.lengths[i], starts.data() + (begin + i) * data.seq_len);
+        std::copy_n(batch_logits.data() + half + first, batch.lengths[i], ends.data() + (begin + i) * data.seq_len);
+      }
+    } else if (!per_token) {
       backend.copy_to_host(out, logits.data() + begin * C);  // waits for the batch
     } else {
       // The batch's token rows (packed or padded) into each example's [L, C].
@@ -254,6 +283,23 @@ int run_inference(const EvaluateFlags& f, bool predict) {
     const auto it = source.config.id2label.find(c);
     names.push_back(it != source.config.id2label.end() ? it->second : fmt::format("LABEL_{}", c));
   }
+  QaPredictions answers;
+  if (spans) {
+    // utils_qa's answer extraction, then the official SQuAD script (v2 when some question has no answer).
+    QaPostprocessOptions post;
+    post.version_2_with_negative = questions.has_unanswerable();
+    answers = postprocess_qa_predictions(questions, windows, starts, ends, data.seq_len, post);
+    std::vector<SquadQuestion> gold;
+    for (const QaExample& q : questions.examples) gold.push_back({q.id, q.answer_texts});
+    const SquadResult result = post.version_2_with_negative ? squad_v2(gold, answers.prediction_map())
+                                                            : squad_v1(gold, answers.prediction_map());
+    std::vector<std::string> shown;
+    for (const auto& [name, value] : result.scores) {
+      metrics["eval_" + name] = value;
+      shown.push_back(fmt::format("eval_{}: {:.6g}", name, value));
+    }
+    if (!predict) fmt::print("{}\n", fmt::join(shown, "  "));
+  }
   if (data.has_labels()) {
     const std::map<std::string, double> scores =
         per_token ? token_classification_metrics(logits, C, data, names, f.batch_size)
@@ -283,7 +329,13 @@ int run_inference(const EvaluateFlags& f, bool predict) {
     fmt::print("CPU memory occupied (peak RSS): {} MB.\n", gpu::process_peak_rss_bytes() / (1024 * 1024));
   }
 
-  if (predict) {
+  if (predict && spans) {
+    // One JSON object, question id -> answer text, as run_qa's predictions.json.
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();
+    for (const auto& [id, text] : answers.predictions) j[id] = text;
+    io::write_text_file_atomic(f.output, j.dump(4) + "\n");
+    fmt::print("Predictions written to {}\n", f.output);
+  } else if (predict) {
     std::ostringstream out;
     std::vector<int64_t> predicted;  // token classification: each token's label id
     if (per_token) {
@@ -359,6 +411,9 @@ Command add_evaluate_command(CLI::App& app, bool predict) {
   app.add_option("--max-seq-length", f->max_seq_length,
                  "Text input: truncate each example (longest_first) to this many tokens, as train's flag")
       ->capture_default_str()->check(CLI::Range(int64_t{3}, int64_t{1} << 20));
+  app.add_option("--doc-stride", f->doc_stride,
+                 "Question answering: context tokens a window shares with the one before it (run_qa's)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--dummy-size", f->dummy_size, "Dummy sequences")->capture_default_str()->check(positive_number());
   app.add_option("--dummy-min-len", f->dummy_min_len, "Shortest dummy sequence")
       ->capture_default_str()->check(positive_number());

@@ -34,6 +34,9 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
                  "Text data: the column of the label (names, integer ids, or numbers for regression); token "
                  "classification: of the list of tags (default there: tags, or ner_tags)")
       ->capture_default_str();
+  app.add_option("--doc-stride", a.doc_stride,
+                 "Question answering: context tokens a window shares with the one before it (run_qa's)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_flag("--label-all-tokens", a.label_all_tokens,
                "Token classification: label every piece of a word (B- made I-), not only its first");
   app.add_option("--vocab", a.vocab, "Text data: the WordPiece vocab.txt (default: the --model directory's)");

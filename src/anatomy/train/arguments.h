@@ -22,6 +22,7 @@ struct TrainingArguments {
   std::string do_lower_case;                 // "true" or "false"; empty: the model's tokenizer_config.json, else true
   int64_t max_seq_length = 128;              // run_glue's default; truncation longest_first
   bool label_all_tokens = false;             // token classification: every piece of a word labelled
+  int64_t doc_stride = 128;                  // question answering: context tokens shared by consecutive windows
   bool group_by_length = false;              // batches of similar lengths (LengthGroupedSampler)
   int64_t dummy_size = 512;                  // the seed's 512 sequences
   int64_t dummy_seq_len = 512;               // of 512 tokens

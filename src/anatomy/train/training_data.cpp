@@ -169,9 +169,7 @@ TrainingData load_training_data(const TrainingArguments& args, ModelSource& sour
   };
   const bool train_text = !args.train_file.empty() && text_file(args.train_file);
   const bool eval_text = !args.validation_file.empty() && text_file(args.validation_file);
-  if (train_text && model_task(config) == kQuestionAnswering)
-    fail("--train-file {}: question answering reads pre-tokenized .safetensors (input_ids, start_positions, "
-         "end_positions) or the dummy data; SQuAD files are not read yet", args.train_file);
+  const bool qa_task = model_task(config) == kQuestionAnswering;
   if (args.label_all_tokens && !token_task)
     fail("--label-all-tokens: only for token classification (--task token-classification)");
   if (eval_text && !train_text)
@@ -201,7 +199,31 @@ TrainingData load_training_data(const TrainingArguments& args, ModelSource& sour
            config.vocab_size, source.directory);
     }
     if (!settings.config.contains("model_max_length")) settings.model_max_length = config.max_sequence_length();
-    if (token_task) {
+    if (qa_task) {
+      // run_qa's windows, each batch padded to its longest (pad_to_max_length false: DataCollatorWithPadding).
+      QaFeatureOptions options;
+      options.max_seq_length = args.max_seq_length;
+      options.doc_stride = args.doc_stride;
+      options.pad_to_max_length = false;
+      options.add_prefix_space = token_prefix_space(config);
+      auto features = [&](const std::string& path) {
+        const QaCorpus corpus = read_qa_corpus(path);
+        QaTrainFeatures f = prepare_train_features(corpus, tokenizer, options);
+        out.notes.push_back(fmt::format("{}: {} questions ({} with an answer) in {} windows of at most {} tokens",
+                                        path, corpus.examples.size(), f.answerable, f.data.size,
+                                        args.max_seq_length));
+        if (!f.uncovered.empty())
+          out.notes.push_back(fmt::format(
+              "{}: {} of {} answers lie in no window whole (the first: question '{}', line {}): those windows "
+              "train as unanswerable, as run_qa's do",
+              path, f.uncovered.size(), f.answerable, corpus.examples[static_cast<size_t>(f.uncovered[0])].id,
+              corpus.examples[static_cast<size_t>(f.uncovered[0])].line));
+        return std::move(f.data);
+      };
+      out.train = features(args.train_file);
+      if (eval_text) out.eval = features(args.validation_file);
+      out.tokenizer = settings;
+    } else if (token_task) {
       const TaggedCorpus train = read_tagged_corpus(args.train_file, token_words_column(args.text_column),
                                                     token_tags_column(args.label_column));
       const LabelVocabulary tags = fit_tags(train, config, !source.directory.empty());

@@ -14,6 +14,7 @@
 #include "anatomy/data/dataset.h"
 #include "anatomy/data/text_dataset.h"
 #include "anatomy/data/text_table.h"
+#include "anatomy/data/qa_data.h"
 #include "anatomy/data/token_data.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/train/arguments.h"
