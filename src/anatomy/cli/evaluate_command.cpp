@@ -278,11 +278,7 @@ int run_inference(const EvaluateFlags& f, bool predict) {
   metrics["tokens_per_second"] = static_cast<double>(tokens) / seconds;
   fmt::print("Time: {:.2f}\nSamples/second: {:.2f}\nTokens/second: {:.0f}\n", seconds,
              static_cast<double>(data.size) / seconds, static_cast<double>(tokens) / seconds);
-  std::vector<std::string> names;  // each id's label: id2label's, or LABEL_i
-  for (int64_t c = 0; c < C; ++c) {
-    const auto it = source.config.id2label.find(c);
-    names.push_back(it != source.config.id2label.end() ? it->second : fmt::format("LABEL_{}", c));
-  }
+  const std::vector<std::string> names = model_label_names(source.config);
   QaPredictions answers;
   if (spans) {
     // utils_qa's answer extraction, then the official SQuAD script (v2 when some question has no answer).

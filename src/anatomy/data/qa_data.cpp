@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "anatomy/core/error.h"
+#include "anatomy/data/text_dataset.h"
+#include "anatomy/data/text_table.h"
 #include "anatomy/data/wordpiece.h"
 #include "anatomy/io/files.h"
 #include "anatomy/io/json.h"
@@ -98,12 +100,6 @@ std::string shown(std::string_view text) {
     else out.append(text.substr(begin, at - begin));
   }
   return out;
-}
-
-std::string lower_extension(const std::string& path) {
-  std::string ext = std::filesystem::path(path).extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ext;
 }
 
 bool blank(std::string_view s) {
@@ -333,15 +329,7 @@ class Reader {
   }
 
   QaCorpus read() {
-    std::string bytes;
-    {
-      const std::vector<uint8_t> raw = io::read_file_bytes(path_);
-      bytes.assign(raw.begin(), raw.end());
-    }
-    if (bytes.rfind("\xEF\xBB\xBF", 0) == 0) bytes.erase(0, 3);  // a UTF-8 byte order mark
-    if (const size_t bad = data::find_invalid_utf8(bytes); bad != std::string::npos)
-      fail("{}:{}: bytes that are not UTF-8 (byte {} of the file)", path_,
-           1 + std::count(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(bad), '\n'), bad);
+    const std::string bytes = read_utf8_file(path_);
     const std::string ext = lower_extension(path_);
     QaCorpus corpus;
     corpus.source = path_;
@@ -494,25 +482,9 @@ data::OverflowingEncodings encode_windows(const QaCorpus& corpus, const data::Te
 // input_ids, token_type_ids and attention_mask of the windows, right-padded to max_seq_length or the longest.
 Dataset window_rows(const QaCorpus& corpus, const data::TextTokenizer& tokenizer, const QaFeatureOptions& options,
                     const data::OverflowingEncodings& windows) {
-  Dataset d;
-  d.source = corpus.source;
-  d.size = static_cast<int64_t>(windows.features.size());
-  for (const data::Encoding& e : windows.features) d.seq_len = std::max<int64_t>(d.seq_len, e.input_ids.size());
-  if (options.pad_to_max_length) d.seq_len = std::max<int64_t>(d.seq_len, options.max_seq_length);
+  Dataset d = padded_examples(corpus.source, windows.features, tokenizer.pad_id(),
+                              options.pad_to_max_length ? options.max_seq_length : 0);
   d.pad_per_batch = !options.pad_to_max_length;
-  const auto cells = static_cast<size_t>(d.size * d.seq_len);
-  d.input_ids.assign(cells, tokenizer.pad_id());
-  d.token_type_ids.assign(cells, 0);
-  d.attention_mask.assign(cells, 0);
-  for (int64_t i = 0; i < d.size; ++i) {
-    const data::Encoding& e = windows.features[static_cast<size_t>(i)];
-    const size_t row = static_cast<size_t>(i * d.seq_len);
-    for (size_t t = 0; t < e.input_ids.size(); ++t) {
-      d.input_ids[row + t] = e.input_ids[t];
-      d.token_type_ids[row + t] = t < e.token_type_ids.size() ? e.token_type_ids[t] : 0;
-      d.attention_mask[row + t] = t < e.attention_mask.size() ? e.attention_mask[t] : 1;
-    }
-  }
   return d;
 }
 

@@ -21,6 +21,30 @@ bool is_text_data_file(const std::string& path) {
   return ext == ".jsonl" || ext == ".json" || ext == ".csv" || ext == ".tsv";
 }
 
+Dataset padded_examples(const std::string& source, std::span<const data::Encoding> encodings, int32_t pad_id,
+                        int64_t min_length) {
+  Dataset d;
+  d.source = source;
+  d.size = static_cast<int64_t>(encodings.size());
+  d.seq_len = min_length;
+  for (const data::Encoding& e : encodings) d.seq_len = std::max<int64_t>(d.seq_len, e.input_ids.size());
+  d.pad_per_batch = true;
+  const auto cells = static_cast<size_t>(d.size * d.seq_len);
+  d.input_ids.assign(cells, pad_id);
+  d.token_type_ids.assign(cells, 0);
+  d.attention_mask.assign(cells, 0);
+  for (int64_t i = 0; i < d.size; ++i) {
+    const data::Encoding& e = encodings[static_cast<size_t>(i)];
+    const auto row = static_cast<size_t>(i * d.seq_len);
+    for (size_t t = 0; t < e.input_ids.size(); ++t) {
+      d.input_ids[row + t] = e.input_ids[t];
+      d.token_type_ids[row + t] = t < e.token_type_ids.size() ? e.token_type_ids[t] : 0;
+      d.attention_mask[row + t] = t < e.attention_mask.size() ? e.attention_mask[t] : 1;
+    }
+  }
+  return d;
+}
+
 Dataset tokenize_text_table(const TextTable& table, const data::TextTokenizer& tokenizer,
                             const LabelVocabulary* labels, const TextDataOptions& options) {
   if (table.rows.empty()) fail("{}: no examples", table.source);
@@ -48,24 +72,7 @@ Dataset tokenize_text_table(const TextTable& table, const data::TextTokenizer& t
     fail("{}: {}", table.source, e.what());
   }
 
-  Dataset d;
-  d.source = table.source;
-  d.size = static_cast<int64_t>(encodings.size());
-  for (const data::Encoding& e : encodings) d.seq_len = std::max<int64_t>(d.seq_len, e.input_ids.size());
-  d.pad_per_batch = true;
-  const auto cells = static_cast<size_t>(d.size * d.seq_len);
-  d.input_ids.assign(cells, tokenizer.pad_id());
-  d.token_type_ids.assign(cells, 0);
-  d.attention_mask.assign(cells, 0);
-  for (int64_t i = 0; i < d.size; ++i) {
-    const data::Encoding& e = encodings[static_cast<size_t>(i)];
-    for (size_t t = 0; t < e.input_ids.size(); ++t) {
-      const size_t at = static_cast<size_t>(i * d.seq_len) + t;
-      d.input_ids[at] = e.input_ids[t];
-      d.token_type_ids[at] = e.token_type_ids[t];
-      d.attention_mask[at] = 1;
-    }
-  }
+  Dataset d = padded_examples(table.source, encodings, tokenizer.pad_id());
   if (labels == nullptr) return d;
   d.label_width = 1;
   if (labels->regression) {

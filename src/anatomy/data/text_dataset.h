@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -37,6 +38,12 @@ struct TextDataOptions {
 // null. A label the vocabulary lacks is an Error naming the file and line.
 Dataset tokenize_text_table(const TextTable& table, const data::TextTokenizer& tokenizer,
                             const LabelVocabulary* labels, const TextDataOptions& options);
+
+// Encodings (unpadded) as examples: input_ids, token_type_ids and
+// attention_mask [N, L], each row right-padded with `pad_id` (mask 0) to L,
+// the longest encoding or `min_length` if longer; pad_per_batch set.
+Dataset padded_examples(const std::string& source, std::span<const data::Encoding> encodings, int32_t pad_id,
+                        int64_t min_length = 0);
 
 // The tokenizer a model directory carries, or that a run uses.
 struct TokenizerSettings {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anatomy/core/error.h"
+#include "anatomy/data/wordpiece.h"
 #include "anatomy/io/files.h"
 #include "anatomy/io/json.h"
 
@@ -19,47 +20,10 @@ namespace anatomy {
 
 namespace {
 
-// Well-formed UTF-8 (no overlong forms, no surrogates, at most U+10FFFF):
-// the offset of the first bad byte, or npos.
-size_t first_invalid_utf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t n = 0;
-    uint32_t cp = 0, min = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      n = 1, cp = c & 0x1F, min = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-      n = 2, cp = c & 0x0F, min = 0x800;
-    } else if ((c & 0xF8) == 0xF0) {
-      n = 3, cp = c & 0x07, min = 0x10000;
-    } else {
-      return i;
-    }
-    for (size_t k = 1; k <= n; ++k) {
-      if (i + k >= s.size()) return i;
-      const auto d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-    i += n + 1;
-  }
-  return std::string_view::npos;
-}
-
 bool blank(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; });
 }
 
-std::string extension_of(const std::string& path) {
-  std::string ext = std::filesystem::path(path).extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ext;
-}
 
 void check_text(const std::string& path, int64_t line, const std::string& column, const std::string& text) {
   if (blank(text)) fail("{}:{}: column '{}' is empty", path, line, column);
@@ -204,9 +168,21 @@ TextTable read_delimited(const std::string& path, const std::string& bytes, char
   return table;
 }
 
-// The 1-based line of byte `offset`.
-int64_t line_of(const std::string& bytes, size_t offset) {
-  return 1 + std::count(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(offset), '\n');
+bool parse_number(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || !std::isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+std::string lower_extension(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext;
 }
 
 bool parse_integer(const std::string& s, int64_t* out) {
@@ -219,28 +195,23 @@ bool parse_integer(const std::string& s, int64_t* out) {
   return true;
 }
 
-bool parse_number(const std::string& s, double* out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (end != s.c_str() + s.size() || !std::isfinite(v)) return false;
-  *out = v;
-  return true;
-}
-
-}  // namespace
-
-TextTable read_text_table(const std::string& path, const TextColumns& columns) {
-  if (columns.text.empty()) fail("--text-column: must name a column");
+std::string read_utf8_file(const std::string& path) {
   std::string bytes;
   {
     const std::vector<uint8_t> raw = io::read_file_bytes(path);
     bytes.assign(raw.begin(), raw.end());
   }
   if (bytes.rfind("\xEF\xBB\xBF", 0) == 0) bytes.erase(0, 3);  // a UTF-8 byte order mark
-  if (const size_t bad = first_invalid_utf8(bytes); bad != std::string::npos)
-    fail("{}:{}: bytes that are not UTF-8 (byte {} of the file)", path, line_of(bytes, bad), bad);
-  const std::string ext = extension_of(path);
+  if (const size_t bad = data::find_invalid_utf8(bytes); bad != std::string::npos)
+    fail("{}:{}: bytes that are not UTF-8 (byte {} of the file)", path,
+         1 + std::count(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(bad), '\n'), bad);
+  return bytes;
+}
+
+TextTable read_text_table(const std::string& path, const TextColumns& columns) {
+  if (columns.text.empty()) fail("--text-column: must name a column");
+  const std::string bytes = read_utf8_file(path);
+  const std::string ext = lower_extension(path);
   TextTable table;
   if (ext == ".jsonl" || ext == ".json") table = read_jsonl(path, bytes, columns);
   else if (ext == ".csv") table = read_delimited(path, bytes, ',', columns);

@@ -33,6 +33,15 @@ struct TextTable {
   int64_t blank_lines_skipped = 0;
 };
 
+// The text of a data file (text tables, word-tagged sentences, SQuAD
+// questions): a UTF-8 byte order mark dropped; bytes that are not UTF-8 are
+// an Error naming the file and line.
+std::string read_utf8_file(const std::string& path);
+// The file's extension, lowercased (".jsonl").
+std::string lower_extension(const std::string& path);
+// A whole string as a decimal integer (strtoll's, no trailing characters); false if it is not one.
+bool parse_integer(const std::string& s, int64_t* out);
+
 // .jsonl / .json (one object per line), .csv or .tsv (a header row naming the
 // columns; RFC 4180 quoting, quoted fields may hold newlines), by extension.
 // Labels in JSON may be strings, integers or numbers.

@@ -2,10 +2,6 @@
 #include "anatomy/data/token_data.h"
 
 #include <algorithm>
-#include <cctype>
-#include <cerrno>
-#include <cstdlib>
-#include <filesystem>
 #include <set>
 #include <string_view>
 
@@ -13,19 +9,12 @@
 #include <nlohmann/json.hpp>
 
 #include "anatomy/core/error.h"
-#include "anatomy/data/wordpiece.h"
-#include "anatomy/io/files.h"
+#include "anatomy/data/text_dataset.h"
 #include "anatomy/io/json.h"
 
 namespace anatomy {
 
 namespace {
-
-std::string lower_extension(const std::string& path) {
-  std::string ext = std::filesystem::path(path).extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ext;
-}
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
 
@@ -44,16 +33,6 @@ std::vector<std::string_view> columns_of(std::string_view line) {
     if (i > begin) out.push_back(line.substr(begin, i - begin));
   }
   return out;
-}
-
-bool parse_integer(const std::string& s, int64_t* out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (errno != 0 || end != s.c_str() + s.size()) return false;
-  *out = v;
-  return true;
 }
 
 TaggedCorpus read_conll(const std::string& path, const std::string& bytes, bool with_tags) {
@@ -156,15 +135,7 @@ bool is_conll_file(const std::string& path) { return lower_extension(path) == ".
 TaggedCorpus read_tagged_corpus(const std::string& path, const std::string& words_field,
                                 const std::string& tags_field) {
   if (words_field.empty()) fail("--text-column: must name the field of the words");
-  std::string bytes;
-  {
-    const std::vector<uint8_t> raw = io::read_file_bytes(path);
-    bytes.assign(raw.begin(), raw.end());
-  }
-  if (bytes.rfind("\xEF\xBB\xBF", 0) == 0) bytes.erase(0, 3);  // a UTF-8 byte order mark
-  if (const size_t bad = data::find_invalid_utf8(bytes); bad != std::string::npos)
-    fail("{}:{}: bytes that are not UTF-8 (byte {} of the file)", path,
-         1 + std::count(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(bad), '\n'), bad);
+  const std::string bytes = read_utf8_file(path);
   const std::string ext = lower_extension(path);
   TaggedCorpus corpus;
   if (ext == ".conll") corpus = read_conll(path, bytes, !tags_field.empty());
@@ -236,15 +207,8 @@ Dataset tokenize_tagged_corpus(const TaggedCorpus& corpus, const data::TextToken
     }
   }
 
-  Dataset d;
-  d.source = corpus.source;
-  d.size = static_cast<int64_t>(encodings.size());
-  for (const data::Encoding& e : encodings) d.seq_len = std::max<int64_t>(d.seq_len, e.input_ids.size());
-  d.pad_per_batch = true;
+  Dataset d = padded_examples(corpus.source, encodings, tokenizer.pad_id());
   const auto cells = static_cast<size_t>(d.size * d.seq_len);
-  d.input_ids.assign(cells, tokenizer.pad_id());
-  d.token_type_ids.assign(cells, 0);
-  d.attention_mask.assign(cells, 0);
   d.word_ids.assign(cells, -1);
   if (tags != nullptr) {
     d.label_dtype = DType::I64;
@@ -273,9 +237,6 @@ Dataset tokenize_tagged_corpus(const TaggedCorpus& corpus, const data::TextToken
     int32_t previous = -1;
     for (size_t t = 0; t < e.input_ids.size(); ++t) {
       const size_t at = static_cast<size_t>(i * d.seq_len) + t;
-      d.input_ids[at] = e.input_ids[t];
-      d.token_type_ids[at] = e.token_type_ids[t];
-      d.attention_mask[at] = 1;
       const int32_t word = e.word_ids[t];
       d.word_ids[at] = word;
       if (tags != nullptr && word >= 0) {

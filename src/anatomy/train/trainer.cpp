@@ -21,6 +21,7 @@
 #include "anatomy/optim/optimizer.h"
 #include "anatomy/train/checkpointing.h"
 #include "anatomy/train/metrics.h"
+#include "anatomy/train/training_data.h"
 #include "anatomy/io/files.h"
 
 namespace anatomy {
@@ -283,14 +284,7 @@ std::map<std::string, double> Trainer::evaluate() {
   }
   // Question answering on tensors (no contexts to extract answers from): the loss, as Trainer's mean over examples.
   if (spans) return {{"eval_loss", span_loss / static_cast<double>(eval.size)}};
-  if (per_token) {
-    std::vector<std::string> names;  // each id's tag: id2label's, or Hugging Face's LABEL_i
-    for (int64_t c = 0; c < C; ++c) {
-      const auto it = model_.config().id2label.find(c);
-      names.push_back(it != model_.config().id2label.end() ? it->second : fmt::format("LABEL_{}", c));
-    }
-    return token_classification_metrics(logits, C, eval, names, B);
-  }
+  if (per_token) return token_classification_metrics(logits, C, eval, model_label_names(model_.config()), B);
   return classification_metrics(logits, C, resolve_problem_type(model_.config(), eval.label_dtype), eval);
 }
 

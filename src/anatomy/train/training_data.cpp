@@ -88,6 +88,15 @@ TokenizerSettings resolve_tokenizer(const std::string& vocab, const std::string&
   return s;
 }
 
+std::vector<std::string> model_label_names(const ModelConfig& config) {
+  std::vector<std::string> names;
+  for (int64_t i = 0; i < config.num_labels; ++i) {
+    const auto it = config.id2label.find(i);
+    names.push_back(it != config.id2label.end() ? it->second : fmt::format("LABEL_{}", i));
+  }
+  return names;
+}
+
 LabelVocabulary model_label_vocabulary(const ModelConfig& config) {
   LabelVocabulary v;
   if (config.problem_type == ProblemType::Regression ||
@@ -96,9 +105,9 @@ LabelVocabulary model_label_vocabulary(const ModelConfig& config) {
     return v;
   }
   const bool named = has_named_labels(config);
+  const std::vector<std::string> names = model_label_names(config);
   for (int64_t i = 0; i < config.num_labels; ++i) {
-    const auto it = config.id2label.find(i);
-    const std::string name = it != config.id2label.end() ? it->second : fmt::format("LABEL_{}", i);
+    const std::string& name = names[static_cast<size_t>(i)];
     v.names.push_back(name);
     v.ids[name] = i;
     if (!named) v.ids[std::to_string(i)] = i;

@@ -55,6 +55,9 @@ Dataset read_token_data(const std::string& path, const std::string& text_column,
                         const data::TextTokenizer& tokenizer, const LabelVocabulary* tags,
                         const TokenDataOptions& options, std::vector<std::string>* notes, TaggedCorpus* corpus);
 
+// Each of the model's num_labels ids' name: id2label's, or Hugging Face's LABEL_i.
+std::vector<std::string> model_label_names(const ModelConfig& config);
+
 // A trained model's labels as a vocabulary, to read labelled text for
 // evaluation: the id2label names (and the ids themselves, written as integers,
 // when the names are the default LABEL_i), or regression.
