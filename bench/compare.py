@@ -85,6 +85,7 @@ CONFIGS = {
                             "token-classification"),
     "qa-bf16-b32-s384": (["--bf16", "--tf32"], BF16, "sdpa", 4096, 32, "bert-large-uncased", 384,
                          "question-answering"),
+    "mlm-bf16-b32-s512": (["--bf16", "--tf32"], BF16, "sdpa", 2048, 32, "bert-large-uncased", 512, "masked-lm"),
 }
 
 # Hugging Face's side: one Trainer run per process, settings in, one JSON line out (shared with anatomy bench).

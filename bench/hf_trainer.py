@@ -15,8 +15,10 @@ Settings (a JSON object, the first argument; every key optional):
     model_type  the family of `config` ("bert" when absent; "roberta", "electra", "distilbert", ...): its
                 AutoConfig and AutoModelForSequenceClassification
     task        "sequence-classification" (default), "token-classification" (AutoModelForTokenClassification,
-                labels 0 for every token) or "question-answering" (AutoModelForQuestionAnswering, start and end
-                positions 0)
+                labels 0 for every token), "question-answering" (AutoModelForQuestionAnswering, start and end
+                positions 0) or "masked-lm" (AutoModelForMaskedLM: each batch masked as
+                DataCollatorForLanguageModeling masks it, mlm_probability 0.15, mask id 103, random ids from the
+                vocabulary; the dummy ids hold no special token)
     args        TrainingArguments overrides: gradient_accumulation_steps, gradient_checkpointing, fp16, bf16,
                 tf32, optim ("adamw_torch", "adafactor", "adamw_bnb_8bit"), max_steps, ...
     output_dir  TrainingArguments' output_dir (/tmp/hf_trainer); nothing is saved there
@@ -99,7 +101,8 @@ def train(cfg):
     import numpy as np
     import torch
     import transformers
-    from transformers import (AutoConfig, AutoModelForQuestionAnswering, AutoModelForSequenceClassification,
+    from transformers import (AutoConfig, AutoModelForMaskedLM, AutoModelForQuestionAnswering,
+                              AutoModelForSequenceClassification,
                               AutoModelForTokenClassification, BertConfig, Trainer, TrainingArguments, logging)
     logging.set_verbosity_error()
 
@@ -108,7 +111,7 @@ def train(cfg):
     rng = np.random.default_rng(seed)
     ids = torch.from_numpy(rng.integers(100, 30000, (n, seq_len)))
     task = cfg.get("task", "sequence-classification")
-    token_task, qa_task = task == "token-classification", task == "question-answering"
+    token_task, qa_task, mlm_task = task == "token-classification", task == "question-answering", task == "masked-lm"
     labels = torch.zeros((n, seq_len) if token_task else n, dtype=torch.int64)
 
     class Dummy(torch.utils.data.Dataset):  # the seed's datasets.Dataset, without the datasets package
@@ -118,6 +121,8 @@ def train(cfg):
         def __getitem__(self, i):
             if qa_task:
                 return {"input_ids": ids[i], "start_positions": labels[i], "end_positions": labels[i]}
+            if mlm_task:
+                return {"input_ids": ids[i]}
             return {"input_ids": ids[i], "labels": labels[i]}
 
     model_type = cfg.get("model_type", "bert")
@@ -129,7 +134,7 @@ def train(cfg):
     extra = {"attn_implementation": cfg["attn"]} if cfg.get("attn") else {}
     device = cfg.get("device", "cuda")
     auto = (AutoModelForTokenClassification if token_task else AutoModelForQuestionAnswering if qa_task
-            else AutoModelForSequenceClassification)
+            else AutoModelForMaskedLM if mlm_task else AutoModelForSequenceClassification)
     model = auto.from_config(config, **extra).to(device)
     base = dict(use_cpu=device == "cpu", output_dir=cfg.get("output_dir", "/tmp/hf_trainer"), per_device_train_batch_size=cfg.get("batch", 4),
                 num_train_epochs=1, report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,
@@ -149,7 +154,19 @@ def train(cfg):
             events[-1].record()
 
     callbacks = [StepEnds()] if cfg.get("step_times") and gpu else []
-    result = Trainer(model=model, args=args, train_dataset=Dummy(), callbacks=callbacks).train()
+    def mask_tokens(examples):  # DataCollatorForLanguageModeling.torch_mask_tokens, without a tokenizer
+        inputs = torch.stack([e["input_ids"] for e in examples])
+        labels = inputs.clone()
+        masked = torch.bernoulli(torch.full(labels.shape, 0.15)).bool()
+        labels[~masked] = -100
+        replaced = torch.bernoulli(torch.full(labels.shape, 0.8)).bool() & masked
+        inputs[replaced] = 103
+        random = torch.bernoulli(torch.full(labels.shape, 0.5)).bool() & masked & ~replaced
+        inputs[random] = torch.randint(config.vocab_size, labels.shape, dtype=torch.long)[random]
+        return {"input_ids": inputs, "labels": labels}
+
+    collator = {"data_collator": mask_tokens} if mlm_task else {}
+    result = Trainer(model=model, args=args, train_dataset=Dummy(), callbacks=callbacks, **collator).train()
     if gpu:
         torch.cuda.synchronize()
     m = result.metrics

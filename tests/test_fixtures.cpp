@@ -28,7 +28,7 @@ class Fixture : public ::testing::TestWithParam<std::string> {
 
 TEST_P(Fixture, ForwardAndBackwardMatchHuggingFace) {
   auto backend = make_cpu_backend(1);
-  const ModelSource source = resolve_model(dir());
+  const ModelSource source = test::fixture_source(dir());
   const auto built = make_model(*backend, source.config);
   Model& model = *built;
   const LoadReport report = load_weights(model, dir(), 0);
@@ -37,13 +37,26 @@ TEST_P(Fixture, ForwardAndBackwardMatchHuggingFace) {
   const Dataset data = load_tensor_dataset(reference());  // batch 0: input_ids, token_type_ids, attention_mask, labels
   validate_dataset(data, source.config, model_task(source.config));
   const ModelInputs inputs = upload_dataset(*backend, data);
+  // The masked-LM head's loss keeps no whole logits: they come from a forward without labels.
+  std::vector<float> logits;
+  if (model.task() == kMaskedLm) {
+    ModelInputs bare = inputs;
+    bare.labels = Tensor();
+    const ForwardOutput whole = model.forward(bare, ForwardOptions{});
+    logits.resize(static_cast<size_t>(whole.logits.numel()));
+    backend->copy_to_host(whole.logits, logits.data());
+  }
   ForwardOptions options;
   options.save_for_backward = true;
   const ForwardOutput out = model.forward(inputs, options);
 
   const io::SafetensorsFile ref = io::SafetensorsFile::open(reference());
-  std::vector<float> logits(out.logits.numel());
-  backend->copy_to_host(out.logits, logits.data());
+  if (model.task() != kMaskedLm) {
+    logits.resize(static_cast<size_t>(out.logits.numel()));
+    backend->copy_to_host(out.logits, logits.data());
+  } else {
+    EXPECT_FALSE(out.logits.defined());
+  }
   // Token classification's many logits, some near zero: at the output's scale.
   // (Question answering's: [2, B, L], the start logits then the end logits, as the reference stacks them.)
   if (model.task() != kSequenceClassification)
@@ -71,7 +84,7 @@ TEST_P(Fixture, TenTrainingStepsThroughTheCommandLineMatchHuggingFace) {
   const int64_t batch = test::write_reference_train_file(reference(), train_file);
   const std::string out = tmp.file("out");
   const auto r = test::run_anatomy(
-      "train --model " + dir() + " --train-file " + train_file +
+      "train --model " + dir() + test::fixture_task_flag(dir()) + " --train-file " + train_file +
       " --max-steps 10 --learning-rate 1e-3 --weight-decay 0.01 --lr-scheduler-type constant --warmup-steps 0"
       " --max-grad-norm 1.0 --per-device-train-batch-size " + std::to_string(batch) +
       " --no-shuffle --logging-steps 1 --output-dir " + out + " --device cpu");
@@ -97,6 +110,7 @@ TEST_P(Fixture, TenTrainingStepsThroughTheCommandLineMatchHuggingFace) {
   // The saved config reads back as the family's, with the fixture's sizes.
   const ModelConfig saved_config = resolve_model(out).config;
   EXPECT_EQ(saved_config.model_type, resolve_model(dir()).config.model_type);
+  EXPECT_EQ(saved_config.extra.count(kRequestedTaskKey), 0u) << "the run's --task is not the checkpoint's";
   EXPECT_EQ(saved_config.hidden_size, resolve_model(dir()).config.hidden_size);
   int checked = 0;
   const double largest = test::largest_reference_gradient(ref);
@@ -122,17 +136,18 @@ TEST_P(Fixture, TenTrainingStepsThroughTheCommandLineMatchHuggingFace) {
 TEST_P(Fixture, ForwardCommandWritesLogitsLossAndGradients) {
   test::TempDir tmp;
   const std::string out = tmp.file("out.safetensors");
-  const auto r = test::run_anatomy("forward --model " + dir() + " --inputs " + reference() + " --output " + out +
+  const auto r = test::run_anatomy("forward --model " + dir() + test::fixture_task_flag(dir()) + " --inputs " +
+                                   reference() + " --output " + out +
                                    " --backward --device cpu");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const io::SafetensorsFile got = io::SafetensorsFile::open(out);
   const io::SafetensorsFile ref = io::SafetensorsFile::open(reference());
-  const std::string task = model_task(resolve_model(dir()).config);
+  const std::string task = model_task(test::fixture_source(dir()).config);
   if (task == kQuestionAnswering) {  // Hugging Face's names
     for (const char* name : {"start_logits", "end_logits"})
       test::expect_close_at_scale(got.read_f32(name), ref.read_f64(name), 1e-5, name);
     EXPECT_FALSE(got.has("logits"));
-  } else if (task == kTokenClassification) {
+  } else if (task == kTokenClassification || task == kMaskedLm) {
     test::expect_close_at_scale(got.read_f32("logits"), ref.read_f64("logits"), 1e-5, "logits");
   } else {
     expect_relative(got.read_f32("logits"), ref.read_f64("logits"), 1e-5, "logits");
@@ -150,7 +165,7 @@ TEST_P(Fixture, ForwardCommandWritesLogitsLossAndGradients) {
   int written = 0;
   for (const auto& name : got.names()) written += name.rfind("grad.", 0) == 0;
   EXPECT_EQ(written, grads);  // one gradient per parameter, no more
-  EXPECT_EQ(grads, static_cast<int>(model_parameter_specs(resolve_model(dir()).config).size()));
+  EXPECT_EQ(grads, static_cast<int>(model_parameter_specs(test::fixture_source(dir()).config).size()));
   EXPECT_EQ(got.info(task == kQuestionAnswering ? "start_logits" : "logits").dtype, io::StDType::F32);
 }
 

@@ -23,6 +23,8 @@
 
 #include "anatomy/data/dataset.h"
 #include "anatomy/io/safetensors.h"
+#include "anatomy/model/checkpoint.h"
+#include "anatomy/model/registry.h"
 
 namespace anatomy::test {
 
@@ -143,7 +145,26 @@ inline const std::vector<std::string> kHuggingFaceFixtures = {
     "bert-tiny-cls", "bert-tiny-cls-padded", "bert-regression-gelu-new", "bert-multilabel-relu", "bert-cls5-wide",
     "roberta-tiny-padded", "xlm-roberta-regression", "electra-tiny-padded", "distilbert-tiny-multilabel",
     "modernbert-tiny-padded", "modernbert-biases", "bert-tiny-token", "roberta-tiny-token", "electra-tiny-token",
-    "distilbert-tiny-token", "bert-tiny-qa", "roberta-tiny-qa", "electra-tiny-qa", "distilbert-tiny-qa"};
+    "distilbert-tiny-token", "bert-tiny-qa", "roberta-tiny-qa", "electra-tiny-qa", "distilbert-tiny-qa",
+    "bert-tiny-mlm", "roberta-tiny-mlm", "electra-tiny-mlm", "distilbert-tiny-mlm"};
+
+// A fixture's model as its tests run it: the masked-LM fixtures are
+// *ForMaskedLM checkpoints, which the engine fine-tunes for sequence
+// classification unless masked-LM is asked for, so their tests ask.
+inline bool masked_lm_fixture(const std::string& dir) {
+  const nlohmann::json config = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+  const std::string name = config.value("architectures", nlohmann::json::array({""}))[0].get<std::string>();
+  return name.size() > 11 && name.compare(name.size() - 11, 11, "ForMaskedLM") == 0;
+}
+inline ModelSource fixture_source(const std::string& dir) {
+  ModelSource source = resolve_model(dir);
+  if (masked_lm_fixture(dir)) set_model_task(source.config, kMaskedLm);
+  return source;
+}
+// The command-line flag that asks for the fixture's head ("" where config.json's architectures do).
+inline std::string fixture_task_flag(const std::string& dir) {
+  return masked_lm_fixture(dir) ? " --task masked-lm" : "";
+}
 
 // Token classification's reference logits [B, L, C] (padding rows included)
 // cut to the real tokens' rows, in order: a packed batch's logits.

@@ -125,7 +125,7 @@ TEST_P(CudaInferenceFixture, SixteenBitLogitsNearHuggingFace) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
   const std::string dir = test::fixtures_dir() + "/" + GetParam();
   auto host = make_cpu_backend(1);
-  const ModelSource source = resolve_model(dir);
+  const ModelSource source = test::fixture_source(dir);
   const auto built = make_model(*host, source.config);
   Model& loaded = *built;
   load_weights(loaded, dir, 0);

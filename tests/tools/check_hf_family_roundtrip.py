@@ -2,8 +2,8 @@
 """check_hf_family_roundtrip.py: for each model fixture given (a Hugging Face checkpoint of any family
 the engine has, with its reference.safetensors), `anatomy train` fine-tunes it for 4 steps on the
 reference's two batches, saving a checkpoint at step 2; the final directory and checkpoint-2 load with
-transformers' AutoModelForSequenceClassification (AutoModelForTokenClassification or
-AutoModelForQuestionAnswering, as config.json's "architectures" says), and its float32 logits (start
+transformers' AutoModelForSequenceClassification (AutoModelForTokenClassification,
+AutoModelForQuestionAnswering or AutoModelForMaskedLM, as config.json's "architectures" says), and its float32 logits (start
 and end logits for question answering) in evaluation mode equal the
 logits `anatomy forward` gives on the same batch, within 1e-5 of the largest logit.
 
@@ -22,7 +22,7 @@ import tempfile
 import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
-from transformers import (AutoModelForQuestionAnswering, AutoModelForSequenceClassification,
+from transformers import (AutoModelForMaskedLM, AutoModelForQuestionAnswering, AutoModelForSequenceClassification,
                           AutoModelForTokenClassification)
 
 INPUTS = ("input_ids", "token_type_ids", "attention_mask")
@@ -46,13 +46,15 @@ def main():
             inputs = {k: ref[k] for k in INPUTS if k in ref}
             save_file(inputs, os.path.join(tmp, "inputs.safetensors"))
             out = os.path.join(tmp, "run")
-            subprocess.run([a.anatomy, "train", "--model", fixture, "--train-file", os.path.join(tmp, "train.safetensors"),
+            with open(os.path.join(fixture, "config.json")) as f:  # a *ForMaskedLM checkpoint trains as one if asked
+                task = ["--task", "masked-lm"] if json.load(f)["architectures"][0].endswith("ForMaskedLM") else []
+            subprocess.run([a.anatomy, "train", "--model", fixture, *task, "--train-file", os.path.join(tmp, "train.safetensors"),
                             "--per-device-train-batch-size", str(len(ref["input_ids"])), "--max-steps", "4",
                             "--learning-rate", "1e-3", "--save-strategy", "steps", "--save-steps", "2", "--no-progress",
                             "--device", a.device, "--output-dir", out], check=True, stdout=subprocess.DEVNULL)
             for model_dir in [out, os.path.join(out, "checkpoint-2")]:
                 logits_file = os.path.join(tmp, "logits.safetensors")
-                subprocess.run([a.anatomy, "forward", "--model", model_dir, "--inputs",
+                subprocess.run([a.anatomy, "forward", "--model", model_dir, *task, "--inputs",
                                 os.path.join(tmp, "inputs.safetensors"), "--output", logits_file, "--device", a.device],
                                check=True, stdout=subprocess.DEVNULL)
                 written = load_file(logits_file)
@@ -63,6 +65,7 @@ def main():
                     architecture = json.load(f)["architectures"][0]
                 auto = (AutoModelForTokenClassification if architecture.endswith("ForTokenClassification")
                         else AutoModelForQuestionAnswering if architecture.endswith("ForQuestionAnswering")
+                        else AutoModelForMaskedLM if architecture.endswith("ForMaskedLM")
                         else AutoModelForSequenceClassification)
                 model = auto.from_pretrained(model_dir, attn_implementation="eager").eval()
                 with torch.no_grad():

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make_family_fixtures.py: reference fixtures for the model families other than BERT (RoBERTa,
 XLM-RoBERTa, ELECTRA, DistilBERT, ModernBERT) and for the token classification and question answering
-heads, made with Hugging Face transformers in the format of
+heads and the masked-LM heads, made with Hugging Face transformers in the format of
 tests/fixtures/bert-tiny-cls (tests/fixtures/README.md): tiny random configurations, dropout 0,
 float32 weights saved with save_pretrained, the reference computed in float64 on the CPU — logits,
 loss, every gradient, 10 AdamW steps and the parameters after them.
@@ -17,7 +17,8 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import (BertConfig, BertForQuestionAnswering, BertForTokenClassification, DistilBertConfig,
+from transformers import (BertConfig, BertForMaskedLM, BertForQuestionAnswering, DistilBertForMaskedLM,
+                          ElectraForMaskedLM, RobertaForMaskedLM, BertForTokenClassification, DistilBertConfig,
                           DistilBertForQuestionAnswering, DistilBertForSequenceClassification,
                           DistilBertForTokenClassification, ElectraConfig, ElectraForQuestionAnswering,
                           ElectraForSequenceClassification, ElectraForTokenClassification, ModernBertConfig,
@@ -98,6 +99,23 @@ CASES = {
                            dict(dim=64, n_heads=4, n_layers=2, hidden_dim=96, vocab_size=300,
                                 max_position_embeddings=32, dropout=0.0, attention_dropout=0.0, qa_dropout=0.0),
                            3, 16, "qa", 0),
+    # Masked-LM (*ForMaskedLM, the decoder tied to the word embeddings): labels on about 15% of the real tokens
+    # (any id of the vocabulary), -100 elsewhere. ELECTRA's is the generator's head (hidden -> embedding width).
+    "bert-tiny-mlm": (BertConfig, BertForMaskedLM,
+                      dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=96,
+                           vocab_size=300, max_position_embeddings=32, **NO_DROPOUT), 3, 14, "mlm", 2),
+    "roberta-tiny-mlm": (RobertaConfig, RobertaForMaskedLM,
+                         dict(hidden_size=48, num_attention_heads=3, num_hidden_layers=2, intermediate_size=80,
+                              vocab_size=280, max_position_embeddings=24, type_vocab_size=1, layer_norm_eps=1e-5,
+                              **NO_DROPOUT), 2, 16, "mlm", 1),
+    "electra-tiny-mlm": (ElectraConfig, ElectraForMaskedLM,
+                         dict(embedding_size=32, hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
+                              intermediate_size=80, vocab_size=300, max_position_embeddings=32, hidden_act="gelu_new",
+                              **NO_DROPOUT), 3, 12, "mlm", 2),
+    "distilbert-tiny-mlm": (DistilBertConfig, DistilBertForMaskedLM,
+                            dict(dim=64, n_heads=4, n_layers=2, hidden_dim=96, vocab_size=300,
+                                 max_position_embeddings=32, dropout=0.0, attention_dropout=0.0, activation="relu"),
+                            2, 18, "mlm", 0),
 }
 
 
@@ -122,6 +140,12 @@ def make_batch(gen, cfg, B, L, kind, type_vocab, first):
         starts = torch.stack([torch.randint(0, int(n), (1,), generator=gen)[0] for n in lengths])
         ends = torch.stack([torch.randint(int(st), int(n), (1,), generator=gen)[0] for st, n in zip(starts, lengths)])
         batch["start_positions"], batch["end_positions"] = starts, ends
+    elif kind == "mlm":
+        labels = torch.randint(0, cfg.vocab_size, (B, L), generator=gen)
+        labels[torch.rand(B, L, generator=gen) >= 0.15] = -100
+        labels[mask == 0] = -100
+        labels[0, 1] = int(ids[0, 1])  # at least one masked token
+        batch["labels"] = labels
     elif kind == "token":
         labels = torch.randint(0, cfg.num_labels, (B, L), generator=gen)
         labels[torch.rand(B, L, generator=gen) < 0.25] = -100

@@ -154,6 +154,7 @@ std::string format_memory_table(const MemoryAnatomy& m) {
   }
   if (m.timeline_dropped > 0)
     out += fmt::format("Timeline: {} phase samples kept, {} dropped\n", m.timeline.size(), m.timeline_dropped);
+  for (const std::string& note : m.notes) out += note + "\n";
   return out;
 }
 
@@ -202,6 +203,7 @@ std::string memory_anatomy_json(const MemoryAnatomy& m) {
   j["nvml_used"] = m.nvml_used;
   j["engine_options"] = ordered_json::object();
   for (const auto& [name, value] : m.engine_options) j["engine_options"][name] = value;
+  if (!m.notes.empty()) j["notes"] = m.notes;
 
   if (m.predicted) {
     const MemoryPrediction& p = *m.predicted;

@@ -45,6 +45,9 @@ struct MemoryAnatomy {
   // The model: name, source (preset, directory, Hugging Face cache), weights
   // ("random initialisation" for a preset, else the file read).
   std::vector<std::pair<std::string, std::string>> model;
+  // What the model holds differently from the plain way, for people (the
+  // masked-LM head's logits kept whole against its chunked loss), a line each.
+  std::vector<std::string> notes;
 };
 
 // One row of the anatomy: a ledger category or one of the device-level rows

@@ -55,7 +55,8 @@ DataShape shape_from_flags(const TrainingArguments& args, ModelSource& source) {
   s.size = args.dummy_size;
   s.seq_len = args.dummy_seq_len;
   s.label_width = 1;
-  if (model_task(config) == kTokenClassification) {  // the dummy data's: 0 for every token
+  if (model_task(config) == kTokenClassification || model_task(config) == kMaskedLm) {
+    // the dummy data's: 0 for every token; masked-LM's plan, every token masked (its most)
     s.token_labels = true;
     s.label_width = s.seq_len;
   }
@@ -63,7 +64,7 @@ DataShape shape_from_flags(const TrainingArguments& args, ModelSource& source) {
     s.span_labels = true;
     s.label_width = 2;
   }
-  s.label_dtype = config.num_labels == 1 ? DType::F32 : DType::I64;
+  s.label_dtype = config.num_labels == 1 && model_task(config) != kMaskedLm ? DType::F32 : DType::I64;
   if (s.seq_len > config.max_sequence_length())
     fail("--dummy-seq-len {}: longer than the model's {}", s.seq_len,
          max_sequence_length_text(config));

@@ -107,6 +107,10 @@ int run_inference(const EvaluateFlags& f, bool predict) {
          f.bf16 ? "bf16" : "fp16");
   if (predict && f.output.empty()) fail("--output: predict needs a file to write the predictions to");
 
+  if (model_task(source.config) == kMaskedLm)
+    fail("--model: {} of a masked-LM model is not served yet; `anatomy train --validation-file F --eval-strategy "
+         "epoch` reports its eval_loss and perplexity, `anatomy forward` its logits",
+         predict ? "predict" : "evaluate");
   const bool spans = model_task(source.config) == kQuestionAnswering;
   if (spans && (f.input.empty() || !is_text_data_file(f.input)))
     fail("--input: {} of a question answering model reads SQuAD questions (.json, or .jsonl rows)",

@@ -15,7 +15,7 @@ namespace anatomy::cli {
 
 namespace {
 struct ForwardFlags {
-  std::string model, inputs, output, device = "cpu";
+  std::string model, inputs, output, device = "cpu", task;
   bool backward = false;
   uint64_t seed = 42;
   EngineFlags engine;
@@ -26,6 +26,10 @@ Command add_forward_command(CLI::App& app) {
   auto f = std::make_shared<ForwardFlags>();
   app.add_option("--model,--model_name_or_path", f->model,
                  "Directory with config.json + weights, a Hugging Face id in the local hub cache, or a preset (seeded)")->required();
+  app.add_option("--task", f->task,
+                 "The head: sequence-classification, token-classification, question-answering or masked-lm "
+                 "(default: the --model directory's config.json architectures, *ForMaskedLM aside)")
+      ->check(CLI::IsMember({"sequence-classification", "token-classification", "question-answering", "masked-lm"}));
   app.add_option("--inputs", f->inputs, "safetensors with input_ids [B, L] and optional token_type_ids, "
                                         "attention_mask, labels")->required();
   app.add_option("--output", f->output, "safetensors to write: logits, loss, grad.<name>")->required();
@@ -40,7 +44,8 @@ Command add_forward_command(CLI::App& app) {
     // The kernels' choices (and their ANATOMY_* aliases, the last layer's included), as train reads them.
     DeviceChoice device = choose_device(f->device, Fp32Products::Float32, 0, resolve_engine_options(f->engine));
     Backend& backend = *device.backend;
-    const ModelSource source = resolve_model(f->model);
+    ModelSource source = resolve_model(f->model);
+    if (!f->task.empty()) set_model_task(source.config, f->task);
     const Dataset data = load_tensor_dataset(f->inputs);
     validate_dataset(data, source.config, model_task(source.config));
     if (f->backward && !data.has_labels()) fail("{}: --backward needs a 'labels' tensor", f->inputs);
@@ -51,11 +56,6 @@ Command add_forward_command(CLI::App& app) {
     else load_weights(model, source.directory, f->seed);
 
     const ModelInputs inputs = upload_dataset(backend, data);
-    ForwardOptions options;
-    options.training = false;  // dropout off, as model.eval()
-    options.save_for_backward = f->backward;
-    const ForwardOutput out = model.forward(inputs, options);
-
     std::vector<std::vector<float>> host;
     std::vector<io::StWriteTensor> tensors;
     auto add = [&](const std::string& name, const Tensor& t) {
@@ -63,7 +63,20 @@ Command add_forward_command(CLI::App& app) {
       backend.copy_to_host(t, host.back().data());
       tensors.push_back({name, io::StDType::F32, t.shape(), nullptr});
     };
-    for (const auto& [name, tensor] : out.named()) add(name, tensor);  // "logits", or the start and end logits
+    // The masked-LM head computes its loss without whole logits: they come
+    // from a forward without labels first.
+    if (model.task() == kMaskedLm && inputs.labels.defined()) {
+      ModelInputs bare = inputs;
+      bare.labels = Tensor();
+      const ForwardOutput whole = model.forward(bare, ForwardOptions{});
+      for (const auto& [name, tensor] : whole.named()) add(name, tensor);
+    }
+    ForwardOptions options;
+    options.training = false;  // dropout off, as model.eval()
+    options.save_for_backward = f->backward;
+    const ForwardOutput out = model.forward(inputs, options);
+    if (out.logits.defined())
+      for (const auto& [name, tensor] : out.named()) add(name, tensor);  // "logits", or the start and end logits
     std::vector<float> loss;
     if (out.loss) loss.push_back(static_cast<float>(*out.loss));
     if (f->backward) {

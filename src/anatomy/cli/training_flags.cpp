@@ -17,9 +17,9 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
                  "bert-base-uncased, bert-medium, bert-small, bert-mini, bert-tiny)")
       ->capture_default_str();
   app.add_option("--task", a.task,
-                 "The head to train: sequence-classification, token-classification or question-answering "
+                 "The head to train: sequence-classification, token-classification, question-answering or masked-lm "
                  "(default: the --model directory's config.json architectures, else sequence-classification)")
-      ->check(CLI::IsMember({"sequence-classification", "token-classification", "question-answering"}));
+      ->check(CLI::IsMember({"sequence-classification", "token-classification", "question-answering", "masked-lm"}));
   app.add_option("--dataset", a.dataset, "Built-in dataset: dummy (the seed's random ids)")->capture_default_str();
   app.add_option("--train-file", a.train_file,
                  "Text (.jsonl, .json, .csv, .tsv: tokenized with --vocab; token classification: .jsonl/.json of "
@@ -37,6 +37,14 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
   app.add_option("--doc-stride", a.doc_stride,
                  "Question answering: context tokens a window shares with the one before it (run_qa's)")
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--mlm-probability", a.mlm_probability,
+                 "Masked-LM: the chance each token is chosen (80% become the mask, 10% a random token, 10% stay)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_flag("--line-by-line", a.line_by_line,
+               "Masked-LM text: one example per non-blank line (truncated), not lines concatenated into blocks");
+  app.add_option("--mask-token-id", a.mask_token_id,
+                 "Masked-LM on data without a tokenizer (dummy or tensor data): the mask token's id (default: the "
+                 "model directory's tokenizer's, else 103, BERT's [MASK])");
   app.add_flag("--label-all-tokens", a.label_all_tokens,
                "Token classification: label every piece of a word (B- made I-), not only its first");
   app.add_option("--vocab", a.vocab, "Text data: the WordPiece vocab.txt (default: the --model directory's)");

@@ -159,14 +159,16 @@ void validate_dataset(const Dataset& d, const ModelConfig& c, const std::string&
   if (c.type_vocab_size > 0) check_range(d.token_type_ids, "token_type_ids", c.type_vocab_size);
   check_range(d.attention_mask, "attention_mask", 2);
   if (!d.has_labels()) return;
-  if (task == kTokenClassification) {
+  if (task == kTokenClassification || task == kMaskedLm) {
+    const bool lm = task == kMaskedLm;
     if (!d.token_labels || d.label_dtype != DType::I64)
-      fail("{}: token classification needs int64 labels [{}, {}], a label per token (-100: none)", d.source, d.size,
-           d.seq_len);
+      fail("{}: {} needs int64 labels [{}, {}], {} per token (-100: none)", d.source,
+           lm ? "masked-LM" : "token classification", d.size, d.seq_len, lm ? "the original token id" : "a label");
+    const int64_t hi = lm ? c.vocab_size : c.num_labels;
     for (size_t i = 0; i < d.labels_i64.size(); ++i)
-      if (d.labels_i64[i] != -100 && (d.labels_i64[i] < 0 || d.labels_i64[i] >= c.num_labels))
-        fail("{}: labels of example {} (position {}) is {}, outside [0, {}) (num_labels {}; -100: no label)",
-             d.source, i / d.seq_len, i % d.seq_len, d.labels_i64[i], c.num_labels, c.num_labels);
+      if (d.labels_i64[i] != -100 && (d.labels_i64[i] < 0 || d.labels_i64[i] >= hi))
+        fail("{}: labels of example {} (position {}) is {}, outside [0, {}) ({} {}; -100: no label)", d.source,
+             i / d.seq_len, i % d.seq_len, d.labels_i64[i], hi, lm ? "vocab_size" : "num_labels", hi);
     return;
   }
   if (task == kQuestionAnswering) {
@@ -249,6 +251,7 @@ HostBatch gather_batch(const Dataset& d, const std::vector<int64_t>& order, int6
   gather_rows(d.input_ids, &b.input_ids, b.seq_len, L);
   gather_rows(d.token_type_ids, &b.token_type_ids, b.seq_len, L);
   gather_rows(d.attention_mask, &b.attention_mask, b.seq_len, L);
+  gather_rows(d.special_tokens_mask, &b.special_tokens_mask, b.seq_len, L);
   if (d.token_labels) {
     gather_rows(d.labels_i64, &b.labels_i64, b.seq_len, L);
   } else if (d.span_labels) {  // [2, batch]: the starts, then the ends

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,8 @@
 #include "anatomy/model/tasks.h"
 
 namespace anatomy {
+
+struct MaskingOptions;  // data/mlm_data.h
 
 struct Dataset {
   std::string source;                  // names the data in errors
@@ -40,6 +43,12 @@ struct Dataset {
   // ones), as DataCollatorWithPadding pads. seq_len is then the longest any
   // batch can be: the memory plan's worst case.
   bool pad_per_batch = false;
+  // Masked-LM text (data/mlm_data.h): 1 for the tokens masking never picks
+  // (the special tokens the tokenizer added), [N, L]; empty: none.
+  std::vector<uint8_t> special_tokens_mask;
+  // Masked-LM without labels: each batch is masked as it is built
+  // (mask_tokens), its labels made then; token_labels is set, labels_i64 empty.
+  std::shared_ptr<const MaskingOptions> masking;
 
   bool has_labels() const { return label_width > 0; }
 };
@@ -79,6 +88,7 @@ struct HostBatch {
   int64_t batch = 0, seq_len = 0;
   bool token_labels = false;  // labels_i64 [batch, seq_len]
   bool span_labels = false;   // labels_i64 [2, batch]: start positions, then end positions
+  std::vector<uint8_t> special_tokens_mask;  // [batch, seq_len] when the data has one
   std::vector<int64_t> input_ids, token_type_ids, attention_mask, labels_i64;
   std::vector<float> labels_f32;
 };

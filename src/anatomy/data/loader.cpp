@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "anatomy/core/error.h"
+#include "anatomy/data/mlm_data.h"
 
 namespace anatomy {
 
@@ -57,7 +58,10 @@ HostBatch BatchLoader::build(int64_t index) const {
   if (options_.group_by_length)  // grouped in global batches, so that each rank's batch k comes from one group
     order = length_grouped_order(order, lengths_, options_.batch_size * options_.world_size);
   order = shard_order(order, options_.rank, options_.world_size);
-  return gather_batch(data_, order, begin, std::min(shard_, begin + options_.batch_size));
+  HostBatch batch = gather_batch(data_, order, begin, std::min(shard_, begin + options_.batch_size));
+  // Masked-LM: masked as the collator masks, anew for every batch of the run.
+  if (data_.masking) mask_tokens(batch, *data_.masking, options_.seed, masking_stream(index, options_.rank));
+  return batch;
 }
 
 void BatchLoader::work(int64_t worker) {

@@ -102,6 +102,10 @@ size_t TextTokenizer::vocab_size() const { return json_ ? json_->vocab_size() : 
 
 int32_t TextTokenizer::pad_id() const { return json_ ? json_->pad_id() : word_piece_->pad_id(); }
 
+int32_t TextTokenizer::token_to_id(std::string_view token) const {
+  return json_ ? json_->token_to_id(token) : word_piece_->token_to_id(token);
+}
+
 size_t TextTokenizer::special_tokens(bool pair) const {
   if (json_) return json_->added_special_tokens(pair);
   return pair ? 3 : 2;

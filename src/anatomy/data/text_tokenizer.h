@@ -55,6 +55,7 @@ class TextTokenizer {
                                                 int threads = 0) const;
   size_t vocab_size() const;
   int32_t pad_id() const;  // -1 when the tokenizer has no pad token
+  int32_t token_to_id(std::string_view token) const;  // -1 if absent
   // The special tokens added to one text, or to a pair.
   size_t special_tokens(bool pair) const;
   // The file it was read from (tokenizer.json or vocab.txt).

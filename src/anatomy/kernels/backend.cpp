@@ -530,6 +530,18 @@ double Backend::cross_entropy(const Tensor& logits, const Tensor& labels, const 
       },
       [&] { return do_cross_entropy(logits, labels, dlogits); });
 }
+double Backend::cross_entropy_sum(const Tensor& logits, const Tensor& labels, const Tensor& dlogits, double scale) {
+  ANATOMY_CHECK(logits.rank() == 2 && labels.dtype() == DType::I64 && labels.numel() == logits.dim(0),
+                "cross_entropy_sum: {} is not rows with one int64 label each in {}", logits.name(), labels.name());
+  ANATOMY_CHECK(!dlogits.defined() || dlogits.numel() == logits.numel(), "cross_entropy_sum: {} does not fit {}",
+                dlogits.name(), logits.name());
+  return run_op(
+      [&] {
+        return OpInfo{"cross_entropy", "loss", OpClass::Normalization, 6.0 * numel_of(logits),
+                      bytes_of(logits) + bytes_of(labels) + (dlogits.defined() ? bytes_of(dlogits) : 0)};
+      },
+      [&] { return do_cross_entropy_sum(logits, labels, dlogits, scale); });
+}
 double Backend::mse(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) {
   return run_op(
       [&] {

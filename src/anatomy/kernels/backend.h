@@ -370,6 +370,15 @@ class Backend {
   // --- losses: return the mean loss and write dlogits = ∂loss/∂logits ---
   // Cross-entropy over classes; labels int64 [B]; label -100 is ignored, as torch does.
   double cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits);
+  // The cross-entropy's SUM over the rows of logits [N, C] (float32, or the
+  // compute dtype: read as float, as torch's float32 loss under autocast reads
+  // 16-bit logits) whose int64 label is not -100; with dlogits defined (the
+  // shape of logits, float32 or 16-bit; it may be logits itself), writes
+  // scale · (softmax − one-hot) into counted rows and 0 into ignored ones. The
+  // masked-LM head's chunked loss: the caller divides by the rows it counts
+  // over every chunk. A label outside [0, C) makes the sum NaN (an error on
+  // the CPU).
+  double cross_entropy_sum(const Tensor& logits, const Tensor& labels, const Tensor& dlogits, double scale);
   // Mean squared error; logits and targets of equal element count.
   double mse(const Tensor& logits, const Tensor& targets, const Tensor& dlogits);
   // Binary cross-entropy with logits, mean over all elements.
@@ -531,6 +540,8 @@ class Backend {
                                                  const DropoutSpec& dropout, const Tensor& dq0, const Tensor& dk,
                                                  const Tensor& dv) = 0;
   virtual double do_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) = 0;
+  virtual double do_cross_entropy_sum(const Tensor& logits, const Tensor& labels, const Tensor& dlogits,
+                                      double scale) = 0;
   virtual double do_mse(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) = 0;
   virtual double do_bce_with_logits(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) = 0;
   virtual double do_sum_of_squares(const Tensor& t) = 0;

@@ -547,6 +547,13 @@ constexpr int64_t reduction_blocks(int64_t n) {
                                  (kReductionThreads * kReductionItemsPerThread),
                              1, kReductionMaxBlocks);
 }
+// cross_entropy_sum: a partial sum (double) per warp of its fixed grid and a
+// flag for labels out of range, whatever the rows.
+inline constexpr int64_t kCrossEntropySumWarps = 2048;
+constexpr size_t cross_entropy_sum_scratch_bytes(int64_t rows) {
+  (void)rows;
+  return static_cast<size_t>(kCrossEntropySumWarps) * sizeof(double) + 16;
+}
 constexpr size_t sum_of_squares_scratch_bytes(int64_t n) {
   return static_cast<size_t>(reduction_blocks(n)) * sizeof(double);
 }

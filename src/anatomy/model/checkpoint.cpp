@@ -165,6 +165,7 @@ void write_pretrained(const Model& model, const std::string& directory,
   // "architectures" names the model's class (its head), whatever the family's default.
   nlohmann::json config = model_config_to_json(model.config());
   config["architectures"] = nlohmann::json::array({model.architecture()});
+  config.erase(kRequestedTaskKey);  // the run's choice, not the checkpoint's
   io::write_text_file_atomic((fs::path(directory) / "config.json").string(), config.dump(2) + "\n");
 }
 

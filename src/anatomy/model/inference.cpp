@@ -60,11 +60,13 @@ class PaddedInference final : public InferenceModel {
     for (int64_t len : batch.lengths)
       ANATOMY_CHECK(len <= config().max_sequence_length(), "a sequence of {} tokens is longer than the model's {}",
                     len, max_sequence_length_text(config()));
-    std::vector<int64_t> ids(B * L, config().pad_token_id), mask(B * L, 0);
+    const bool typed = !batch.token_type_ids.empty();
+    std::vector<int64_t> ids(B * L, config().pad_token_id), mask(B * L, 0), types(typed ? B * L : 0, 0);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < batch.lengths[b]; ++t) {
         ids[b * L + t] = batch.input_ids[batch.offsets[b] + t];
         mask[b * L + t] = 1;
+        if (typed) types[b * L + t] = batch.token_type_ids[batch.offsets[b] + t];
       }
     Ledger& ledger = backend_.ledger();
     ledger.set_phase("inputs");
@@ -73,7 +75,20 @@ class PaddedInference final : public InferenceModel {
     inputs.attention_mask = Tensor::empty(ledger, {B, L}, DType::I64, Category::Data, "attention_mask");
     backend_.copy_from_host(inputs.input_ids, ids.data());
     backend_.copy_from_host(inputs.attention_mask, mask.data());
-    return model_->forward(inputs, ForwardOptions{}).logits;
+    if (typed) {
+      inputs.token_type_ids = Tensor::empty(ledger, {B, L}, DType::I64, Category::Data, "token_type_ids");
+      backend_.copy_from_host(inputs.token_type_ids, types.data());
+    }
+    const Tensor logits = model_->forward(inputs, ForwardOptions{}).logits;
+    // A logit row per token ([B, L, C]) of a packed batch: its real tokens' rows only, in order, as packed
+    // inference gives them.
+    if (batch.padded_length > 0 || logits.rank() != 3) return logits;
+    const int64_t C = logits.dim(2);
+    Tensor packed = Tensor::empty(ledger, {batch.offsets[B], C}, logits.dtype(), Category::Temporary, "logits");
+    for (int64_t b = 0; b < B; ++b)
+      backend_.copy(packed.slice(batch.offsets[b] * C, {batch.lengths[b], C}),
+                    logits.slice(b * L * C, {batch.lengths[b], C}));
+    return packed;
   }
 
  private:

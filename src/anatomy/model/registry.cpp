@@ -24,8 +24,19 @@ std::string joined(const std::vector<std::string>& names) {
 }
 
 // A family laid out as BERT (model/bert/bert_layout.h), with the head of `task`.
+// The masked-LM head has no packed inference: its inference is the training
+// model's forward on padded batches.
 ModelArchitecture bert_style(const BertLayout& family, const std::string& task) {
   const BertLayout& layout = bert_task_layout(family, task);
+  if (layout.masked_lm())
+    return {layout.architecture, layout.model_type, task,
+            [&layout](const ModelConfig& config) { return bert_parameter_specs(config, layout); },
+            [&layout](Backend& backend, const ModelConfig& config, DType compute) -> std::unique_ptr<Model> {
+              return std::make_unique<BertStyleModel>(backend, config, compute, layout);
+            },
+            [&layout](Backend& backend, const ModelConfig& config, DType dtype) -> std::unique_ptr<InferenceModel> {
+              return make_padded_inference(backend, std::make_unique<BertStyleModel>(backend, config, dtype, layout));
+            }};
   return {layout.architecture, layout.model_type, task,
           [&layout](const ModelConfig& config) { return bert_parameter_specs(config, layout); },
           [&layout](Backend& backend, const ModelConfig& config, DType compute) -> std::unique_ptr<Model> {
@@ -75,6 +86,12 @@ const std::vector<ModelArchitecture>& model_architectures() {
       bert_style(roberta_layout("camembert"), kQuestionAnswering),
       bert_style(electra_layout(), kQuestionAnswering),
       bert_style(distilbert_layout(), kQuestionAnswering),
+      bert_style(bert_layout(), kMaskedLm),
+      bert_style(roberta_layout("roberta"), kMaskedLm),
+      bert_style(roberta_layout("xlm-roberta"), kMaskedLm),
+      bert_style(roberta_layout("camembert"), kMaskedLm),
+      bert_style(electra_layout(), kMaskedLm),
+      bert_style(distilbert_layout(), kMaskedLm),
       {"ModernBertForSequenceClassification", "modernbert", kSequenceClassification, modernbert_parameter_specs,
        [](Backend& backend, const ModelConfig& config, DType compute) -> std::unique_ptr<Model> {
          return std::make_unique<ModernBertForSequenceClassification>(backend, config, compute);
@@ -98,11 +115,16 @@ const ModelFamily& model_family(const std::string& model_type, const std::string
 
 std::string model_task(const ModelConfig& config, const std::string& requested) {
   if (!requested.empty()) return requested;
+  const auto asked = config.extra.find(kRequestedTaskKey);
+  if (asked != config.extra.end() && asked->is_string()) return asked->get<std::string>();
   const auto named = config.extra.find("architectures");
   if (named != config.extra.end() && named->is_array())
     for (const nlohmann::json& name : *named)
       for (const ModelArchitecture& a : model_architectures())
-        if (name.is_string() && a.name == name.get_ref<const std::string&>() && a.model_type == config.model_type)
+        // A *ForMaskedLM class is a pre-training checkpoint's (bert-base-uncased's): fine-tuned for sequence
+        // classification unless masked-LM is asked for, as the scripts choose their head.
+        if (name.is_string() && a.name == name.get_ref<const std::string&>() && a.model_type == config.model_type &&
+            a.task != kMaskedLm)
           return a.task;
   return kSequenceClassification;
 }
@@ -120,6 +142,7 @@ const ModelArchitecture& model_architecture(const ModelConfig& config, const std
 
 void set_model_task(ModelConfig& config, const std::string& task) {
   config.extra["architectures"] = nlohmann::json::array({model_architecture(config, task).name});
+  config.extra[kRequestedTaskKey] = task;
 }
 
 std::unique_ptr<Model> make_model(Backend& backend, const ModelConfig& config, DType compute,

@@ -50,9 +50,13 @@ const std::vector<ModelArchitecture>& model_architectures();
 const ModelFamily& model_family(const std::string& model_type, const std::string& source);
 // The task a model of `config` is built for: `requested` when given; else
 // the task of the first class config.json's "architectures" names that the
-// engine has for the family; else sequence classification (a pre-training
-// checkpoint, e.g. BertForMaskedLM, fine-tuned as the seed does).
+// engine has for the family, *ForMaskedLM aside; else sequence
+// classification (a pre-training checkpoint, e.g. BertForMaskedLM, is
+// fine-tuned as the seed does; masked-LM only when `requested`).
 std::string model_task(const ModelConfig& config, const std::string& requested = "");
+// Where set_model_task() records the task asked for, in the config's extra
+// keys (a saved config.json leaves it out).
+inline constexpr const char* kRequestedTaskKey = "anatomy_task";
 // Makes `config` a model of `task`: its "architectures" names the family's
 // class for it (fails as model_architecture does).
 void set_model_task(ModelConfig& config, const std::string& task);

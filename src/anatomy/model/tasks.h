@@ -1,5 +1,6 @@
 // tasks.h: the tasks a model's head serves, named as the command line and
-// the registry name them (Hugging Face's pipeline task names where it has one).
+// the registry name them (Hugging Face's pipeline task names where it has one; run_mlm's task
+// as masked-lm).
 #pragma once
 
 namespace anatomy {
@@ -10,5 +11,9 @@ inline constexpr const char* kSequenceClassification = "sequence-classification"
 inline constexpr const char* kTokenClassification = "token-classification";
 // The start and end of an answer span in the context: *ForQuestionAnswering (extractive QA).
 inline constexpr const char* kQuestionAnswering = "question-answering";
+
+// Masked-language-model pretraining or domain adaptation: *ForMaskedLM, the
+// word embeddings tied to the output layer (Hugging Face's run_mlm).
+inline constexpr const char* kMaskedLm = "masked-lm";
 
 }  // namespace anatomy

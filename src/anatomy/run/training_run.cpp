@@ -26,6 +26,7 @@
 #include "anatomy/io/files.h"
 #include "anatomy/kernels/cuda_memory.h"
 #include "anatomy/kernels/profiling.h"
+#include "anatomy/model/bert/bert_masked_lm_head.h"
 #include "anatomy/run/device.h"
 #include "anatomy/run/memory_readings.h"
 #include "anatomy/gpu/nvml.h"
@@ -183,6 +184,9 @@ void train_once(const TrainingRequest& flags, const TrainingArguments& args, Run
     const int64_t used = own_gpu_use(run.probe);
     MemoryAnatomy m = take_memory_anatomy(backend, run.facts, on_gpu ? context_bytes : -1, on_gpu ? used : -1, &run.plan);
     m.model = model_fields(run.source);
+    if (model.task() == kMaskedLm)
+      m.notes.push_back(lm_logits_note(model.config(), args.per_device_train_batch_size, run.data.seq_len,
+                                       model.compute_dtype()));
     return m;
   };
   std::vector<StepTiming> timings;

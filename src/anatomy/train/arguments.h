@@ -23,6 +23,9 @@ struct TrainingArguments {
   int64_t max_seq_length = 128;              // run_glue's default; truncation longest_first
   bool label_all_tokens = false;             // token classification: every piece of a word labelled
   int64_t doc_stride = 128;                  // question answering: context tokens shared by consecutive windows
+  double mlm_probability = 0.15;             // masked-LM: the chance a token is chosen (run_mlm's)
+  bool line_by_line = false;                 // masked-LM text: one example per line, not blocks
+  int64_t mask_token_id = -1;                // masked-LM without a tokenizer: the mask id (-1: the tokenizer's, or 103)
   bool group_by_length = false;              // batches of similar lengths (LengthGroupedSampler)
   int64_t dummy_size = 512;                  // the seed's 512 sequences
   int64_t dummy_seq_len = 512;               // of 512 tokens

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anatomy/data/loader.h"
+#include "anatomy/data/mlm_data.h"
 #include "anatomy/distributed/data_parallel.h"
 #include "anatomy/distributed/zero.h"
 #include "anatomy/distributed/zero_sharding.h"
@@ -245,6 +246,23 @@ std::map<std::string, double> Trainer::evaluate() {
   const int64_t rows = per_token ? eval.seq_len : 1;  // logits rows per example
   double span_loss = 0.0;  // question answering: the sum over examples of (start + end cross-entropy) / 2
   const std::vector<int64_t> order = epoch_order(eval.size, /*shuffle=*/false, 0, 0);
+  if (model_.task() == kMaskedLm) {
+    // The model's loss over each batch's masked tokens (masked with a fixed
+    // seed: every evaluation sees the same masks), weighted by the batch's
+    // examples as Trainer's evaluation loop weights it; run_mlm's perplexity
+    // is exp(eval_loss).
+    double total = 0.0;
+    for (int64_t begin = 0; begin < eval.size; begin += B) {
+      ledger.set_phase("evaluation");
+      HostBatch host = gather_batch(eval, order, begin, std::min(eval.size, begin + B));
+      if (eval.masking) mask_tokens(host, *eval.masking, args_.seed, eval_masking_stream(begin));
+      const ModelInputs inputs = upload_batch(backend_, host, DType::I64, host.seq_len);
+      const ForwardOutput out = model_.forward(inputs, ForwardOptions{});
+      total += *out.loss * static_cast<double>(host.batch);
+    }
+    const double loss = total / static_cast<double>(eval.size);
+    return {{"eval_loss", loss}, {"perplexity", std::exp(loss)}};
+  }
   std::vector<float> logits(static_cast<size_t>(eval.size * rows * C), 0.0f);
   std::vector<float> batch_logits;
   for (int64_t begin = 0; begin < eval.size; begin += B) {
@@ -362,6 +380,9 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
 void Trainer::setup(Run& run) {
   run.sharded = comm_ && args_.zero_stage >= 1;
   run.stage = run.sharded ? static_cast<int>(args_.zero_stage) : 0;
+  if (run.stage >= 2 && model_.task() == kMaskedLm)
+    fail("--zero-stage {}: the masked-LM head's decoder is the word embeddings (one tied parameter of two units), "
+         "which stages 2 and 3 would lend unit by unit; use --zero-stage 0 or 1", run.stage);
   // ZeRO stages 2 and 3: no whole gradient buffer (and at stage 3 no whole
   // weights): the model reads and writes unit by unit through `zero`. Under
   // mixed precision stage 1 shards by unit too, for its float32 masters.

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "anatomy/core/error.h"
+#include "anatomy/data/mlm_data.h"
 #include "anatomy/data/wordpiece.h"
 #include "anatomy/model/registry.h"
 
@@ -173,8 +174,10 @@ TrainingData load_training_data(const TrainingArguments& args, ModelSource& sour
   ModelConfig& config = source.config;
   if (!args.task.empty()) set_model_task(config, args.task);
   const bool token_task = model_task(config) == kTokenClassification;
+  const bool mlm_task = model_task(config) == kMaskedLm;
   auto text_file = [&](const std::string& path) {
-    return is_text_data_file(path) || (token_task && is_conll_file(path));
+    return is_text_data_file(path) || (token_task && is_conll_file(path)) ||
+           (mlm_task && (lower_extension(path) == ".txt" || lower_extension(path) == ".text"));
   };
   const bool train_text = !args.train_file.empty() && text_file(args.train_file);
   const bool eval_text = !args.validation_file.empty() && text_file(args.validation_file);
@@ -208,7 +211,31 @@ TrainingData load_training_data(const TrainingArguments& args, ModelSource& sour
            config.vocab_size, source.directory);
     }
     if (!settings.config.contains("model_max_length")) settings.model_max_length = config.max_sequence_length();
-    if (qa_task) {
+    if (mlm_task) {
+      // run_mlm's blocks (or lines), masked batch by batch.
+      MlmTextOptions options;
+      options.max_seq_length = args.max_seq_length;
+      options.line_by_line = args.line_by_line;
+      options.text_column = args.text_column;
+      auto masked = [&](const std::string& path) {
+        Dataset d = prepare_mlm_dataset(read_mlm_texts(path, args.text_column), path, tokenizer, options, &out.notes);
+        return d;
+      };
+      auto masking = std::make_shared<MaskingOptions>();
+      masking->probability = args.mlm_probability;
+      masking->mask_token_id = args.mask_token_id >= 0 ? args.mask_token_id : mask_token_id(tokenizer, settings.config);
+      if (masking->mask_token_id < 0)
+        fail("{}: no mask token ([MASK] or <mask>, or tokenizer_config.json's mask_token); give --mask-token-id",
+             tokenizer.file());
+      masking->random_tokens = std::min(vocab_size, config.vocab_size);
+      out.train = masked(args.train_file);
+      out.train.masking = masking;
+      if (eval_text) {
+        out.eval = masked(args.validation_file);
+        out.eval->masking = masking;
+      }
+      out.tokenizer = settings;
+    } else if (qa_task) {
       // run_qa's windows, each batch padded to its longest (pad_to_max_length false: DataCollatorWithPadding).
       QaFeatureOptions options;
       options.max_seq_length = args.max_seq_length;
@@ -289,10 +316,53 @@ TrainingData load_training_data(const TrainingArguments& args, ModelSource& sour
       out.train.labels_i64.assign(static_cast<size_t>(out.train.size * out.train.seq_len), 0);
     }
     if (!source.directory.empty()) out.tokenizer = read_tokenizer_settings(source.directory);
+    if (mlm_task && (args.train_file.empty() || !out.train.has_labels())) {
+      // Tokens without labels (the dummy data, tensors of input_ids alone): masked batch by batch, with the
+      // model directory's tokenizer's mask and special tokens when it has one.
+      auto masking = std::make_shared<MaskingOptions>();
+      masking->probability = args.mlm_probability;
+      masking->random_tokens = config.vocab_size;
+      masking->mask_token_id = args.mask_token_id;
+      if (out.tokenizer) {
+        const data::TextTokenizer tokenizer = load_tokenizer(*out.tokenizer);
+        if (masking->mask_token_id < 0) masking->mask_token_id = mask_token_id(tokenizer, out.tokenizer->config);
+        masking->random_tokens = std::min<int64_t>(config.vocab_size, static_cast<int64_t>(tokenizer.vocab_size()));
+        for (const char* name : {"[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]", "<s>", "</s>", "<pad>", "<unk>",
+                                 "<mask>"})
+          if (const int32_t id = tokenizer.token_to_id(name); id >= 0) masking->special_ids.push_back(id);
+      }
+      if (masking->mask_token_id < 0) {
+        masking->mask_token_id = 103;
+        out.notes.push_back("Masking with id 103 (BERT's [MASK]) for the mask token; --mask-token-id sets another");
+      }
+      if (masking->mask_token_id >= config.vocab_size)
+        fail("--mask-token-id {}: outside the model's vocab_size {}", masking->mask_token_id, config.vocab_size);
+      if (config.pad_token_id >= 0) masking->special_ids.push_back(config.pad_token_id);
+      out.train.labels_i64.clear();
+      out.train.labels_f32.clear();
+      out.train.masking = masking;
+    }
   }
+  // Masked-LM data masked as it is batched: a label per token, made then.
+  for (Dataset* d : {&out.train, out.eval ? &*out.eval : nullptr})
+    if (d != nullptr && d->masking) {
+      d->token_labels = true;
+      d->label_dtype = DType::I64;
+      d->label_width = d->seq_len;
+    }
   validate_dataset(out.train, config, model_task(config));
   if (!args.validation_file.empty()) {
-    if (!out.eval) out.eval = load_tensor_dataset(args.validation_file);
+    if (!out.eval) {
+      out.eval = load_tensor_dataset(args.validation_file);
+      if (mlm_task && !out.eval->has_labels()) {
+        if (!out.train.masking) fail("{}: masked-LM validation data without labels needs training data without "
+                                     "labels too (it is masked as they are)", args.validation_file);
+        out.eval->masking = out.train.masking;
+        out.eval->token_labels = true;
+        out.eval->label_dtype = DType::I64;
+        out.eval->label_width = out.eval->seq_len;
+      }
+    }
     validate_dataset(*out.eval, config, model_task(config));
     if (out.eval->label_dtype != out.train.label_dtype || out.eval->token_labels != out.train.token_labels ||
         (!out.train.token_labels && out.eval->label_width != out.train.label_width))

@@ -596,6 +596,36 @@ class CpuBackend final : public Backend {
     return counted ? total / counted : NAN;
   }
 
+  double do_cross_entropy_sum(const Tensor& logits, const Tensor& labels, const Tensor& dlogits,
+                              double scale) override {
+    expect_f32(logits, "cross_entropy_sum");
+    if (dlogits.defined()) expect_f32(dlogits, "cross_entropy_sum");
+    const int64_t N = logits.dim(0), C = logits.dim(1);
+    const float* x = logits.data<float>();
+    const int64_t* y = labels.data<int64_t>();
+    float* d = dlogits.defined() ? dlogits.data<float>() : nullptr;
+    double total = 0.0;
+    std::vector<float> row;  // a copy: dlogits may be logits itself
+    for (int64_t n = 0; n < N; ++n) {
+      if (y[n] == -100) {
+        if (d) std::fill(d + n * C, d + (n + 1) * C, 0.0f);
+        continue;
+      }
+      ANATOMY_CHECK(y[n] >= 0 && y[n] < C, "cross_entropy: label {} outside [0, {})", y[n], C);
+      row.assign(x + n * C, x + (n + 1) * C);
+      double mx = row[0];
+      for (int64_t c = 1; c < C; ++c) mx = std::max(mx, static_cast<double>(row[c]));
+      double sum = 0.0;
+      for (int64_t c = 0; c < C; ++c) sum += std::exp(row[c] - mx);
+      const double lse = mx + std::log(sum);
+      total += lse - row[y[n]];
+      if (d)
+        for (int64_t c = 0; c < C; ++c)
+          d[n * C + c] = static_cast<float>((std::exp(row[c] - lse) - (c == y[n] ? 1.0 : 0.0)) * scale);
+    }
+    return total;
+  }
+
   double do_mse(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) override {
     expect_same_numel(logits, targets, "mse");
     const int64_t n = logits.numel();

@@ -862,6 +862,15 @@ class CudaBackend final : public Backend {
                         logits.dim(0), logits.dim(1));
     return read_result();
   }
+  double do_cross_entropy_sum(const Tensor& logits, const Tensor& labels, const Tensor& dlogits,
+                              double scale) override {
+    void* scratch = scratch_bytes(cross_entropy_sum_scratch_bytes(logits.dim(0)));
+    cuda::cross_entropy_sum(stream_, logits.dtype(), logits.raw(), labels.data<int64_t>(),
+                            dlogits.defined() ? dlogits.dtype() : DType::F32,
+                            dlogits.defined() ? dlogits.raw() : nullptr, scale, result_slot(), logits.dim(0),
+                            logits.dim(1), scratch);
+    return read_result();
+  }
   double do_mse(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) override {
     cuda::mse(stream_, logits.data<float>(), targets.data<float>(), dlogits.data<float>(), result_slot(),
               logits.numel());

@@ -67,6 +67,11 @@ void layernorm_backward(cudaStream_t s, const float* dy, const float* x, const f
 // ---- losses (loss.cu): write dlogits and the mean loss (one double on the device) ----
 void cross_entropy(cudaStream_t s, const float* logits, const int64_t* labels, float* dlogits, double* loss,
                    int64_t B, int64_t C);  // labels -100 ignored; loss NaN when all are ignored
+// The SUM of the counted rows' losses into *loss; dlogits (nullptr: none; may
+// be logits) = scale · (softmax − one-hot). logits and dlogits float32 or
+// 16-bit (`in`, `out`). `scratch`: cross_entropy_sum_scratch_bytes(N) bytes.
+void cross_entropy_sum(cudaStream_t s, DType in, const void* logits, const int64_t* labels, DType out,
+                       void* dlogits, double scale, double* loss, int64_t N, int64_t C, void* scratch);
 void mse(cudaStream_t s, const float* logits, const float* targets, float* dlogits, double* loss, int64_t n);
 void bce_with_logits(cudaStream_t s, const float* logits, const float* targets, float* dlogits, double* loss,
                      int64_t n);

@@ -14,7 +14,9 @@
 #include <cstdint>
 
 #include "anatomy/kernels/cuda/cuda_device.h"
+#include "anatomy/kernels/cuda/half_types.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
+#include "anatomy/kernels/cuda_memory.h"
 
 namespace anatomy::cuda {
 
@@ -173,6 +175,89 @@ __global__ void __launch_bounds__(kThreads)
   const double total = block_sum_of_warps(warp_sum(acc), shared);
   if (threadIdx.x == 0) *loss = total / count;
 }
+
+// The masked-LM head's chunked cross-entropy: rows of a 30k-50k vocabulary,
+// thousands of them, so the rows spread over a fixed grid (kCrossEntropySumWarps
+// warps, one row per warp at a time, rows w, w + warps, ...). Each warp adds
+// its rows' losses in row order into its own partial (double); a second,
+// single-block kernel adds the partials in warp order: the same bits on every
+// run, and scratch of a fixed size whatever the rows.
+constexpr int kSumThreads = 256;
+constexpr int kSumBlocks = static_cast<int>(kCrossEntropySumWarps / (kSumThreads / kWarp));
+
+template <typename In, typename Out>
+__global__ void __launch_bounds__(kSumThreads)
+    cross_entropy_sum_kernel(const In* logits, const int64_t* labels, Out* dlogits, double scale, double* partial,
+                             int* bad, int64_t N, int64_t C) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp;
+  double mine = 0.0;
+  for (int64_t n = warp; n < N; n += warps) {
+    const int64_t y = labels[n];
+    const In* row = logits + n * C;
+    Out* d = dlogits ? dlogits + n * C : nullptr;
+    if (y == kIgnoreIndex) {
+      if (d)
+        for (int64_t c = lane; c < C; c += kWarp) d[c] = from_float<Out>(0.0f);
+      continue;
+    }
+    const bool valid = y >= 0 && y < C;
+    if (!valid && lane == 0) *bad = 1;
+    float mx = -INFINITY;
+    for (int64_t c = lane; c < C; c += kWarp) mx = fmaxf(mx, to_float(row[c]));
+    mx = warp_max(mx);
+    double sum = 0.0;
+    for (int64_t c = lane; c < C; c += kWarp) sum += expf(to_float(row[c]) - mx);
+    const double lse = static_cast<double>(mx) + log(warp_sum(sum));
+    if (valid) mine += lse - static_cast<double>(to_float(row[y]));  // every lane reads row[y] before any write
+    __syncwarp();
+    if (d)
+      for (int64_t c = lane; c < C; c += kWarp) {
+        const double softmax = expf(static_cast<float>(to_float(row[c]) - lse));
+        d[c] = from_float<Out>(static_cast<float>((softmax - (c == y ? 1.0 : 0.0)) * scale));
+      }
+  }
+  if (lane == 0) partial[warp] = mine;
+}
+
+__global__ void __launch_bounds__(kThreads) cross_entropy_sum_total(const double* partial, const int* bad,
+                                                                   double* loss, int64_t n) {
+  __shared__ double shared[kWarps + 1];
+  // Thread t adds partials t, t + kThreads, ... ; the warps' sums are added in warp order.
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) acc += partial[i];
+  const double total = block_sum_of_warps(warp_sum(acc), shared);
+  if (threadIdx.x == 0) *loss = *bad ? NAN : total;
+}
+
+}  // namespace
+
+void cross_entropy_sum(cudaStream_t s, DType in, const void* logits, const int64_t* labels, DType out,
+                       void* dlogits, double scale, double* loss, int64_t N, int64_t C, void* scratch) {
+  double* partial = static_cast<double*>(scratch);
+  int* bad = reinterpret_cast<int*>(partial + kCrossEntropySumWarps);
+  ANATOMY_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(int), s));
+  auto launch = [&](auto in_type, auto out_type) {
+    using In = typename decltype(in_type)::type;
+    using Out = typename decltype(out_type)::type;
+    cross_entropy_sum_kernel<In, Out><<<kSumBlocks, kSumThreads, 0, s>>>(
+        static_cast<const In*>(logits), labels, static_cast<Out*>(dlogits), scale, partial, bad, N, C);
+  };
+  auto with_out = [&](auto in_type) {
+    if (out == DType::BF16) launch(in_type, std::type_identity<__nv_bfloat16>{});
+    else if (out == DType::F16) launch(in_type, std::type_identity<__half>{});
+    else launch(in_type, std::type_identity<float>{});
+  };
+  if (in == DType::BF16) with_out(std::type_identity<__nv_bfloat16>{});
+  else if (in == DType::F16) with_out(std::type_identity<__half>{});
+  else with_out(std::type_identity<float>{});
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+  cross_entropy_sum_total<<<1, kThreads, 0, s>>>(partial, bad, loss, kCrossEntropySumWarps);
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
+namespace {
 
 }  // namespace
 

@@ -290,6 +290,10 @@ class MetaBackend final : public Backend {
   double do_cross_entropy(const Tensor&, const Tensor&, const Tensor&) override { return 0.0; }
   double do_mse(const Tensor&, const Tensor&, const Tensor&) override { return 0.0; }
   double do_bce_with_logits(const Tensor&, const Tensor&, const Tensor&) override { return 0.0; }
+  double do_cross_entropy_sum(const Tensor& logits, const Tensor&, const Tensor&, double) override {
+    if (cuda()) scratch_bytes(cuda::cross_entropy_sum_scratch_bytes(logits.dim(0)));
+    return 0.0;
+  }
 
   // --- optimizer ---
   double do_sum_of_squares(const Tensor& t) override {

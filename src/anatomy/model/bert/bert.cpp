@@ -15,6 +15,7 @@ struct BertStyleModel::Step {
   std::vector<SavedTensors> layers;
   SavedTensors head;
   Tensor dlogits;
+  bool has_loss = false;
 };
 
 BertStyleModel::BertStyleModel(Backend& backend, const ModelConfig& config, DType compute,
@@ -62,7 +63,11 @@ bool BertStyleModel::reads_float32_in_mixed_precision(const std::string& name) c
   const bool projection = name.rfind(layout_.prefix + layout_.projection + ".", 0) == 0;
   const bool token_classifier = (layout_.task == kTokenClassification || layout_.task == kQuestionAnswering) &&
                                 name.rfind(layout_.classifier + ".", 0) == 0;
-  return !(layout_.in_encoder_layer(name) || projection || token_classifier) || layout_.is_layer_norm(name);
+  // The masked-LM head's dense layer and the decoder's bias (its weight, the
+  // word embeddings, is read in both: float32 by the embeddings, 16-bit by the decoder).
+  const bool lm_head = layout_.masked_lm() && (name.rfind(layout_.head_dense + ".", 0) == 0 || name == layout_.lm_bias);
+  return !(layout_.in_encoder_layer(name) || projection || token_classifier || lm_head) ||
+         layout_.is_layer_norm(name);
 }
 
 std::vector<std::string> BertStyleModel::checkpoint_names(const std::string& name) const {
@@ -86,6 +91,9 @@ std::vector<std::string> BertStyleModel::checkpoint_names(const std::string& nam
 }
 
 bool BertStyleModel::optional_on_load(const std::string& name) const {
+  if (layout_.masked_lm())
+    return name.rfind(layout_.head_dense + ".", 0) == 0 || name.rfind(layout_.lm_norm + ".", 0) == 0 ||
+           name == layout_.lm_bias;
   return (layout_.has_head_dense() && name.rfind(layout_.head_dense + ".", 0) == 0) ||
          name.rfind(layout_.classifier + ".", 0) == 0;
 }
@@ -145,17 +153,22 @@ ForwardOutput BertStyleModel::forward(const ModelInputs& inputs, const ForwardOp
   step->head =
       SavedTensors(backend_, saved_for_backward(LayerKind::Head, config_, B, L, plan, 0, layout_), kept, "head.");
   use_unit_weights(config_.num_hidden_layers + 1, -1);
-  head_->forward(*hidden, step->head);
+  head_->forward(*hidden, inputs.labels, step->head);
   drop_unit_weights(config_.num_hidden_layers + 1);
 
   ForwardOutput out;
-  out.logits = step->head["logits"];
-  out.outputs = head_->named_outputs(out.logits);
+  out.logits = head_->logits(step->head);
+  if (out.logits.defined()) out.outputs = head_->named_outputs(out.logits);
   if (inputs.labels.defined()) {
     out.problem_type = head_->problem_type(inputs.labels.dtype());
-    step->dlogits = Tensor::empty(ledger, out.logits.shape(), DType::F32, Category::Temporary, "dlogits");
-    ledger.set_phase("loss");
-    out.loss = head_->loss(out.logits, inputs.labels, out.problem_type, step->dlogits);
+    if (const std::optional<double> loss = head_->forward_loss()) {
+      out.loss = *loss;
+    } else {
+      step->dlogits = Tensor::empty(ledger, out.logits.shape(), DType::F32, Category::Temporary, "dlogits");
+      ledger.set_phase("loss");
+      out.loss = head_->loss(out.logits, inputs.labels, out.problem_type, step->dlogits);
+    }
+    step->has_loss = true;
   }
   if (options.save_for_backward) step_ = std::move(step);
   else step_.reset();
@@ -163,7 +176,7 @@ ForwardOutput BertStyleModel::forward(const ModelInputs& inputs, const ForwardOp
 }
 
 void BertStyleModel::backward(double loss_scale) {
-  ANATOMY_CHECK(step_ && step_->dlogits.defined(), "backward without a training forward that computed a loss");
+  ANATOMY_CHECK(step_ && step_->has_loss, "backward without a training forward that computed a loss");
   std::unique_ptr<Step> step = std::move(step_);
   if (!lends_gradients()) gradients();
   Ledger& ledger = backend_.ledger();
@@ -173,9 +186,9 @@ void BertStyleModel::backward(double loss_scale) {
   ledger.set_phase("backward head");
   use_unit_weights(head_unit, head_unit - 1);
   use_unit_gradients(head_unit);
-  if (loss_scale != 1.0) backend_.scale(step->dlogits, loss_scale);
+  if (loss_scale != 1.0 && step->dlogits.defined()) backend_.scale(step->dlogits, loss_scale);
   // The head's held gradients (the pooler's) stay until the end of backward, as the plan has them.
-  BertHead::Gradients head_gradients = head_->backward(step->head, step->dlogits);
+  BertHead::Gradients head_gradients = head_->backward(step->head, step->dlogits, loss_scale);
   Tensor d_hidden = std::move(head_gradients.d_hidden);
   step->head = SavedTensors();
   drop_unit_weights(head_unit);

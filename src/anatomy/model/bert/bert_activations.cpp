@@ -66,6 +66,20 @@ std::vector<SavedSpec> saved_for_backward(LayerKind kind, const ModelConfig& c, 
       return specs;
     }
     case LayerKind::Head:
+      if (layout.masked_lm()) {
+        // Sized for every token: a batch's masked rows fill the first of them.
+        const int64_t E = c.embedding_width();
+        return {
+            {"lm_rows", {T}, DType::I64, "the masked tokens' places (gather, and scatter in backward)"},
+            {"lm_labels", {T}, DType::I64, "the masked tokens' labels (the loss again in backward)"},
+            {"lm_in", {T, H}, x, "LM dense backward (the masked tokens' hidden states)"},
+            {"lm_pre", {T, E}, x, "LM activation backward"},
+            {"lm_norm_in", {T, E}, x, "LM LayerNorm backward"},
+            {"lm_norm_mean", {T}, f32, "LM LayerNorm backward"},
+            {"lm_norm_rstd", {T}, f32, "LM LayerNorm backward"},
+            {"lm_out", {T, E}, x, "decoder backward (and the chunked loss's logits again)"},
+        };
+      }
       if (layout.task == kQuestionAnswering)
         return {
             {"classifier_in", {B, L, H}, x, "qa_outputs backward (after dropout)"},

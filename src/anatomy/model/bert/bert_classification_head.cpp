@@ -21,7 +21,7 @@ BertClassificationHead::BertClassificationHead(Backend& backend, const ModelConf
     : backend_(backend), config_(config), layout_(layout), compute_(compute), w_(w), g_(g), encoder_(encoder) {}
 
 // The head's dropout sites follow the encoder's: after the activation, then before the dense layer.
-void BertClassificationHead::forward(const Tensor& hidden, const SavedTensors& s) {
+void BertClassificationHead::forward(const Tensor& hidden, const Tensor& labels, const SavedTensors& s) {
   const int64_t B = encoder_.batch(), H = config_.hidden_size;
   const double p = layout_.head_dropout(config_);
   if (compute_ == DType::F32) {
@@ -52,7 +52,7 @@ double BertClassificationHead::loss(const Tensor& logits, const Tensor& labels, 
   return sequence_classification_loss(backend_, logits, labels, type, dlogits);
 }
 
-BertHead::Gradients BertClassificationHead::backward(const SavedTensors& head, const Tensor& dlogits) {
+BertHead::Gradients BertClassificationHead::backward(const SavedTensors& head, const Tensor& dlogits, double) {
   const int64_t B = encoder_.batch(), H = config_.hidden_size;
   const double p = layout_.head_dropout(config_);
   Gradients out;

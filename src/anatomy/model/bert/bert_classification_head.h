@@ -21,13 +21,13 @@ class BertClassificationHead : public BertHead {
 
   bool first_token_only() const override { return true; }
   // The logits of the encoder's output `hidden` into s["logits"] (s: the head's saved tensors).
-  void forward(const Tensor& hidden, const SavedTensors& s) override;
+  void forward(const Tensor& hidden, const Tensor& labels, const SavedTensors& s) override;
   // resolve_problem_type's rule.
   ProblemType problem_type(DType labels_dtype) const override;
   double loss(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits) override;
   // d_hidden is zero but for the first token; the gradients of the pooled
   // and first-token vectors are held.
-  Gradients backward(const SavedTensors& s, const Tensor& dlogits) override;
+  Gradients backward(const SavedTensors& s, const Tensor& dlogits, double loss_scale) override;
 
  private:
   Backend& backend_;

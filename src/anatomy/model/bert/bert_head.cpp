@@ -3,6 +3,7 @@
 
 #include "anatomy/core/error.h"
 #include "anatomy/model/bert/bert_classification_head.h"
+#include "anatomy/model/bert/bert_masked_lm_head.h"
 #include "anatomy/model/bert/bert_question_answering_head.h"
 #include "anatomy/model/bert/bert_token_classification_head.h"
 
@@ -17,6 +18,8 @@ std::unique_ptr<BertHead> make_bert_head(Backend& backend, const ModelConfig& co
     return std::make_unique<BertTokenClassificationHead>(backend, config, layout, compute, wh, g, encoder);
   if (layout.task == kQuestionAnswering)
     return std::make_unique<BertQuestionAnsweringHead>(backend, config, layout, compute, wh, g, encoder);
+  if (layout.task == kMaskedLm)
+    return std::make_unique<BertMaskedLmHead>(backend, config, layout, compute, w, wh, g, encoder);
   fail("{}: no {} head", layout.architecture, layout.task);
 }
 

@@ -2,11 +2,13 @@
 // it after the encoder (bert.h): the sequence classification head over the
 // first token (bert_classification_head.h) or the token classification head
 // over every token (bert_token_classification_head.h) or the answer span's
-// start and end (bert_question_answering_head.h), as the layout's task says. What a head saves for backward is declared with the encoder's
+// start and end (bert_question_answering_head.h) or the masked tokens
+// (bert_masked_lm_head.h), as the layout's task says. What a head saves for backward is declared with the encoder's
 // (bert_activations.h, LayerKind::Head).
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,7 +28,15 @@ class BertHead {
   // compute past attention for that token alone).
   virtual bool first_token_only() const = 0;
   // Its outputs of the encoder's `hidden` into s (s["logits"] among them).
-  virtual void forward(const Tensor& hidden, const SavedTensors& s) = 0;
+  // `labels`: the batch's (undefined without); only a head that computes its
+  // loss in forward reads them.
+  virtual void forward(const Tensor& hidden, const Tensor& labels, const SavedTensors& s) = 0;
+  // After a forward with labels, the loss of a head that computed it there
+  // (the masked-LM head's chunked loss, which keeps no whole logits); nullopt:
+  // the model calls loss() on the logits.
+  virtual std::optional<double> forward_loss() const { return std::nullopt; }
+  // The last forward's logits (undefined where a head computed its loss without them).
+  virtual Tensor logits(const SavedTensors& s) const { return s["logits"]; }
   // The problem type of labels of `labels_dtype`.
   virtual ProblemType problem_type(DType labels_dtype) const = 0;
   // The mean loss of `logits` against `labels`, its gradient into `dlogits`.
@@ -39,7 +49,9 @@ class BertHead {
     Tensor d_hidden;
     std::vector<Tensor> held;
   };
-  virtual Gradients backward(const SavedTensors& s, const Tensor& dlogits) = 0;
+  // `dlogits` comes scaled by `loss_scale`; a head with forward_loss() gets
+  // none and applies `loss_scale` itself.
+  virtual Gradients backward(const SavedTensors& s, const Tensor& dlogits, double loss_scale) = 0;
   // Its outputs under Hugging Face's names (the logits, or their parts).
   virtual std::vector<std::pair<std::string, Tensor>> named_outputs(const Tensor& logits) const {
     return {{"logits", logits}};

@@ -25,8 +25,8 @@ std::string BertLayout::layer_name(int64_t l, const std::string& part) const {
 }
 
 bool BertLayout::is_layer_norm(const std::string& name) const {
-  for (const std::string* norm : {&embeddings_norm, &attention_norm, &output_norm})
-    if (ends_with(name, *norm + ".weight") || ends_with(name, *norm + ".bias")) return true;
+  for (const std::string* norm : {&embeddings_norm, &attention_norm, &output_norm, &lm_norm})
+    if (!norm->empty() && (ends_with(name, *norm + ".weight") || ends_with(name, *norm + ".bias"))) return true;
   return false;
 }
 
@@ -36,7 +36,8 @@ bool BertLayout::in_encoder_layer(const std::string& name) const {
 }
 
 const std::vector<std::string>& bert_tasks() {
-  static const std::vector<std::string> tasks = {kSequenceClassification, kTokenClassification, kQuestionAnswering};
+  static const std::vector<std::string> tasks = {kSequenceClassification, kTokenClassification, kQuestionAnswering,
+                                                   kMaskedLm};
   return tasks;
 }
 
@@ -57,6 +58,7 @@ double BertLayout::head_dropout(const ModelConfig& config) const {
 }
 
 int64_t BertLayout::head_outputs(const ModelConfig& config) const {
+  if (task == kMaskedLm) return config.vocab_size;
   return task == kQuestionAnswering ? 2 : config.num_labels;
 }
 
@@ -92,6 +94,31 @@ const BertLayout& bert_task_layout(const BertLayout& family, const std::string& 
     l->dropout_before_head_dense = false;
     l->head_dropout_kind =
         family.model_type == "distilbert" ? BertLayout::HeadDropout::QaDropout : BertLayout::HeadDropout::None;
+  } else if (task == kMaskedLm) {
+    // *ForMaskedLM: no pooler, no classifier, no dropout; the names of each family's LM head.
+    l->architecture = class_name + "ForMaskedLM";
+    l->classifier.clear();
+    l->dropout_before_head_dense = false;
+    l->head_dropout_kind = BertLayout::HeadDropout::None;
+    if (family.model_type == "distilbert") {
+      l->head_dense = "vocab_transform";
+      l->lm_norm = "vocab_layer_norm";
+      l->lm_bias = "vocab_projector.bias";
+    } else if (family.model_type == "electra") {
+      l->head_dense = "generator_predictions.dense";
+      l->lm_norm = "generator_predictions.LayerNorm";
+      l->lm_bias = "generator_lm_head.bias";
+      l->lm_gelu = true;
+    } else if (family.prefix == "bert.") {
+      l->head_dense = "cls.predictions.transform.dense";
+      l->lm_norm = "cls.predictions.transform.LayerNorm";
+      l->lm_bias = "cls.predictions.bias";
+    } else {  // RoBERTa, XLM-RoBERTa, CamemBERT
+      l->head_dense = "lm_head.dense";
+      l->lm_norm = "lm_head.layer_norm";
+      l->lm_bias = "lm_head.bias";
+      l->lm_gelu = true;
+    }
   } else {
     fail("the {} family has no {} head", family.model_type, task);
   }

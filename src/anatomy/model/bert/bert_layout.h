@@ -59,6 +59,14 @@ struct BertLayout {
   std::string classifier = "classifier";
   ActivationKind head_activation = ActivationKind::Tanh;
   bool dropout_before_head_dense = false;  // RoBERTa, ELECTRA
+  // The masked-LM head (*ForMaskedLM), over every token:
+  //   head_dense (H -> E) -> activation -> lm_norm (LayerNorm over E) -> decoder (E -> vocab)
+  // the decoder's weight the word embeddings (tied), its bias `lm_bias`. The
+  // activation is the config's hidden_act (BERT; DistilBERT's `activation`)
+  // or exact GELU (RoBERTa, ELECTRA: lm_gelu).
+  std::string lm_norm;
+  std::string lm_bias;
+  bool lm_gelu = false;
   // The head's dropout: classifier_dropout (or hidden_dropout_prob when
   // unset), hidden_dropout_prob (DistilBERT's token head), none (the question
   // answering heads but DistilBERT's), or config.json's `qa_dropout` (DistilBERT's, 0.1 by default).
@@ -70,6 +78,7 @@ struct BertLayout {
   // The classifier's outputs: num_labels, or 2 (an answer's start and end) for question answering.
   int64_t head_outputs(const ModelConfig& config) const;
   bool has_head_dense() const { return !head_dense.empty(); }
+  bool masked_lm() const { return task == kMaskedLm; }
   // The first parameter of the head (its ZeRO unit starts there).
   std::string head_first_parameter() const { return (has_head_dense() ? head_dense : classifier) + ".weight"; }
 

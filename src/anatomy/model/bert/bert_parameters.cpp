@@ -49,8 +49,15 @@ std::vector<ParamSpec> bert_parameter_specs(const ModelConfig& c, const BertLayo
     linear(layout.layer_name(l, layout.output), H, I);
     layer_norm(layout.layer_name(l, layout.output_norm), H);
   }
-  if (layout.has_head_dense()) linear(layout.head_dense, H, H);
-  linear(layout.classifier, layout.head_outputs(c), H);
+  if (layout.masked_lm()) {
+    // dense (H -> E), its LayerNorm, the decoder's bias; the decoder's weight is the word embeddings.
+    linear(layout.head_dense, E, H);
+    layer_norm(layout.lm_norm, E);
+    specs.push_back({layout.lm_bias, {c.vocab_size}, false, ParamInit::Zeros});
+  } else {
+    if (layout.has_head_dense()) linear(layout.head_dense, H, H);
+    linear(layout.classifier, layout.head_outputs(c), H);
+  }
   for (size_t i = 0; i < specs.size(); ++i)
     if (specs[i].slot < 0) specs[i].slot = static_cast<int64_t>(i);
   return specs;
@@ -113,8 +120,12 @@ void BertTensors::bind_unit(int64_t unit, const ModelConfig& c, const BertLayout
   } else {
     head_dense_w = layout.has_head_dense() ? get(layout.head_dense + ".weight") : Tensor();
     head_dense_b = layout.has_head_dense() ? get(layout.head_dense + ".bias") : Tensor();
-    classifier_w = get(layout.classifier + ".weight");
-    classifier_b = get(layout.classifier + ".bias");
+    const bool lm = layout.masked_lm();
+    classifier_w = lm ? Tensor() : get(layout.classifier + ".weight");
+    classifier_b = lm ? Tensor() : get(layout.classifier + ".bias");
+    lm_norm_w = lm ? get(layout.lm_norm + ".weight") : Tensor();
+    lm_norm_b = lm ? get(layout.lm_norm + ".bias") : Tensor();
+    lm_bias = lm ? get(layout.lm_bias) : Tensor();
   }
 }
 

@@ -35,6 +35,9 @@ struct BertTensors {
   // The head: its dense layer (BERT's pooler, RoBERTa's classifier.dense,
   // DistilBERT's pre_classifier; undefined for a head without one) and the classifier.
   Tensor head_dense_w, head_dense_b, classifier_w, classifier_b;
+  // The masked-LM head: its LayerNorm and the decoder's bias (the decoder's
+  // weight is `word`); undefined in the other heads, classifier_w/_b undefined in it.
+  Tensor lm_norm_w, lm_norm_b, lm_bias;
 
   static BertTensors bind(const ParameterSet& set, const ModelConfig& config, const BertLayout& layout = bert_layout());
   // Binds the tensors of one unit (see bert_parameter_units) to what `get`

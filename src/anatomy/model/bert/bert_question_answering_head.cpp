@@ -16,7 +16,7 @@ Tensor weight_row(const Tensor& w, int64_t o) { return w.slice(o * w.dim(1), {1,
 Tensor bias_row(const Tensor& b, int64_t o) { return b.slice(o, {1}, b.name() + fmt::format("[{}]", o)); }
 }  // namespace
 
-void BertQuestionAnsweringHead::forward(const Tensor& hidden, const SavedTensors& s) {
+void BertQuestionAnsweringHead::forward(const Tensor& hidden, const Tensor& labels, const SavedTensors& s) {
   const int64_t B = encoder_.batch(), L = encoder_.length(), H = config_.hidden_size;
   backend_.dropout(hidden, s["classifier_in"],
                    encoder_.dropout_at(layout_.head_dropout(config_), encoder_.dropout_sites()));
@@ -52,7 +52,7 @@ double BertQuestionAnsweringHead::loss(const Tensor& logits, const Tensor& label
   return question_answering_loss(backend_, logits, labels, dlogits);
 }
 
-BertHead::Gradients BertQuestionAnsweringHead::backward(const SavedTensors& s, const Tensor& dlogits) {
+BertHead::Gradients BertQuestionAnsweringHead::backward(const SavedTensors& s, const Tensor& dlogits, double) {
   const int64_t B = encoder_.batch(), L = encoder_.length(), H = config_.hidden_size;
   Gradients out;
   out.d_hidden = encoder_.temporary({B, L, H}, "d_hidden", compute_);

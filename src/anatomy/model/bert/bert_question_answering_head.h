@@ -25,10 +25,10 @@ class BertQuestionAnsweringHead : public BertHead {
                             const BertTensors& wh, const BertTensors& g, BertEncoder& encoder);
 
   bool first_token_only() const override { return false; }
-  void forward(const Tensor& hidden, const SavedTensors& s) override;
+  void forward(const Tensor& hidden, const Tensor& labels, const SavedTensors& s) override;
   ProblemType problem_type(DType labels_dtype) const override { return ProblemType::SingleLabel; }
   double loss(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits) override;
-  Gradients backward(const SavedTensors& s, const Tensor& dlogits) override;
+  Gradients backward(const SavedTensors& s, const Tensor& dlogits, double loss_scale) override;
   std::vector<std::pair<std::string, Tensor>> named_outputs(const Tensor& logits) const override;
 
  private:

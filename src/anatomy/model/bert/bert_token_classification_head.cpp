@@ -10,7 +10,7 @@ BertTokenClassificationHead::BertTokenClassificationHead(Backend& backend, const
     : backend_(backend), config_(config), layout_(layout), compute_(compute), wh_(wh), g_(g), encoder_(encoder) {}
 
 // The head's one dropout site follows the encoder's.
-void BertTokenClassificationHead::forward(const Tensor& hidden, const SavedTensors& s) {
+void BertTokenClassificationHead::forward(const Tensor& hidden, const Tensor& labels, const SavedTensors& s) {
   const int64_t B = encoder_.batch(), L = encoder_.length(), C = config_.num_labels;
   backend_.dropout(hidden, s["classifier_in"], encoder_.dropout_at(layout_.head_dropout(config_),
                                                                    encoder_.dropout_sites()));
@@ -39,7 +39,7 @@ double BertTokenClassificationHead::loss(const Tensor& logits, const Tensor& lab
   return token_classification_loss(backend_, logits, labels, dlogits);
 }
 
-BertHead::Gradients BertTokenClassificationHead::backward(const SavedTensors& s, const Tensor& dlogits) {
+BertHead::Gradients BertTokenClassificationHead::backward(const SavedTensors& s, const Tensor& dlogits, double) {
   const int64_t B = encoder_.batch(), L = encoder_.length(), H = config_.hidden_size, C = config_.num_labels;
   Gradients out;
   out.d_hidden = encoder_.temporary({B, L, H}, "d_hidden", compute_);

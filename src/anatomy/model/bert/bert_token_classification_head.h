@@ -19,10 +19,10 @@ class BertTokenClassificationHead : public BertHead {
                               const BertTensors& wh, const BertTensors& g, BertEncoder& encoder);
 
   bool first_token_only() const override { return false; }
-  void forward(const Tensor& hidden, const SavedTensors& s) override;
+  void forward(const Tensor& hidden, const Tensor& labels, const SavedTensors& s) override;
   ProblemType problem_type(DType labels_dtype) const override;
   double loss(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits) override;
-  Gradients backward(const SavedTensors& s, const Tensor& dlogits) override;
+  Gradients backward(const SavedTensors& s, const Tensor& dlogits, double loss_scale) override;
 
  private:
   Backend& backend_;
