@@ -18,7 +18,8 @@ Settings (a JSON object, the first argument; every key optional):
                 labels 0 for every token), "question-answering" (AutoModelForQuestionAnswering, start and end
                 positions 0) or "masked-lm" (AutoModelForMaskedLM: each batch masked as
                 DataCollatorForLanguageModeling masks it, mlm_probability 0.15, mask id 103, random ids from the
-                vocabulary; the dummy ids hold no special token)
+                vocabulary; the dummy ids hold no special token) or "multiple-choice" (AutoModelForMultipleChoice:
+                each example 4 choices of seq_len tokens, label 0)
     args        TrainingArguments overrides: gradient_accumulation_steps, gradient_checkpointing, fp16, bf16,
                 tf32, optim ("adamw_torch", "adafactor", "adamw_bnb_8bit"), max_steps, ...
     output_dir  TrainingArguments' output_dir (/tmp/hf_trainer); nothing is saved there
@@ -101,7 +102,7 @@ def train(cfg):
     import numpy as np
     import torch
     import transformers
-    from transformers import (AutoConfig, AutoModelForMaskedLM, AutoModelForQuestionAnswering,
+    from transformers import (AutoConfig, AutoModelForMaskedLM, AutoModelForMultipleChoice, AutoModelForQuestionAnswering,
                               AutoModelForSequenceClassification,
                               AutoModelForTokenClassification, BertConfig, Trainer, TrainingArguments, logging)
     logging.set_verbosity_error()
@@ -112,6 +113,9 @@ def train(cfg):
     ids = torch.from_numpy(rng.integers(100, 30000, (n, seq_len)))
     task = cfg.get("task", "sequence-classification")
     token_task, qa_task, mlm_task = task == "token-classification", task == "question-answering", task == "masked-lm"
+    mc_task = task == "multiple-choice"
+    if mc_task:  # 4 choices an example, as anatomy's dummy multiple-choice data
+        ids = torch.from_numpy(rng.integers(100, 30000, (n, 4, seq_len)))
     labels = torch.zeros((n, seq_len) if token_task else n, dtype=torch.int64)
 
     class Dummy(torch.utils.data.Dataset):  # the seed's datasets.Dataset, without the datasets package
@@ -134,7 +138,8 @@ def train(cfg):
     extra = {"attn_implementation": cfg["attn"]} if cfg.get("attn") else {}
     device = cfg.get("device", "cuda")
     auto = (AutoModelForTokenClassification if token_task else AutoModelForQuestionAnswering if qa_task
-            else AutoModelForMaskedLM if mlm_task else AutoModelForSequenceClassification)
+            else AutoModelForMaskedLM if mlm_task else AutoModelForMultipleChoice if mc_task
+            else AutoModelForSequenceClassification)
     model = auto.from_config(config, **extra).to(device)
     base = dict(use_cpu=device == "cpu", output_dir=cfg.get("output_dir", "/tmp/hf_trainer"), per_device_train_batch_size=cfg.get("batch", 4),
                 num_train_epochs=1, report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,

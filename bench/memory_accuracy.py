@@ -10,7 +10,8 @@ It also polls nvidia-smi during the run for the device's peak use. It prints one
 
 Configurations are MODEL-PRECISION-bBATCH with an optional -ckpt (--gradient-checkpointing), -sel
 (its selective policy), -acc4 (--gradient-accumulation-steps 4), -token (--task token-classification)
-or -qa (--task question-answering) or -mlm (--task masked-lm): bert-base or large (or another family's
+or -qa (--task question-answering), -mlm (--task masked-lm) or -mc (--task multiple-choice, 4 choices an
+example): bert-base or large (or another family's
 preset: roberta, electra, distilbert, electra_small, xlmr, modernbert, modernbert_large), fp32/bf16/fp16, batch 4 or 32; the default runs
 the twelve of BERT without a suffix.
 
@@ -49,6 +50,7 @@ def all_configs():
                 out[f"{m}-{p}-b{b}-token"] = (MODELS[m], PRECISIONS[p] + ["--task", "token-classification"], b)
                 out[f"{m}-{p}-b{b}-qa"] = (MODELS[m], PRECISIONS[p] + ["--task", "question-answering"], b)
                 out[f"{m}-{p}-b{b}-mlm"] = (MODELS[m], PRECISIONS[p] + ["--task", "masked-lm"], b)
+                out[f"{m}-{p}-b{b}-mc"] = (MODELS[m], PRECISIONS[p] + ["--task", "multiple-choice"], b)
     return out
 
 

@@ -3,6 +3,8 @@
 // `anatomy train` command line, exactly as unseen fixtures will be run).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +18,22 @@
 
 namespace anatomy {
 namespace {
+
+// The bound on a parameter's gradient against the reference: 1e-4 relative
+// plus float32 rounding at the model's gradient scale; for a bias whose
+// reference gradient is zero in exact arithmetic (multiple choice's
+// classifier.bias: its logits' gradients sum to zero over each example's
+// choices), rounding at the scale of its weight's gradient, as the GPU tests
+// compare the key bias.
+double gradient_bound(const io::SafetensorsFile& ref, const std::string& name, const std::vector<double>& expected,
+                      double largest) {
+  const double bound = 1e-4 * test::max_abs(expected) + 1e-7 * largest;
+  const size_t bias = name.rfind(".bias");
+  if (test::max_abs(expected) > 1e-12 * largest || bias == std::string::npos || bias + 5 != name.size())
+    return bound;
+  const std::string weight = name.substr(0, bias) + ".weight";
+  return ref.has(weight) ? std::max(bound, 1e-4 * test::max_abs(ref.read_f64(weight))) : bound;
+}
 
 using test::expect_relative;
 using test::fixture;
@@ -74,7 +92,7 @@ TEST_P(Fixture, ForwardAndBackwardMatchHuggingFace) {
     const std::vector<double> expected = ref.read_f64("grad." + name, grads.specs()[i].shape);
     std::vector<float> got(grads.tensors()[i].numel());
     backend->copy_to_host(grads.tensors()[i], got.data());
-    EXPECT_LE(test::max_abs_diff(got, expected), 1e-4 * test::max_abs(expected) + 1e-7 * largest) << name;
+    EXPECT_LE(test::max_abs_diff(got, expected), gradient_bound(ref, "grad." + name, expected, largest)) << name;
   }
 }
 
@@ -119,15 +137,21 @@ TEST_P(Fixture, TenTrainingStepsThroughTheCommandLineMatchHuggingFace) {
     const std::string param = name.substr(6);
     const std::vector<double> expected = ref.read_f64(name);
     const std::vector<float> got = saved.read_f32(param, ref.info(name).shape);
-    // A parameter whose gradient is zero in exact arithmetic (question answering's qa_outputs.bias and last
-    // LayerNorm bias) gets float32 rounding for a gradient, which AdamW turns into steps of up to the learning
-    // rate (m / (sqrt(v) + eps) is at most about 1), where float64 leaves it put: 10 steps of 1e-3 at most.
-    if (test::max_abs(ref.read_f64("grad." + param)) <= 1e-12 * largest) {
-      EXPECT_LE(test::max_abs_diff(got, expected), 10 * 1e-3) << param;
-      ++checked;
-      continue;
+    // An element whose gradient is zero in exact arithmetic (question answering's qa_outputs.bias and last
+    // LayerNorm bias; multiple choice's classifier.bias, and DistilBERT's pre_classifier.bias where a unit's ReLU
+    // is on for all of an example's choices, whose logit gradients sum to zero) gets float32 rounding for a
+    // gradient, which AdamW turns into steps of up to the learning rate (m / (sqrt(v) + eps) is at most about 1),
+    // where float64 leaves it put: 10 steps of 1e-3 at most. (PyTorch's own float32 run misses
+    // distilbert-tiny-mc's pre_classifier.bias by 5.4e-4.)
+    const std::vector<double> gradient = ref.read_f64("grad." + param);
+    double worst = 0.0, worst_zero = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double diff = std::abs(static_cast<double>(got[i]) - expected[i]);
+      if (std::abs(gradient[i]) <= 1e-12 * largest) worst_zero = std::max(worst_zero, diff);
+      else worst = std::max(worst, diff);
     }
-    EXPECT_LE(test::max_abs_diff(got, expected), 5e-5) << param;
+    EXPECT_LE(worst_zero, 10 * 1e-3) << param;
+    EXPECT_LE(worst, 5e-5) << param;
     ++checked;
   }
   EXPECT_EQ(checked, static_cast<int>(saved.names().size()));
@@ -159,7 +183,8 @@ TEST_P(Fixture, ForwardCommandWritesLogitsLossAndGradients) {
     if (name.rfind("grad.", 0) != 0) continue;
     const std::vector<double> expected = ref.read_f64(name);
     EXPECT_LE(test::max_abs_diff(got.read_f32(name, ref.info(name).shape), expected),
-              1e-4 * test::max_abs(expected) + 1e-7 * largest) << name;
+              gradient_bound(ref, name, expected, largest))
+        << name;
     ++grads;
   }
   int written = 0;

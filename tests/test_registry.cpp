@@ -58,9 +58,14 @@ TEST(Registry, AnUnknownFamilyOrTaskNamesWhatIsSupported) {
   const std::string type = error_of([] { parse_model_config(R"({"model_type": 7})", "config.json"); });
   EXPECT_EQ(type, "config.json: 'model_type' must be a string, got 7");
   const ModelConfig bert = *model_preset("bert-tiny");
-  const std::string task = error_of([&] { model_architecture(bert, "multiple-choice"); });
-  EXPECT_EQ(task, "model_type \"bert\" has no multiple-choice head (it has: sequence-classification, "
-                  "token-classification, question-answering, masked-lm)");
+  const std::string task = error_of([&] { model_architecture(bert, "text-generation"); });
+  EXPECT_EQ(task, "model_type \"bert\" has no text-generation head (it has: sequence-classification, "
+                  "token-classification, question-answering, masked-lm, multiple-choice)");
+  // ELECTRA's multiple-choice head (a SequenceSummary) is not served.
+  const ModelConfig electra = *model_preset("electra-small-discriminator");
+  EXPECT_EQ(error_of([&] { model_architecture(electra, "multiple-choice"); }),
+            "model_type \"electra\" has no multiple-choice head (it has: sequence-classification, "
+            "token-classification, question-answering, masked-lm)");
 }
 
 // config.json's architectures choose the head where no task is asked for and

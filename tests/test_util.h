@@ -146,7 +146,20 @@ inline const std::vector<std::string> kHuggingFaceFixtures = {
     "roberta-tiny-padded", "xlm-roberta-regression", "electra-tiny-padded", "distilbert-tiny-multilabel",
     "modernbert-tiny-padded", "modernbert-biases", "bert-tiny-token", "roberta-tiny-token", "electra-tiny-token",
     "distilbert-tiny-token", "bert-tiny-qa", "roberta-tiny-qa", "electra-tiny-qa", "distilbert-tiny-qa",
-    "bert-tiny-mlm", "roberta-tiny-mlm", "electra-tiny-mlm", "distilbert-tiny-mlm"};
+    "bert-tiny-mlm", "roberta-tiny-mlm", "electra-tiny-mlm", "distilbert-tiny-mlm",
+    "bert-tiny-mc", "roberta-tiny-mc", "distilbert-tiny-mc"};
+
+// Multiple choice's examples as the sequences the model runs (examples × choices
+// rows of seq_len / choices tokens, no labels); any other dataset as it is.
+inline Dataset choices_as_rows(Dataset d) {
+  if (d.choices == 0) return d;
+  d.size *= d.choices;
+  d.seq_len /= d.choices;
+  d.choices = 0;
+  d.labels_i64.clear();
+  d.label_width = 0;
+  return d;
+}
 
 // A fixture's model as its tests run it: the masked-LM fixtures are
 // *ForMaskedLM checkpoints, which the engine fine-tunes for sequence

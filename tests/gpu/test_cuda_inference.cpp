@@ -46,7 +46,8 @@ double relative_l2(const std::vector<float>& got, const std::vector<T>& expected
   return std::sqrt(diff / std::max(norm, 1e-300));
 }
 
-InferenceBatch batch_of(const Dataset& data, int64_t pad_to) {
+InferenceBatch batch_of(const Dataset& given, int64_t pad_to) {
+  const Dataset data = test::choices_as_rows(given);  // multiple choice: a sequence per choice
   const std::vector<int64_t> lengths = sequence_lengths(data);
   std::vector<const int64_t*> ids, types;
   for (int64_t i = 0; i < data.size; ++i) {
@@ -129,7 +130,8 @@ TEST_P(CudaInferenceFixture, SixteenBitLogitsNearHuggingFace) {
   const auto built = make_model(*host, source.config);
   Model& loaded = *built;
   load_weights(loaded, dir, 0);
-  const Dataset data = load_tensor_dataset(dir + "/reference.safetensors");
+  // Multiple choice: a sequence per choice, its logits [examples, choices] in that order.
+  const Dataset data = test::choices_as_rows(load_tensor_dataset(dir + "/reference.safetensors"));
   const std::vector<double> expected =
       io::SafetensorsFile::open(dir + "/reference.safetensors").read_f64("logits");
   auto backend = cuda::make_cuda_backend(0);
@@ -145,7 +147,7 @@ TEST_P(CudaInferenceFixture, SixteenBitLogitsNearHuggingFace) {
       const auto rows = [&](const auto& v) {
         return task == kQuestionAnswering ? test::real_span_rows(v, data) : test::real_token_rows(v, data);
       };
-      const bool by_rows = task != kSequenceClassification;
+      const bool by_rows = task != kSequenceClassification && task != kMultipleChoice;
       EXPECT_LE(relative_l2(by_rows && pad_to > 0 ? rows(got) : got, by_rows ? rows(expected) : expected),
                 5 * unit_roundoff(dtype))
           << dtype_name(dtype) << (pad_to == 0 ? " packed" : " padded");

@@ -3,7 +3,7 @@
 the engine has, with its reference.safetensors), `anatomy train` fine-tunes it for 4 steps on the
 reference's two batches, saving a checkpoint at step 2; the final directory and checkpoint-2 load with
 transformers' AutoModelForSequenceClassification (AutoModelForTokenClassification,
-AutoModelForQuestionAnswering or AutoModelForMaskedLM, as config.json's "architectures" says), and its float32 logits (start
+AutoModelForQuestionAnswering, AutoModelForMaskedLM or AutoModelForMultipleChoice, as config.json's "architectures" says), and its float32 logits (start
 and end logits for question answering) in evaluation mode equal the
 logits `anatomy forward` gives on the same batch, within 1e-5 of the largest logit.
 
@@ -22,7 +22,8 @@ import tempfile
 import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
-from transformers import (AutoModelForMaskedLM, AutoModelForQuestionAnswering, AutoModelForSequenceClassification,
+from transformers import (AutoModelForMaskedLM, AutoModelForMultipleChoice, AutoModelForQuestionAnswering,
+                          AutoModelForSequenceClassification,
                           AutoModelForTokenClassification)
 
 INPUTS = ("input_ids", "token_type_ids", "attention_mask")
@@ -66,6 +67,7 @@ def main():
                 auto = (AutoModelForTokenClassification if architecture.endswith("ForTokenClassification")
                         else AutoModelForQuestionAnswering if architecture.endswith("ForQuestionAnswering")
                         else AutoModelForMaskedLM if architecture.endswith("ForMaskedLM")
+                        else AutoModelForMultipleChoice if architecture.endswith("ForMultipleChoice")
                         else AutoModelForSequenceClassification)
                 model = auto.from_pretrained(model_dir, attn_implementation="eager").eval()
                 with torch.no_grad():

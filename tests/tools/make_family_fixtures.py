@@ -17,7 +17,8 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import (BertConfig, BertForMaskedLM, BertForQuestionAnswering, DistilBertForMaskedLM,
+from transformers import (BertConfig, BertForMaskedLM, BertForMultipleChoice, DistilBertForMultipleChoice,
+                          RobertaForMultipleChoice, BertForQuestionAnswering, DistilBertForMaskedLM,
                           ElectraForMaskedLM, RobertaForMaskedLM, BertForTokenClassification, DistilBertConfig,
                           DistilBertForQuestionAnswering, DistilBertForSequenceClassification,
                           DistilBertForTokenClassification, ElectraConfig, ElectraForQuestionAnswering,
@@ -116,10 +117,29 @@ CASES = {
                             dict(dim=64, n_heads=4, n_layers=2, hidden_dim=96, vocab_size=300,
                                  max_position_embeddings=32, dropout=0.0, attention_dropout=0.0, activation="relu"),
                             2, 18, "mlm", 0),
+    # Multiple choice (*ForMultipleChoice): input_ids [B, 3 choices, L], one label per example in [0, 3).
+    "bert-tiny-mc": (BertConfig, BertForMultipleChoice,
+                     dict(hidden_size=32, num_attention_heads=2, num_hidden_layers=2, intermediate_size=48,
+                          vocab_size=120, max_position_embeddings=24, **NO_DROPOUT), 3, 12, "mc", 2),
+    "roberta-tiny-mc": (RobertaConfig, RobertaForMultipleChoice,
+                        dict(hidden_size=32, num_attention_heads=2, num_hidden_layers=2, intermediate_size=48,
+                             vocab_size=120, max_position_embeddings=20, type_vocab_size=1, layer_norm_eps=1e-5,
+                             **NO_DROPOUT), 2, 14, "mc", 1),
+    "distilbert-tiny-mc": (DistilBertConfig, DistilBertForMultipleChoice,
+                           dict(dim=32, n_heads=2, n_layers=2, hidden_dim=48, vocab_size=120,
+                                max_position_embeddings=24, dropout=0.0, attention_dropout=0.0,
+                                seq_classif_dropout=0.0), 3, 10, "mc", 0),
 }
+
+CHOICES = 3
 
 
 def make_batch(gen, cfg, B, L, kind, type_vocab, first):
+    if kind == "mc":  # each example's choices as rows, then [B, choices, L]
+        rows = make_batch(gen, cfg, B * CHOICES, L, "none", type_vocab, first)
+        batch = {k: v.reshape(B, CHOICES, L) for k, v in rows.items()}
+        batch["labels"] = torch.randint(0, CHOICES, (B,), generator=gen)
+        return batch
     pad = cfg.pad_token_id
     low = max(pad, 2) + 1
     ids = torch.randint(low, cfg.vocab_size, (B, L), generator=gen)
@@ -140,6 +160,8 @@ def make_batch(gen, cfg, B, L, kind, type_vocab, first):
         starts = torch.stack([torch.randint(0, int(n), (1,), generator=gen)[0] for n in lengths])
         ends = torch.stack([torch.randint(int(st), int(n), (1,), generator=gen)[0] for st, n in zip(starts, lengths)])
         batch["start_positions"], batch["end_positions"] = starts, ends
+    elif kind == "none":
+        pass
     elif kind == "mlm":
         labels = torch.randint(0, cfg.vocab_size, (B, L), generator=gen)
         labels[torch.rand(B, L, generator=gen) >= 0.15] = -100

@@ -28,6 +28,7 @@ DataShape DataShape::of(const Dataset& data, const Dataset* eval) {
   s.label_width = data.label_width;
   s.token_labels = data.token_labels;
   s.span_labels = data.span_labels;
+  s.choices = data.choices;
   return s;
 }
 
@@ -58,6 +59,7 @@ Dataset synthetic_data(const DataShape& shape, int64_t size) {
   d.label_width = shape.token_labels ? shape.seq_len : shape.label_width;
   d.token_labels = shape.token_labels;
   d.span_labels = shape.span_labels;
+  d.choices = shape.choices;
   const auto labels = static_cast<size_t>(size * d.label_width);
   if (shape.label_dtype == DType::I64)
     d.labels_i64.assign(labels, 0);

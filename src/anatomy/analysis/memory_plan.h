@@ -30,6 +30,7 @@ struct DataShape {
   int64_t label_width = 1;
   bool token_labels = false;  // a label per token (label_width: the sequence length)
   bool span_labels = false;   // question answering's start and end positions (label_width 2)
+  int64_t choices = 0;        // multiple choice: seq_len holds this many sequences an example
   // The validation set of --eval-strategy (eval_size 0: none).
   int64_t eval_size = 0, eval_seq_len = 0;
   bool eval_token_type_ids = false, eval_attention_mask = false;

@@ -1,6 +1,7 @@
 // estimate_command.cpp: `anatomy estimate`: the memory plan of `anatomy train`
 // with the same flags, on this machine's GPU or on a named one, without
 // allocating anything on a device.
+#include <algorithm>
 #include <optional>
 
 #include <fmt/format.h>
@@ -60,12 +61,16 @@ DataShape shape_from_flags(const TrainingArguments& args, ModelSource& source) {
     s.token_labels = true;
     s.label_width = s.seq_len;
   }
+  if (model_task(config) == kMultipleChoice) {  // the dummy data's: 4 choices an example, label 0
+    s.choices = kDummyChoices;
+    s.seq_len *= kDummyChoices;
+  }
   if (model_task(config) == kQuestionAnswering) {  // the dummy data's: start and end 0
     s.span_labels = true;
     s.label_width = 2;
   }
   s.label_dtype = config.num_labels == 1 && model_task(config) != kMaskedLm ? DType::F32 : DType::I64;
-  if (s.seq_len > config.max_sequence_length())
+  if (s.seq_len / std::max<int64_t>(s.choices, 1) > config.max_sequence_length())
     fail("--dummy-seq-len {}: longer than the model's {}", s.seq_len,
          max_sequence_length_text(config));
   return s;

@@ -107,6 +107,10 @@ int run_inference(const EvaluateFlags& f, bool predict) {
          f.bf16 ? "bf16" : "fp16");
   if (predict && f.output.empty()) fail("--output: predict needs a file to write the predictions to");
 
+  if (model_task(source.config) == kMultipleChoice)
+    fail("--model: {} of a multiple-choice model is not served yet; `anatomy train --validation-file F "
+         "--eval-strategy epoch` reports its eval_loss and eval_accuracy, `anatomy forward` its logits",
+         predict ? "predict" : "evaluate");
   if (model_task(source.config) == kMaskedLm)
     fail("--model: {} of a masked-LM model is not served yet; `anatomy train --validation-file F --eval-strategy "
          "epoch` reports its eval_loss and perplexity, `anatomy forward` its logits",

@@ -27,9 +27,10 @@ Command add_forward_command(CLI::App& app) {
   app.add_option("--model,--model_name_or_path", f->model,
                  "Directory with config.json + weights, a Hugging Face id in the local hub cache, or a preset (seeded)")->required();
   app.add_option("--task", f->task,
-                 "The head: sequence-classification, token-classification, question-answering or masked-lm "
+                 "The head: sequence-classification, token-classification, question-answering, masked-lm or multiple-choice "
                  "(default: the --model directory's config.json architectures, *ForMaskedLM aside)")
-      ->check(CLI::IsMember({"sequence-classification", "token-classification", "question-answering", "masked-lm"}));
+      ->check(CLI::IsMember({"sequence-classification", "token-classification", "question-answering", "masked-lm",
+                             "multiple-choice"}));
   app.add_option("--inputs", f->inputs, "safetensors with input_ids [B, L] and optional token_type_ids, "
                                         "attention_mask, labels")->required();
   app.add_option("--output", f->output, "safetensors to write: logits, loss, grad.<name>")->required();

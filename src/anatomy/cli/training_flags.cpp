@@ -17,9 +17,10 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
                  "bert-base-uncased, bert-medium, bert-small, bert-mini, bert-tiny)")
       ->capture_default_str();
   app.add_option("--task", a.task,
-                 "The head to train: sequence-classification, token-classification, question-answering or masked-lm "
+                 "The head to train: sequence-classification, token-classification, question-answering, masked-lm or multiple-choice "
                  "(default: the --model directory's config.json architectures, else sequence-classification)")
-      ->check(CLI::IsMember({"sequence-classification", "token-classification", "question-answering", "masked-lm"}));
+      ->check(CLI::IsMember({"sequence-classification", "token-classification", "question-answering", "masked-lm",
+                             "multiple-choice"}));
   app.add_option("--dataset", a.dataset, "Built-in dataset: dummy (the seed's random ids)")->capture_default_str();
   app.add_option("--train-file", a.train_file,
                  "Text (.jsonl, .json, .csv, .tsv: tokenized with --vocab; token classification: .jsonl/.json of "

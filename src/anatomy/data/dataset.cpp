@@ -83,16 +83,23 @@ Dataset load_tensor_dataset(const std::string& path) {
   d.source = path;
   if (!file.has("input_ids")) fail("{}: no tensor 'input_ids' (expected int64 [examples, seq_len])", path);
   const auto& ids = file.info("input_ids");
-  if (ids.shape.size() != 2) fail("{}: tensor 'input_ids' must be 2-D [examples, seq_len], got {} dims", path, ids.shape.size());
+  if (ids.shape.size() != 2 && ids.shape.size() != 3)
+    fail("{}: tensor 'input_ids' must be 2-D [examples, seq_len] (or 3-D [examples, choices, seq_len]: multiple "
+         "choice), got {} dims", path, ids.shape.size());
   d.size = ids.shape[0];
   d.seq_len = ids.shape[1];
+  if (ids.shape.size() == 3) {  // multiple choice: each example's choices one after another
+    if (ids.shape[1] < 1) fail("{}: tensor 'input_ids' has no choices ({})", path, shape_str(ids.shape));
+    d.choices = ids.shape[1];
+    d.seq_len = ids.shape[1] * ids.shape[2];
+  }
   d.input_ids = file.read_i64("input_ids");
   auto read_tokens = [&](const char* name, std::vector<int64_t>* out) {
     if (!file.has(name)) return;
     const auto& info = file.info(name);
-    if (info.shape != std::vector<int64_t>{d.size, d.seq_len})
+    if (info.shape != ids.shape)
       fail("{}: tensor '{}' has shape {}, expected {} like input_ids", path, name, shape_str(info.shape),
-           shape_str({d.size, d.seq_len}));
+           shape_str(ids.shape));
     *out = file.read_i64(name);
   };
   read_tokens("token_type_ids", &d.token_type_ids);
@@ -125,7 +132,7 @@ Dataset load_tensor_dataset(const std::string& path) {
     if (!integer && !floating)
       fail("{}: tensor 'labels' has dtype {}; use int64 (classification) or float32 (regression, multi-label)", path,
            io::st_dtype_name(info.dtype));
-    const bool per_token = integer && info.shape == std::vector<int64_t>{d.size, d.seq_len};
+    const bool per_token = integer && d.choices == 0 && info.shape == std::vector<int64_t>{d.size, d.seq_len};
     if (info.shape.empty() || info.shape[0] != d.size || info.shape.size() > 2 ||
         (integer && info.shape.size() != 1 && !per_token))
       fail("{}: tensor 'labels' has shape {}, expected [{}]{}", path, shape_str(info.shape), d.size,
@@ -145,9 +152,17 @@ Dataset load_tensor_dataset(const std::string& path) {
 
 void validate_dataset(const Dataset& d, const ModelConfig& c, const std::string& task) {
   if (d.size <= 0 || d.seq_len <= 0) fail("{}: the dataset is empty ({} examples of {} tokens)", d.source, d.size, d.seq_len);
-  if (d.seq_len > c.max_sequence_length())
-    fail("{}: input_ids has sequences of {} tokens, longer than the model's {}", d.source, d.seq_len,
+  if (task == kMultipleChoice && d.choices == 0)
+    fail("{}: multiple choice needs input_ids [examples, choices, seq_len] (each example's candidates)", d.source);
+  if (task != kMultipleChoice && d.choices > 0)
+    fail("{}: input_ids [examples, choices, seq_len] are multiple choice's; a {} model takes [examples, seq_len]",
+         d.source, task);
+  const int64_t tokens = d.choices > 0 ? d.seq_len / d.choices : d.seq_len;
+  if (tokens > c.max_sequence_length())
+    fail("{}: input_ids has sequences of {} tokens, longer than the model's {}", d.source, tokens,
          max_sequence_length_text(c));
+  if (d.choices > 0 && (d.pad_per_batch || d.token_labels || d.span_labels || (d.has_labels() && d.label_width != 1)))
+    fail("{}: multiple choice takes one int64 label per example", d.source);
   auto check_range = [&](const std::vector<int64_t>& v, const char* name, int64_t hi) {
     for (size_t i = 0; i < v.size(); ++i)
       if (v[i] < 0 || v[i] >= hi)
@@ -190,6 +205,13 @@ void validate_dataset(const Dataset& d, const ModelConfig& c, const std::string&
   if (d.span_labels)
     fail("{}: start_positions and end_positions are question answering's labels; a {} model takes 'labels'",
          d.source, task);
+  if (task == kMultipleChoice) {
+    if (d.label_dtype != DType::I64) fail("{}: multiple choice takes int64 labels [{}]", d.source, d.size);
+    for (size_t i = 0; i < d.labels_i64.size(); ++i)
+      if (d.labels_i64[i] < 0 || d.labels_i64[i] >= d.choices)
+        fail("{}: labels of example {} is {}, outside its {} choices", d.source, i, d.labels_i64[i], d.choices);
+    return;
+  }
   if (d.token_labels)
     fail("{}: labels [{}, {}] are a label per token; a {} model takes one per example", d.source, d.size, d.seq_len,
          task);
@@ -227,6 +249,7 @@ HostBatch gather_batch(const Dataset& d, const std::vector<int64_t>& order, int6
   b.seq_len = d.seq_len;
   b.token_labels = d.token_labels;
   b.span_labels = d.span_labels;
+  b.choices = d.choices;
   const int64_t L = d.seq_len;
   if (d.pad_per_batch && !d.attention_mask.empty()) {
     // The batch's longest row: the last 1 of any mask (right padding).

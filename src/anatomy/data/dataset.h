@@ -43,6 +43,10 @@ struct Dataset {
   // ones), as DataCollatorWithPadding pads. seq_len is then the longest any
   // batch can be: the memory plan's worst case.
   bool pad_per_batch = false;
+  // Multiple choice: each example is `choices` sequences of seq_len / choices
+  // tokens one after another (input_ids [N, choices, tokens] in a file), one
+  // label in [0, choices) per example; 0 otherwise.
+  int64_t choices = 0;
   // Masked-LM text (data/mlm_data.h): 1 for the tokens masking never picks
   // (the special tokens the tokenizer added), [N, L]; empty: none.
   std::vector<uint8_t> special_tokens_mask;
@@ -52,6 +56,9 @@ struct Dataset {
 
   bool has_labels() const { return label_width > 0; }
 };
+
+// Multiple choice's dummy data: each example this many sequences (SWAG's endings).
+inline constexpr int64_t kDummyChoices = 4;
 
 // The seed's data: ids uniform in [100, 30000), labels randint(0, 1) (all 0),
 // a pure function of `seed`.
@@ -89,6 +96,7 @@ struct HostBatch {
   bool token_labels = false;  // labels_i64 [batch, seq_len]
   bool span_labels = false;   // labels_i64 [2, batch]: start positions, then end positions
   std::vector<uint8_t> special_tokens_mask;  // [batch, seq_len] when the data has one
+  int64_t choices = 0;  // multiple choice: the tokens are [batch, choices, seq_len / choices]
   std::vector<int64_t> input_ids, token_type_ids, attention_mask, labels_i64;
   std::vector<float> labels_f32;
 };

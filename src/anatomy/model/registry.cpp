@@ -92,6 +92,11 @@ const std::vector<ModelArchitecture>& model_architectures() {
       bert_style(roberta_layout("camembert"), kMaskedLm),
       bert_style(electra_layout(), kMaskedLm),
       bert_style(distilbert_layout(), kMaskedLm),
+      bert_style(bert_layout(), kMultipleChoice),
+      bert_style(roberta_layout("roberta"), kMultipleChoice),
+      bert_style(roberta_layout("xlm-roberta"), kMultipleChoice),
+      bert_style(roberta_layout("camembert"), kMultipleChoice),
+      bert_style(distilbert_layout(), kMultipleChoice),
       {"ModernBertForSequenceClassification", "modernbert", kSequenceClassification, modernbert_parameter_specs,
        [](Backend& backend, const ModelConfig& config, DType compute) -> std::unique_ptr<Model> {
          return std::make_unique<ModernBertForSequenceClassification>(backend, config, compute);

@@ -16,4 +16,8 @@ inline constexpr const char* kQuestionAnswering = "question-answering";
 // word embeddings tied to the output layer (Hugging Face's run_mlm).
 inline constexpr const char* kMaskedLm = "masked-lm";
 
+// One of several candidate continuations per example: *ForMultipleChoice
+// (SWAG-style data: each example C sequences, one label in [0, C)).
+inline constexpr const char* kMultipleChoice = "multiple-choice";
+
 }  // namespace anatomy

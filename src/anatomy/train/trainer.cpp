@@ -64,12 +64,19 @@ class ProgressBar {
 
 }  // namespace
 
+namespace {
+// A batch's token tensors: [batch, seq_len], or multiple choice's [batch, choices, tokens].
+Shape token_shape(const HostBatch& b) {
+  return b.choices > 0 ? Shape{b.batch, b.choices, b.seq_len / b.choices} : Shape{b.batch, b.seq_len};
+}
+}  // namespace
+
 ModelInputs upload_batch(Backend& backend, const HostBatch& b, DType label_dtype, int64_t label_width) {
   Ledger& ledger = backend.ledger();
   ModelInputs in;
   auto upload_tokens = [&](const std::vector<int64_t>& host, const char* name) {
     if (host.empty()) return Tensor();
-    Tensor t = Tensor::empty(ledger, {b.batch, b.seq_len}, DType::I64, Category::Data, name);
+    Tensor t = Tensor::empty(ledger, token_shape(b), DType::I64, Category::Data, name);
     backend.copy_from_host(t, host.data());
     return t;
   };
@@ -118,7 +125,7 @@ class InputSlots {
     ModelInputs in;
     auto tokens = [&](const Tensor& buffer, const std::vector<int64_t>& host, const char* name) {
       if (host.empty()) return Tensor();
-      Tensor t = buffer.slice(0, {b.batch, b.seq_len}, name);
+      Tensor t = buffer.slice(0, token_shape(b), name);
       backend_.upload_async(t, host.data());
       return t;
     };
@@ -240,7 +247,9 @@ std::map<std::string, double> Trainer::evaluate() {
   ANATOMY_CHECK(eval_data_ != nullptr, "evaluate: no validation set");
   const Dataset& eval = *eval_data_;
   Ledger& ledger = backend_.ledger();
-  const int64_t C = model_.config().num_labels, B = args_.per_device_eval_batch_size;
+  // Multiple choice: a logit per choice, classified as single-label over the choices.
+  const int64_t C = eval.choices > 0 ? eval.choices : model_.config().num_labels;
+  const int64_t B = args_.per_device_eval_batch_size;
   const bool per_token = model_.task() == kTokenClassification;
   const bool spans = model_.task() == kQuestionAnswering;
   const int64_t rows = per_token ? eval.seq_len : 1;  // logits rows per example
@@ -303,7 +312,9 @@ std::map<std::string, double> Trainer::evaluate() {
   // Question answering on tensors (no contexts to extract answers from): the loss, as Trainer's mean over examples.
   if (spans) return {{"eval_loss", span_loss / static_cast<double>(eval.size)}};
   if (per_token) return token_classification_metrics(logits, C, eval, model_label_names(model_.config()), B);
-  return classification_metrics(logits, C, resolve_problem_type(model_.config(), eval.label_dtype), eval);
+  return classification_metrics(
+      logits, C, eval.choices > 0 ? ProblemType::SingleLabel : resolve_problem_type(model_.config(), eval.label_dtype),
+      eval);
 }
 
 // What one call of train() holds, from setup to finish. The members are

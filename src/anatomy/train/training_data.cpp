@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "anatomy/core/error.h"
+#include "anatomy/data/choice_data.h"
 #include "anatomy/data/mlm_data.h"
 #include "anatomy/data/wordpiece.h"
 #include "anatomy/model/registry.h"
@@ -211,7 +212,17 @@ TrainingData load_training_data(const TrainingArguments& args, ModelSource& sour
            config.vocab_size, source.directory);
     }
     if (!settings.config.contains("model_max_length")) settings.model_max_length = config.max_sequence_length();
-    if (mlm_task) {
+    if (model_task(config) == kMultipleChoice) {
+      // run_swag's choices: (sent1, sent2 + " " + ending_i), each example's padded to the file's longest.
+      ChoiceDataOptions options;  // run_swag's tokenizer call: the tokenizer file's own prefix-space setting
+      options.max_seq_length = args.max_seq_length;
+      out.train = read_choice_data(args.train_file, tokenizer, options);
+      if (eval_text) out.eval = read_choice_data(args.validation_file, tokenizer, options);
+      out.notes.push_back(fmt::format("{}: {} examples of {} choices, each choice padded to {} tokens",
+                                      args.train_file, out.train.size, out.train.choices,
+                                      out.train.seq_len / out.train.choices));
+      out.tokenizer = settings;
+    } else if (mlm_task) {
       // run_mlm's blocks (or lines), masked batch by batch.
       MlmTextOptions options;
       options.max_seq_length = args.max_seq_length;
@@ -308,6 +319,11 @@ TrainingData load_training_data(const TrainingArguments& args, ModelSource& sour
       out.train.span_labels = true;
       out.train.label_width = 2;
       out.train.labels_i64.assign(static_cast<size_t>(2 * out.train.size), 0);
+    }
+    if (args.train_file.empty() && model_task(config) == kMultipleChoice) {
+      // The dummy examples of multiple choice: kDummyChoices sequences of --dummy-seq-len each, label 0.
+      out.train = make_dummy_dataset(args.dummy_size, kDummyChoices * args.dummy_seq_len, args.seed);
+      out.train.choices = kDummyChoices;
     }
     if (args.train_file.empty() && token_task) {
       // The dummy labels of token classification: 0 for every token.

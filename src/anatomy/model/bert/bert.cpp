@@ -108,7 +108,18 @@ int64_t BertStyleModel::zero_row_on_init(const ParamSpec& spec) const {
 
 BertStyleModel::~BertStyleModel() = default;
 
-ForwardOutput BertStyleModel::forward(const ModelInputs& inputs, const ForwardOptions& options) {
+ForwardOutput BertStyleModel::forward(const ModelInputs& given, const ForwardOptions& options) {
+  // Multiple choice: [examples, choices, L] inputs run as examples × choices sequences.
+  ModelInputs inputs = given;
+  int64_t choices = 0;
+  if (given.input_ids.defined() && given.input_ids.rank() == 3) {
+    ANATOMY_CHECK(layout_.task == kMultipleChoice, "{}: input_ids [examples, choices, seq] are multiple choice's",
+                  layout_.architecture);
+    choices = given.input_ids.dim(1);
+    const Shape flat = {given.input_ids.dim(0) * choices, given.input_ids.dim(2)};
+    for (Tensor* t : {&inputs.input_ids, &inputs.token_type_ids, &inputs.attention_mask})
+      if (t->defined()) *t = t->reshape(flat);
+  }
   encoder_.prepare_inputs(inputs, options);
   const int64_t B = encoder_.batch(), L = encoder_.length();
   const Category kept = options.save_for_backward ? Category::Activations : Category::Temporary;
@@ -158,6 +169,7 @@ ForwardOutput BertStyleModel::forward(const ModelInputs& inputs, const ForwardOp
 
   ForwardOutput out;
   out.logits = head_->logits(step->head);
+  if (choices > 0) out.logits = out.logits.reshape({B / choices, choices});  // a logit per choice
   if (out.logits.defined()) out.outputs = head_->named_outputs(out.logits);
   if (inputs.labels.defined()) {
     out.problem_type = head_->problem_type(inputs.labels.dtype());

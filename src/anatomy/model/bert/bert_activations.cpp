@@ -96,7 +96,7 @@ std::vector<SavedSpec> saved_for_backward(LayerKind kind, const ModelConfig& c, 
               ? SavedSpec{"pooled", {B, H}, f32, "tanh backward"}
               : SavedSpec{"head_pre", {B, H}, f32, "head activation backward"},
           {"classifier_in", {B, H}, f32, "classifier backward (after dropout)"},
-          {"logits", {B, c.num_labels}, f32, "loss"},
+          {"logits", {B, layout.head_outputs(c)}, f32, "loss"},
       };
   }
   return {};

@@ -44,6 +44,8 @@ void BertClassificationHead::forward(const Tensor& hidden, const Tensor& labels,
 }
 
 ProblemType BertClassificationHead::problem_type(DType labels_dtype) const {
+  // Multiple choice: one logit per choice, a cross-entropy over an example's choices.
+  if (layout_.task == kMultipleChoice) return ProblemType::SingleLabel;
   return resolve_problem_type(config_, labels_dtype);
 }
 

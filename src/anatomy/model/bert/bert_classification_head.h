@@ -4,7 +4,9 @@
 // ELECTRA's dropout, dense, tanh or GELU, dropout, out_proj; DistilBERT's
 // pre_classifier, ReLU, dropout, classifier — and the loss of the problem type
 // (cross-entropy, MSE, or binary cross-entropy with logits), forward and
-// backward. It reads the first token only, so the encoder's last layer may
+// backward. With one output it is the multiple-choice head (*ForMultipleChoice):
+// a logit per choice, the model views them as [examples, choices] and the loss
+// is single-label over the choices. It reads the first token only, so the encoder's last layer may
 // compute past attention for that token alone.
 #pragma once
 

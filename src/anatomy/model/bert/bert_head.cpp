@@ -12,7 +12,7 @@ namespace anatomy {
 std::unique_ptr<BertHead> make_bert_head(Backend& backend, const ModelConfig& config, const BertLayout& layout,
                                          DType compute, const BertTensors& w, const BertTensors& wh,
                                          const BertTensors& g, BertEncoder& encoder) {
-  if (layout.task == kSequenceClassification)
+  if (layout.task == kSequenceClassification || layout.task == kMultipleChoice)
     return std::make_unique<BertClassificationHead>(backend, config, layout, compute, w, g, encoder);
   if (layout.task == kTokenClassification)
     return std::make_unique<BertTokenClassificationHead>(backend, config, layout, compute, wh, g, encoder);

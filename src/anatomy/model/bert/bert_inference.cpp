@@ -203,7 +203,7 @@ Tensor BertInference::forward(const InferenceBatch& batch) {
   }
 
   ledger.set_phase("head");
-  const int64_t C = config_.num_labels;
+  const int64_t C = layout_.head_outputs(config_);
   if (layout_.task == kQuestionAnswering) {
     // Every row's start and end logits: [2, rows], each from its row of qa_outputs.
     const int64_t H = config_.hidden_size;

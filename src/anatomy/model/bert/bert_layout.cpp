@@ -37,7 +37,7 @@ bool BertLayout::in_encoder_layer(const std::string& name) const {
 
 const std::vector<std::string>& bert_tasks() {
   static const std::vector<std::string> tasks = {kSequenceClassification, kTokenClassification, kQuestionAnswering,
-                                                   kMaskedLm};
+                                                   kMaskedLm, kMultipleChoice};
   return tasks;
 }
 
@@ -59,6 +59,7 @@ double BertLayout::head_dropout(const ModelConfig& config) const {
 
 int64_t BertLayout::head_outputs(const ModelConfig& config) const {
   if (task == kMaskedLm) return config.vocab_size;
+  if (task == kMultipleChoice) return 1;
   return task == kQuestionAnswering ? 2 : config.num_labels;
 }
 
@@ -118,6 +119,18 @@ const BertLayout& bert_task_layout(const BertLayout& family, const std::string& 
       l->lm_norm = "lm_head.layer_norm";
       l->lm_bias = "lm_head.bias";
       l->lm_gelu = true;
+    }
+  } else if (task == kMultipleChoice && family.model_type != "electra") {
+    // *ForMultipleChoice: the sequence classifier's head with one output, a logit per choice. BERT's and
+    // DistilBERT's are their sequence classifiers'; RoBERTa's is BERT's (the pooler, tanh, dropout), not
+    // its two-layer classification head. (ELECTRA's SequenceSummary is not served.)
+    l->architecture = class_name + "ForMultipleChoice";
+    if (family.model_type != "distilbert" && family.prefix != "bert.") {
+      l->head_dense = family.prefix + "pooler.dense";
+      l->classifier = "classifier";
+      l->head_activation = ActivationKind::Tanh;
+      l->dropout_before_head_dense = false;
+      l->head_dropout_kind = BertLayout::HeadDropout::Classifier;
     }
   } else {
     fail("the {} family has no {} head", family.model_type, task);
