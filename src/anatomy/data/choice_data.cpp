@@ -1,11 +1,13 @@
 // choice_data.cpp: see choice_data.h.
 #include "anatomy/data/choice_data.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "anatomy/core/error.h"
 #include "anatomy/data/text_dataset.h"
 #include "anatomy/data/text_table.h"
+#include "anatomy/io/json.h"
 
 namespace anatomy {
 
@@ -14,24 +16,12 @@ Dataset read_choice_data(const std::string& path, const data::TextTokenizer& tok
   const std::string ext = lower_extension(path);
   if (ext != ".jsonl" && ext != ".json")
     fail("{}: multiple-choice data is SWAG-style JSON lines (.jsonl or .json: sent1, sent2, ending0.., label)", path);
-  const std::string text = read_utf8_file(path);
   std::vector<std::string> firsts, seconds;
   std::vector<int64_t> labels;
-  int64_t choices = 0, line_number = 0;
-  size_t begin = 0;
-  while (begin < text.size()) {
-    size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(begin, end - begin);
-    begin = end + 1;
-    ++line_number;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception&) {
-      fail("{}:{}: not a JSON object", path, line_number);
-    }
+  int64_t choices = 0;
+  for_each_line(read_utf8_file(path), [&](int64_t line_number, std::string_view line) {
+    if (blank_line(line)) return;
+    const nlohmann::json j = io::parse_json(line, fmt::format("{}:{}", path, line_number));
     if (!j.is_object()) fail("{}:{}: not a JSON object", path, line_number);
     auto field = [&](const std::string& name) -> std::string {
       const auto it = j.find(name);
@@ -57,15 +47,15 @@ Dataset read_choice_data(const std::string& path, const data::TextTokenizer& tok
     if (label == j.end() || label->is_null()) {
       if (require_labels) fail("{}:{}: 'label' is missing", path, line_number);
       labels.push_back(0);
-      continue;
+      return;
     }
     int64_t value = -1;
     if (label->is_number_integer()) value = label->get<int64_t>();
     else if (label->is_string() && !parse_integer(label->get<std::string>(), &value)) value = -1;
     if (value < 0 || value >= choices)
-      fail("{}:{}: 'label' is {}, not an integer in [0, {})", path, line_number, label->dump(), choices);
+      fail("{}:{}: 'label' is {}, not an integer in [0, {})", path, line_number, io::short_dump(*label), choices);
     labels.push_back(value);
-  }
+  });
   if (labels.empty()) fail("{}: no examples", path);
   std::vector<data::TextInput> inputs;
   inputs.reserve(firsts.size());

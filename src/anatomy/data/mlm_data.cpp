@@ -22,8 +22,9 @@ constexpr int64_t kIgnored = -100;
 // datasets' map(batched=True) hands group_texts 1000 examples at a time.
 constexpr size_t kGroupLines = 1000;
 
-bool blank(const std::string& line) {
-  return std::all_of(line.begin(), line.end(), [](char c) { return c == ' ' || (c >= '\t' && c <= '\r'); });
+// run_mlm's line.isspace() over ASCII: a text from a table may hold newlines.
+bool all_space(const std::string& text) {
+  return std::all_of(text.begin(), text.end(), [](char c) { return c == ' ' || (c >= '\t' && c <= '\r'); });
 }
 
 }  // namespace
@@ -66,16 +67,10 @@ std::vector<std::string> read_mlm_texts(const std::string& path, const std::stri
     for (const TextExample& row : table.rows) texts.push_back(row.text);
     return texts;
   }
-  const std::string text = read_utf8_file(path);
-  size_t begin = 0;
-  while (begin < text.size()) {
-    size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(begin, end - begin);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    texts.push_back(std::move(line));
-    begin = end + 1;
-  }
+  for_each_line(read_utf8_file(path), [&](int64_t, std::string_view line) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    texts.emplace_back(line);
+  });
   if (texts.empty()) fail("{}: the file is empty", path);
   return texts;
 }
@@ -91,7 +86,7 @@ Dataset prepare_mlm_dataset(const std::vector<std::string>& texts, const std::st
   const std::vector<std::string>* lines = &texts;
   if (options.line_by_line) {
     for (const std::string& t : texts)
-      if (!blank(t)) kept.push_back(t);
+      if (!all_space(t)) kept.push_back(t);
     lines = &kept;
     encode.truncate_to = static_cast<size_t>(L);
     if (notes != nullptr && kept.size() < texts.size())

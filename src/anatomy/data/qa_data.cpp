@@ -102,11 +102,6 @@ std::string shown(std::string_view text) {
   return out;
 }
 
-bool blank(std::string_view s) {
-  return std::all_of(s.begin(), s.end(),
-                     [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; });
-}
-
 // ------------------------------------------------------------------------- where the questions of a .json are
 
 // An iterator over the bytes of a text that counts the line breaks it passes, so that a SAX parse can tell the
@@ -352,17 +347,10 @@ class Reader {
 
  private:
   void read_lines(const std::string& bytes, QaCorpus& corpus) const {
-    size_t start = 0;
-    int64_t line = 0;
-    while (start < bytes.size()) {
-      size_t end = bytes.find('\n', start);
-      if (end == std::string::npos) end = bytes.size();
-      ++line;
-      const std::string_view text(bytes.data() + start, end - start);
-      start = end + 1;
-      if (blank(text)) continue;
-      corpus.examples.push_back(row(io::parse_json(text, fmt::format("{}:{}", path_, line)), line));
-    }
+    for_each_line(bytes, [&](int64_t line, std::string_view text) {
+      if (!blank_line(text))
+        corpus.examples.push_back(row(io::parse_json(text, fmt::format("{}:{}", path_, line)), line));
+    });
   }
 
   void read_document(const std::string& bytes, QaCorpus& corpus) const {

@@ -32,17 +32,10 @@ void check_text(const std::string& path, int64_t line, const std::string& column
 TextTable read_jsonl(const std::string& path, const std::string& bytes, const TextColumns& columns) {
   TextTable table;
   table.source = path;
-  size_t start = 0;
-  int64_t line = 0;
-  while (start < bytes.size()) {
-    size_t end = bytes.find('\n', start);
-    if (end == std::string::npos) end = bytes.size();
-    ++line;
-    std::string_view text(bytes.data() + start, end - start);
-    start = end + 1;
+  for_each_line(bytes, [&](int64_t line, std::string_view text) {
     if (blank(text)) {
       ++table.blank_lines_skipped;
-      continue;
+      return;
     }
     const nlohmann::json j = io::parse_json(text, fmt::format("{}:{}", path, line));
     if (!j.is_object()) fail("{}:{}: expected a JSON object, got {}", path, line, j.type_name());
@@ -65,7 +58,7 @@ TextTable read_jsonl(const std::string& path, const std::string& bytes, const Te
     }
     if (!columns.label.empty()) row.label = field(columns.label, true);
     table.rows.push_back(std::move(row));
-  }
+  });
   return table;
 }
 
@@ -178,6 +171,22 @@ bool parse_number(const std::string& s, double* out) {
 }
 
 }  // namespace
+
+void for_each_line(std::string_view bytes, const std::function<void(int64_t, std::string_view)>& visit) {
+  size_t start = 0;
+  int64_t line = 0;
+  while (start < bytes.size()) {
+    size_t end = bytes.find('\n', start);
+    if (end == std::string_view::npos) end = bytes.size();
+    visit(++line, bytes.substr(start, end - start));
+    start = end + 1;
+  }
+}
+
+bool blank_line(std::string_view line) {
+  return std::all_of(line.begin(), line.end(),
+                     [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; });
+}
 
 std::string lower_extension(const std::string& path) {
   std::string ext = std::filesystem::path(path).extension().string();

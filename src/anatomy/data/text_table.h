@@ -9,8 +9,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace anatomy {
@@ -37,6 +39,12 @@ struct TextTable {
 // questions): a UTF-8 byte order mark dropped; bytes that are not UTF-8 are
 // an Error naming the file and line.
 std::string read_utf8_file(const std::string& path);
+// Calls `visit(number, line)` for each line of `bytes` (split at '\n', the
+// line numbered from 1; a final '\n' ends the last line, no empty line after it).
+void for_each_line(std::string_view bytes, const std::function<void(int64_t, std::string_view)>& visit);
+// Whether a line of a word-tagged, SQuAD or masked-LM text file holds nothing
+// but white space (space, tab, CR, VT, FF).
+bool blank_line(std::string_view line);
 // The file's extension, lowercased (".jsonl").
 std::string lower_extension(const std::string& path);
 // A whole string as a decimal integer (strtoll's, no trailing characters); false if it is not one.

@@ -10,6 +10,7 @@
 
 #include "anatomy/core/error.h"
 #include "anatomy/data/text_dataset.h"
+#include "anatomy/data/text_table.h"
 #include "anatomy/io/json.h"
 
 namespace anatomy {
@@ -17,10 +18,6 @@ namespace anatomy {
 namespace {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
-
-bool blank(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return is_space(c); });
-}
 
 // The white-space separated columns of a line.
 std::vector<std::string_view> columns_of(std::string_view line) {
@@ -43,22 +40,15 @@ TaggedCorpus read_conll(const std::string& path, const std::string& bytes, bool 
     if (!sentence.words.empty()) corpus.sentences.push_back(std::move(sentence));
     sentence = TaggedSentence();
   };
-  size_t start = 0;
-  int64_t line = 0;
-  while (start < bytes.size()) {
-    size_t end = bytes.find('\n', start);
-    if (end == std::string::npos) end = bytes.size();
-    ++line;
-    const std::string_view text(bytes.data() + start, end - start);
-    start = end + 1;
-    if (blank(text)) {
+  for_each_line(bytes, [&](int64_t line, std::string_view text) {
+    if (blank_line(text)) {
       finish();
-      continue;
+      return;
     }
     const std::vector<std::string_view> columns = columns_of(text);
     if (columns[0] == "-DOCSTART-") {  // a document boundary, not a sentence (as Hugging Face's conll2003 reader)
       finish();
-      continue;
+      return;
     }
     if (with_tags && columns.size() < 2)
       fail("{}:{}: '{}' has no tag: a CoNLL line is a word and its tag (the last column)", path, line,
@@ -66,7 +56,7 @@ TaggedCorpus read_conll(const std::string& path, const std::string& bytes, bool 
     if (sentence.words.empty()) sentence.line = line;
     sentence.words.emplace_back(columns.front());
     if (with_tags) sentence.tags.emplace_back(columns.back());
-  }
+  });
   finish();
   return corpus;
 }
@@ -75,18 +65,11 @@ TaggedCorpus read_json_lines(const std::string& path, const std::string& bytes, 
                              const std::string& tags_field) {
   TaggedCorpus corpus;
   corpus.source = path;
-  size_t start = 0;
-  int64_t line = 0;
   std::string tags_name = tags_field;
-  while (start < bytes.size()) {
-    size_t end = bytes.find('\n', start);
-    if (end == std::string::npos) end = bytes.size();
-    ++line;
-    const std::string_view text(bytes.data() + start, end - start);
-    start = end + 1;
-    if (blank(text)) {
+  for_each_line(bytes, [&](int64_t line, std::string_view text) {
+    if (blank_line(text)) {
       ++corpus.blank_lines_skipped;
-      continue;
+      return;
     }
     const nlohmann::json j = io::parse_json(text, fmt::format("{}:{}", path, line));
     if (!j.is_object()) fail("{}:{}: expected a JSON object, got {}", path, line, j.type_name());
@@ -106,7 +89,7 @@ TaggedCorpus read_json_lines(const std::string& path, const std::string& bytes, 
         else
           fail("{}:{}: item {} of '{}' is {}, expected {}", path, line, i, name, io::short_dump(e),
                tags ? "a tag (a string or an integer)" : "a word (a string)");
-        if (!tags && blank(out.back())) fail("{}:{}: word {} of '{}' is empty", path, line, i, name);
+        if (!tags && blank_line(out.back())) fail("{}:{}: word {} of '{}' is empty", path, line, i, name);
       }
       return out;
     };
@@ -121,10 +104,10 @@ TaggedCorpus read_json_lines(const std::string& path, const std::string& bytes, 
     }
     if (sentence.words.empty()) {
       ++corpus.empty_sentences_skipped;
-      continue;
+      return;
     }
     corpus.sentences.push_back(std::move(sentence));
-  }
+  });
   return corpus;
 }
 

@@ -170,6 +170,27 @@ Dataset read_token_data(const std::string& path, const std::string& text_column,
   return d;
 }
 
+namespace {
+
+// The collator's settings for masked-LM data: --mlm-probability; the mask id
+// from --mask-token-id, else `tokenizer`'s (-1 when neither gives one); random
+// replacements among min(vocab_size, the tokenizer's size) ids.
+std::shared_ptr<MaskingOptions> masking_options(const TrainingArguments& args, const ModelConfig& config,
+                                                const data::TextTokenizer* tokenizer,
+                                                const nlohmann::json& tokenizer_config) {
+  auto masking = std::make_shared<MaskingOptions>();
+  masking->probability = args.mlm_probability;
+  masking->mask_token_id = args.mask_token_id;
+  masking->random_tokens = config.vocab_size;
+  if (tokenizer != nullptr) {
+    if (masking->mask_token_id < 0) masking->mask_token_id = mask_token_id(*tokenizer, tokenizer_config);
+    masking->random_tokens = std::min<int64_t>(config.vocab_size, static_cast<int64_t>(tokenizer->vocab_size()));
+  }
+  return masking;
+}
+
+}  // namespace
+
 TrainingData load_training_data(const TrainingArguments& args, ModelSource& source) {
   TrainingData out;
   ModelConfig& config = source.config;
@@ -229,16 +250,12 @@ TrainingData load_training_data(const TrainingArguments& args, ModelSource& sour
       options.line_by_line = args.line_by_line;
       options.text_column = args.text_column;
       auto masked = [&](const std::string& path) {
-        Dataset d = prepare_mlm_dataset(read_mlm_texts(path, args.text_column), path, tokenizer, options, &out.notes);
-        return d;
+        return prepare_mlm_dataset(read_mlm_texts(path, args.text_column), path, tokenizer, options, &out.notes);
       };
-      auto masking = std::make_shared<MaskingOptions>();
-      masking->probability = args.mlm_probability;
-      masking->mask_token_id = args.mask_token_id >= 0 ? args.mask_token_id : mask_token_id(tokenizer, settings.config);
+      const auto masking = masking_options(args, config, &tokenizer, settings.config);
       if (masking->mask_token_id < 0)
         fail("{}: no mask token ([MASK] or <mask>, or tokenizer_config.json's mask_token); give --mask-token-id",
              tokenizer.file());
-      masking->random_tokens = std::min(vocab_size, config.vocab_size);
       out.train = masked(args.train_file);
       out.train.masking = masking;
       if (eval_text) {
@@ -335,17 +352,14 @@ TrainingData load_training_data(const TrainingArguments& args, ModelSource& sour
     if (mlm_task && (args.train_file.empty() || !out.train.has_labels())) {
       // Tokens without labels (the dummy data, tensors of input_ids alone): masked batch by batch, with the
       // model directory's tokenizer's mask and special tokens when it has one.
-      auto masking = std::make_shared<MaskingOptions>();
-      masking->probability = args.mlm_probability;
-      masking->random_tokens = config.vocab_size;
-      masking->mask_token_id = args.mask_token_id;
-      if (out.tokenizer) {
-        const data::TextTokenizer tokenizer = load_tokenizer(*out.tokenizer);
-        if (masking->mask_token_id < 0) masking->mask_token_id = mask_token_id(tokenizer, out.tokenizer->config);
-        masking->random_tokens = std::min<int64_t>(config.vocab_size, static_cast<int64_t>(tokenizer.vocab_size()));
+      std::optional<data::TextTokenizer> tokenizer;
+      if (out.tokenizer) tokenizer = load_tokenizer(*out.tokenizer);
+      const auto masking = masking_options(args, config, tokenizer ? &*tokenizer : nullptr,
+                                           out.tokenizer ? out.tokenizer->config : nlohmann::json::object());
+      if (tokenizer) {
         for (const char* name : {"[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]", "<s>", "</s>", "<pad>", "<unk>",
                                  "<mask>"})
-          if (const int32_t id = tokenizer.token_to_id(name); id >= 0) masking->special_ids.push_back(id);
+          if (const int32_t id = tokenizer->token_to_id(name); id >= 0) masking->special_ids.push_back(id);
       }
       if (masking->mask_token_id < 0) {
         masking->mask_token_id = 103;

@@ -576,24 +576,31 @@ class CpuBackend final : public Backend {
     for (int64_t b = 0; b < B; ++b) counted += y[b] != -100;
     double total = 0.0;
     for (int64_t b = 0; b < B; ++b) {
-      const float* row = x + b * C;
       if (y[b] == -100) {
         std::fill(d + b * C, d + (b + 1) * C, 0.0f);
         continue;
       }
-      ANATOMY_CHECK(y[b] >= 0 && y[b] < C, "cross_entropy: label {} outside [0, {})", y[b], C);
-      double mx = row[0];
-      for (int64_t c = 1; c < C; ++c) mx = std::max(mx, static_cast<double>(row[c]));
-      double sum = 0.0;
-      for (int64_t c = 0; c < C; ++c) sum += std::exp(row[c] - mx);
-      const double lse = mx + std::log(sum);
-      total += lse - row[y[b]];
-      for (int64_t c = 0; c < C; ++c) {
-        const double softmax = std::exp(row[c] - lse);
-        d[b * C + c] = static_cast<float>((softmax - (c == y[b] ? 1.0 : 0.0)) / counted);
-      }
+      total += cross_entropy_row(x + b * C, C, y[b], d + b * C, [&](double g) { return g / counted; });
     }
     return counted ? total / counted : NAN;
+  }
+
+  // The cross-entropy of one row of C logits against label y (in [0, C)):
+  // returns log-sum-exp − row[y] and writes gradient(softmax − one-hot) into
+  // d (when not null; d may be the row itself: each value is read before it is written).
+  template <typename Gradient>
+  static double cross_entropy_row(const float* row, int64_t C, int64_t y, float* d, Gradient gradient) {
+    ANATOMY_CHECK(y >= 0 && y < C, "cross_entropy: label {} outside [0, {})", y, C);
+    double mx = row[0];
+    for (int64_t c = 1; c < C; ++c) mx = std::max(mx, static_cast<double>(row[c]));
+    double sum = 0.0;
+    for (int64_t c = 0; c < C; ++c) sum += std::exp(row[c] - mx);
+    const double lse = mx + std::log(sum);
+    const double loss = lse - row[y];
+    if (d)
+      for (int64_t c = 0; c < C; ++c)
+        d[c] = static_cast<float>(gradient(std::exp(row[c] - lse) - (c == y ? 1.0 : 0.0)));
+    return loss;
   }
 
   double do_cross_entropy_sum(const Tensor& logits, const Tensor& labels, const Tensor& dlogits,
@@ -605,23 +612,12 @@ class CpuBackend final : public Backend {
     const int64_t* y = labels.data<int64_t>();
     float* d = dlogits.defined() ? dlogits.data<float>() : nullptr;
     double total = 0.0;
-    std::vector<float> row;  // a copy: dlogits may be logits itself
     for (int64_t n = 0; n < N; ++n) {
       if (y[n] == -100) {
         if (d) std::fill(d + n * C, d + (n + 1) * C, 0.0f);
         continue;
       }
-      ANATOMY_CHECK(y[n] >= 0 && y[n] < C, "cross_entropy: label {} outside [0, {})", y[n], C);
-      row.assign(x + n * C, x + (n + 1) * C);
-      double mx = row[0];
-      for (int64_t c = 1; c < C; ++c) mx = std::max(mx, static_cast<double>(row[c]));
-      double sum = 0.0;
-      for (int64_t c = 0; c < C; ++c) sum += std::exp(row[c] - mx);
-      const double lse = mx + std::log(sum);
-      total += lse - row[y[n]];
-      if (d)
-        for (int64_t c = 0; c < C; ++c)
-          d[n * C + c] = static_cast<float>((std::exp(row[c] - lse) - (c == y[n] ? 1.0 : 0.0)) * scale);
+      total += cross_entropy_row(x + n * C, C, y[n], d ? d + n * C : nullptr, [&](double g) { return g * scale; });
     }
     return total;
   }
