@@ -3,8 +3,10 @@
 // token_type_ids and attention_mask (and offsets with --offsets); or, with
 // --benchmark, times the encoding alone. The tokenizer is a tokenizer.json
 // (--tokenizer: any model, normalizer, pre-tokenizer and post-processor the
-// `tokenizers` library writes; data/tokenizer/) or a WordPiece vocab.txt
-// (--vocab, as BertTokenizer(Fast) builds it, with the --do-lower-case family).
+// `tokenizers` library writes; data/tokenizer/; a directory's tokenizer.json
+// with what its tokenizer_config.json changes, as AutoTokenizer reads it) or a
+// WordPiece vocab.txt (--vocab, as BertTokenizer(Fast) builds it, with the
+// --do-lower-case family).
 //
 // Input: one JSON object a line with "text" (a string) and optionally
 // "text_pair" (a string, or null for none); other fields are ignored. Blank
@@ -38,6 +40,7 @@
 #include "anatomy/cli/commands.h"
 #include "anatomy/core/error.h"
 #include "anatomy/data/tokenizer/tokenizer.h"
+#include "anatomy/data/tokenizer/tokenizer_config.h"
 #include "anatomy/data/wordpiece.h"
 #include "anatomy/io/files.h"
 #include "anatomy/io/json.h"
@@ -274,11 +277,22 @@ Command add_tokenize_command(CLI::App& app) {
     Texts texts;
     if (!f->tokenizer.empty()) {
       std::string path = f->tokenizer;
+      nlohmann::json document;
       if (io::is_directory(path)) {
+        // A directory is read as AutoTokenizer reads it: tokenizer.json with what tokenizer_config.json changes.
         path += "/tokenizer.json";
         if (!io::path_exists(path)) fail("{}: no tokenizer.json in this directory", f->tokenizer);
+        document = data::tok::Tokenizer::read_document(path);
+        const std::string config_path = f->tokenizer + "/tokenizer_config.json";
+        if (io::path_exists(config_path)) {
+          const nlohmann::json config = io::parse_json(io::read_text_file(config_path), config_path);
+          if (!config.is_object()) fail("{}: expected a JSON object", config_path);
+          data::tok::apply_tokenizer_config(document, config, config_path);
+        }
+      } else {
+        document = data::tok::Tokenizer::read_document(path);
       }
-      auto json = std::make_shared<const data::tok::Tokenizer>(data::tok::Tokenizer::from_file(path));
+      auto json = std::make_shared<const data::tok::Tokenizer>(document, path);
       texts = read_texts(f->input);
       specials = f->add_special_tokens ? json->added_special_tokens(texts.any_pair) : 0;
       special_text = fmt::format("the {} special tokens that {} adds to {}", specials, path,

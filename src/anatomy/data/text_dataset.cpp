@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "anatomy/core/error.h"
+#include "anatomy/data/tokenizer/json_fields.h"
 #include "anatomy/io/files.h"
 #include "anatomy/io/json.h"
 
@@ -116,7 +117,18 @@ std::optional<TokenizerSettings> read_tokenizer_settings(const std::string& dir)
   boolean("tokenize_chinese_chars", &s.options.tokenize_chinese_chars);
   if (j.contains("model_max_length") && j["model_max_length"].is_number_integer())
     s.model_max_length = j["model_max_length"].get<int64_t>();
+  if (!has_json)
+    for (const auto& [key, fixed] : {std::pair{"cls_token", "[CLS]"}, {"sep_token", "[SEP]"}, {"pad_token", "[PAD]"},
+                                     {"unk_token", "[UNK]"}}) {
+      if (!j.contains(key) || j[key].is_null()) continue;
+      const nlohmann::json& v = j[key];
+      const nlohmann::json* content = v.is_object() && v.contains("content") ? &v["content"] : &v;
+      if (!content->is_string() || content->get<std::string>() != fixed)
+        fail("{}: {} {} is not supported with a vocab.txt, whose {} is {} (a tokenizer.json can name it)", path, key,
+             data::tok::short_dump(v), key, fixed);
+    }
   s.config = j;
+  s.config_file = path;
   return s;
 }
 
@@ -147,7 +159,9 @@ void save_tokenizer(const TokenizerSettings& s, const std::string& dir) {
 }
 
 data::TextTokenizer load_tokenizer(const TokenizerSettings& settings) {
-  return data::TextTokenizer::load(settings.tokenizer_file, settings.vocab_file, settings.options);
+  return data::TextTokenizer::load(settings.tokenizer_file, settings.vocab_file, settings.options,
+                                   settings.config_file.empty() ? nullptr : &settings.config,
+                                   settings.config_file);
 }
 
 }  // namespace anatomy

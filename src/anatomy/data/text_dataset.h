@@ -52,13 +52,17 @@ struct TokenizerSettings {
   data::WordPieceOptions options;        // do_lower_case, strip_accents, tokenize_chinese_chars
   int64_t model_max_length = 512;
   nlohmann::json config = nlohmann::json::object();  // tokenizer_config.json as read (other keys kept)
+  std::string config_file;                          // its path; empty when the directory has none
 };
 
 // `dir`/tokenizer.json (as AutoTokenizer prefers it) or else `dir`/vocab.txt,
 // with the settings of `dir`/tokenizer_config.json when there is one
 // (do_lower_case, strip_accents, tokenize_chinese_chars, model_max_length;
-// Hugging Face's defaults otherwise); nullopt when `dir` has neither file. A
-// malformed tokenizer_config.json is an Error naming it.
+// Hugging Face's defaults otherwise; over a tokenizer.json, what its class
+// rebuilds and pad_token: tok::apply_tokenizer_config); nullopt when `dir` has
+// neither file. A malformed tokenizer_config.json is an Error naming it, and so
+// is one whose special tokens a vocab.txt alone cannot follow (WordPiece's
+// [CLS], [SEP], [PAD], [UNK] are fixed there).
 std::optional<TokenizerSettings> read_tokenizer_settings(const std::string& dir);
 
 // Writes copies of the tokenizer's files to `dir` (tokenizer.json and/or

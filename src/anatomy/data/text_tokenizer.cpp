@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "anatomy/data/tokenizer/tokenizer.h"
+#include "anatomy/data/tokenizer/tokenizer_config.h"
 
 namespace anatomy::data {
 
@@ -55,10 +56,17 @@ nlohmann::json word_piece_document(const WordPieceTokenizer& word_piece) {
 }  // namespace
 
 TextTokenizer TextTokenizer::load(const std::string& tokenizer_json, const std::string& vocab_file,
-                                  const WordPieceOptions& options) {
+                                  const WordPieceOptions& options, const nlohmann::json* tokenizer_config,
+                                  const std::string& config_path) {
   if (!tokenizer_json.empty()) {
     TextTokenizer t;
-    t.json_ = std::make_shared<const tok::Tokenizer>(tok::Tokenizer::from_file(tokenizer_json));
+    if (tokenizer_config != nullptr && tokenizer_config->is_object()) {
+      nlohmann::json document = tok::Tokenizer::read_document(tokenizer_json);
+      tok::apply_tokenizer_config(document, *tokenizer_config, config_path);
+      t.json_ = std::make_shared<const tok::Tokenizer>(document, tokenizer_json);
+    } else {
+      t.json_ = std::make_shared<const tok::Tokenizer>(tok::Tokenizer::from_file(tokenizer_json));
+    }
     t.file_ = tokenizer_json;
     return t;
   }

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "anatomy/data/wordpiece.h"
 
 namespace anatomy::data {
@@ -27,9 +29,12 @@ class Tokenizer;
 
 class TextTokenizer {
  public:
-  // Reads `tokenizer_json` when it is not empty, else `vocab_file` with `options`.
+  // Reads `tokenizer_json` when it is not empty, else `vocab_file` with `options`. A tokenizer.json is
+  // rebuilt as `tokenizer_config` (tokenizer_config.json's object, read from `config_path`) asks, when given
+  // (tok::apply_tokenizer_config).
   static TextTokenizer load(const std::string& tokenizer_json, const std::string& vocab_file,
-                            const WordPieceOptions& options);
+                            const WordPieceOptions& options, const nlohmann::json* tokenizer_config = nullptr,
+                            const std::string& config_path = "");
   // A WordPiece tokenizer already read (`file` names it).
   TextTokenizer(WordPieceTokenizer word_piece, std::string file = "vocab.txt");  // NOLINT: converts on purpose
 

@@ -1,25 +1,34 @@
 // regex.cpp: Oniguruma patterns on PCRE2 (see regex.h).
 //
-// Both engines backtrack and take the leftmost match the same way, and both
-// follow Unicode 14 in the versions the library and Debian ship (Oniguruma
-// 6.9.8, PCRE2 10.42). What differs is the meaning of a few escapes with UTF-8
-// text; they are rewritten before compiling:
-//   \w  Oniguruma: Alphabetic, marks, decimal digits, connector punctuation and
-//       the joiners (UTS #18's word); PCRE2 10.42: letters, numbers and '_'.
+// Both engines backtrack and take the leftmost match the same way. What
+// differs is the meaning of a few escapes with UTF-8 text; they are rewritten
+// before compiling:
+//   \w  Oniguruma: its word characters; PCRE2 10.42: letters, numbers and '_'.
+//       Written as Alphabetic, marks, decimal digits, connector punctuation and
+//       the joiners, with the differences below.
 //   \s  Oniguruma: White_Space; PCRE2 also U+180E (its horizontal space list).
 //   \h  Oniguruma: a hexadecimal digit; PCRE2: horizontal space.
 //   \p{Script}  Oniguruma: the Script property; PCRE2 10.40+: Script_Extensions
 //       (so \p{Katakana} would take U+30FC and the combining sound marks):
 //       written \p{sc:Script}, which PCRE2 reads as the Script property.
-//   \d  both \p{Nd}: kept.
-// A negated class escape (\W, \S, \H) inside brackets has no rewrite and is refused.
+//   \d  both \p{Nd} (written so, for the differences below).
+// And the Unicode data differ: the library's Oniguruma has Unicode 15.1 and
+// later characters (CJK Extension H and I, Kawi, ...) and a \w of its own.
+// Every property (and \w) on which the two engines disagree is written as
+// PCRE2's class plus the code points Oniguruma adds, less those it does not
+// count (regex_properties.h, asked of both engines over every code point).
 #include "anatomy/data/tokenizer/regex.h"
 
 #include <pcre2.h>
 
+#include <cctype>
 #include <optional>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "anatomy/core/error.h"
+#include "anatomy/data/tokenizer/regex_properties.h"
 
 namespace anatomy::data::tok {
 
@@ -42,13 +51,72 @@ bool is_category(std::string_view name) {
   return name.find_first_of("=:") != std::string_view::npos;
 }
 
-// The pattern with \w \W \s \S \h \H spelled out for PCRE2, and (with
-// `scripts`) \p{Name} of a script as \p{sc:Name}.
+// The differences of a property (loose name, as PCRE2 compares them), or of "\w"; nullptr when the engines agree.
+const PropertyDifference* difference(std::string_view name) {
+  if (name.find_first_of("=:") != std::string_view::npos) return nullptr;
+  std::string loose;
+  for (const char c : name)
+    if (c != ' ' && c != '-' && c != '_') loose += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (size_t i = 0; i < kPropertyDifferenceCount; ++i)
+    if (loose == kPropertyDifferences[i].name) return &kPropertyDifferences[i];
+  return nullptr;
+}
+
+// Ranges as the inside of a character class.
+std::string class_ranges(const RangeList& list) {
+  std::string out;
+  for (size_t i = 0; i < list.count; ++i) {
+    const CodePointRange& r = list.ranges[i];
+    out += fmt::format("\\x{{{:X}}}", static_cast<uint32_t>(r.first));
+    if (r.last != r.first) out += fmt::format("-\\x{{{:X}}}", static_cast<uint32_t>(r.last));
+  }
+  return out;
+}
+
+// A class escape (\p{...}, \w) as PCRE2 must read it to mean what Oniguruma means: `body` the inside of a
+// class of its code points but `removed` (the inside of a class, empty for none); `negated` for \P, \W.
+struct ClassEscape {
+  std::string body, removed;
+  bool negated = false;
+  std::string outside() const {  // as a pattern item of its own
+    if (removed.empty()) return (negated ? "[^" : "[") + body + "]";
+    return negated ? "(?:[" + removed + "]|[^" + body + "])" : "(?:(?![" + removed + "])[" + body + "])";
+  }
+};
+
+ClassEscape class_escape(std::string body, const PropertyDifference* diff, bool negated) {
+  ClassEscape e{std::move(body), "", negated};
+  if (diff != nullptr) {
+    e.body += class_ranges(diff->added);
+    e.removed = class_ranges(diff->removed);
+  }
+  return e;
+}
+
+// The pattern with \w \W \s \S \h \H \d \D spelled out for PCRE2, each property with Oniguruma's code points
+// (regex_properties.h), and (with `scripts`) \p{Name} of a script as \p{sc:Name}. A character class holding a
+// property with code points to remove becomes an alternation: [items] | (?![removed])[property], and a
+// negated one (?!that)(?s:.).
 std::string translate(std::string_view pattern, bool scripts) {
   std::string out;
-  bool in_class = false;
+  bool in_class = false, class_negated = false;
+  std::string items;                 // the inside of the class being read
+  std::vector<std::string> alternatives;  // its parts that a class cannot hold
+  const auto add = [&](const ClassEscape& e) {
+    if (!in_class) {
+      out += e.outside();
+    } else if (!e.negated && e.removed.empty()) {
+      items += e.body;
+    } else if (!e.negated) {
+      alternatives.push_back("(?![" + e.removed + "])[" + e.body + "]");
+    } else {
+      if (!e.removed.empty()) alternatives.push_back("[" + e.removed + "]");
+      alternatives.push_back("[^" + e.body + "]");
+    }
+  };
   for (size_t i = 0; i < pattern.size(); ++i) {
     const char c = pattern[i];
+    std::string& sink = in_class ? items : out;
     if (c == '\\' && i + 1 < pattern.size()) {
       const char e = pattern[++i];
       if ((e == 'p' || e == 'P') && i + 1 < pattern.size() && pattern[i + 1] == '{') {
@@ -57,53 +125,76 @@ std::string translate(std::string_view pattern, bool scripts) {
           std::string_view name = pattern.substr(i + 2, close - i - 2);
           const bool caret = !name.empty() && name[0] == '^';
           if (caret) name.remove_prefix(1);
-          out += '\\';
-          out += e;
-          out += caret ? "{^" : "{";
-          if (scripts && !is_category(name)) out += "sc:";
-          out.append(name);
-          out += '}';
           i = close;
+          const bool negated = (e == 'P') != caret;
+          const std::string positive =
+              std::string("\\p{") + (scripts && !is_category(name) ? "sc:" : "") + std::string(name) + "}";
+          const PropertyDifference* diff = difference(name);
+          if (diff == nullptr) {  // both engines agree: as written
+            sink += negated ? "\\P{" + positive.substr(3) : positive;
+            continue;
+          }
+          add(class_escape(positive, diff, negated));
           continue;
         }
       }
-      const char* set = e == 'w' || e == 'W'   ? kWord
-                        : e == 'h' || e == 'H' ? kHex
-                        : e == 's' || e == 'S' ? kSpace
-                                               : nullptr;
-      if (set == nullptr) {
-        out += '\\';
-        out += e;
+      if (e == 'w' || e == 'W') {
+        // Oniguruma's \w alone also takes the Latin-1 superscripts and fractions; inside brackets it does not.
+        add(class_escape(kWord, difference(in_class ? "[\\w]" : "\\w"), e == 'W'));
         continue;
       }
-      const bool negated = e == 'W' || e == 'H' || e == 'S';
-      if (in_class && negated) fail("\\{} inside brackets is not supported", e);
-      if (in_class)
-        out += set;
-      else
-        out += std::string(negated ? "[^" : "[") + set + "]";
+      if (e == 'd' || e == 'D') {
+        add(class_escape("\\p{Nd}", difference("nd"), e == 'D'));
+        continue;
+      }
+      const char* set = e == 'h' || e == 'H' ? kHex : e == 's' || e == 'S' ? kSpace : nullptr;
+      if (set == nullptr) {
+        sink += '\\';
+        sink += e;
+        continue;
+      }
+      add(class_escape(set, nullptr, e == 'H' || e == 'S'));
       continue;
     }
     if (!in_class && c == '[') {
       in_class = true;
-      out += c;
+      class_negated = false;
+      items.clear();
+      alternatives.clear();
       // A ']' (or '^]') right after the opening bracket is a literal.
-      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
-      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') {
+        class_negated = true;
+        ++i;
+      }
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') items += pattern[++i];
       continue;
     }
     if (in_class && c == '[' && i + 1 < pattern.size() && pattern[i + 1] == ':') {
       // A POSIX bracket [:alpha:] stays inside the class.
       const size_t end = pattern.find(":]", i + 2);
       if (end != std::string_view::npos) {
-        out.append(pattern.substr(i, end + 2 - i));
+        items.append(pattern.substr(i, end + 2 - i));
         i = end + 1;
         continue;
       }
     }
-    if (in_class && c == ']') in_class = false;
-    out += c;
+    if (in_class && c == ']') {
+      in_class = false;
+      if (alternatives.empty()) {
+        out += (class_negated ? "[^" : "[") + items + "]";
+        continue;
+      }
+      std::string positive = "(?:";
+      if (!items.empty()) positive += "[" + items + "]|";
+      for (size_t k = 0; k < alternatives.size(); ++k) positive += (k ? "|" : "") + alternatives[k];
+      positive += ")";
+      out += class_negated ? "(?:(?!" + positive + ")(?s:.))" : positive;
+      continue;
+    }
+    sink += c;
   }
+  // An unclosed class: as written, for PCRE2 to report.
+  if (in_class) out += (class_negated ? "[^" : "[") + items;
   return out;
 }
 

@@ -148,11 +148,13 @@ bool set_add_prefix_space(nlohmann::json& step, bool value, const char* list,
 
 }  // namespace
 
-Tokenizer Tokenizer::from_file(const std::string& path) {
+nlohmann::json Tokenizer::read_document(const std::string& path) {
   if (!io::path_exists(path)) fail("{}: no such file", path);
   if (io::is_directory(path)) fail("{}: a directory, not a tokenizer.json", path);
-  return Tokenizer(io::parse_json(io::read_text_file(path), path), path);
+  return io::parse_json(io::read_text_file(path), path);
 }
+
+Tokenizer Tokenizer::from_file(const std::string& path) { return Tokenizer(read_document(path), path); }
 
 Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;

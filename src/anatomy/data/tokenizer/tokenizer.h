@@ -51,6 +51,8 @@ class Tokenizer {
  public:
   // Reads a tokenizer.json; every problem is one error naming the file.
   static Tokenizer from_file(const std::string& path);
+  // The file's JSON document, as from_file reads it.
+  static nlohmann::json read_document(const std::string& path);
   Tokenizer(const nlohmann::json& document, const std::string& source);
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;
