@@ -264,8 +264,9 @@ TEST_F(CliErrors, NegativeLearningRate) {
 }
 
 TEST_F(CliErrors, UnknownSchedulerType) {
-  const auto r = train_with_flags("--lr-scheduler-type cosine");
-  EXPECT_TRUE(failed_cleanly(r, {"--lr-scheduler-type", "cosine"}));
+  // A transformers schedule that is not here (cosine_with_min_lr) is refused by name.
+  const auto r = train_with_flags("--lr-scheduler-type cosine_with_min_lr");
+  EXPECT_TRUE(failed_cleanly(r, {"--lr-scheduler-type", "cosine_with_min_lr"}));
   EXPECT_TRUE(nothing_at(out_));
 }
 

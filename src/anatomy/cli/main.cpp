@@ -1,13 +1,17 @@
 // main.cpp: the `anatomy` command. Every error reaches the user as one line,
 // "error: ...", with a non-zero exit code.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "anatomy/cli/commands.h"
+#include "anatomy/cli/hf_arguments.h"
 #include "anatomy/core/error.h"
 #include "anatomy/core/ledger.h"
 #include "anatomy/distributed/store.h"
@@ -50,7 +54,15 @@ int main(int argc, char** argv) {
     commands.emplace_back(dist_check, anatomy::cli::add_dist_check_command(*dist_check));
   }
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> args(argv + 1, argv + argc);
+    try {
+      args = anatomy::cli::normalize_hf_arguments(app, args);
+    } catch (const anatomy::Error& e) {
+      fmt::print(stderr, "error: {}\n", e.what());
+      return 2;
+    }
+    std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last first
+    app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -1,6 +1,9 @@
 // training_flags.cpp: registration and cross-checks of the training flags.
 #include "anatomy/cli/training_flags.h"
 
+#include <charconv>
+#include <cmath>
+
 #include <filesystem>
 
 #include "anatomy/cli/commands.h"
@@ -93,9 +96,15 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
       ->check(CLI::IsMember({"adamw", "adamw_torch", "adamw_torch_fused", "adamw_8bit", "adamw_bnb_8bit", "sgd",
                              "adafactor"}));
   app.add_option("--optim-args", a.optim_args, "For --optim sgd: momentum=M,dampening=D,nesterov=True|False");
-  app.add_option("--warmup-steps", a.warmup_steps, "Linear warmup steps")->capture_default_str()->check(non_negative_integer());
-  app.add_option("--lr-scheduler-type", flags.scheduler, "linear, constant or constant_with_warmup")
-      ->capture_default_str()->check(CLI::IsMember({"linear", "constant", "constant_with_warmup"}));
+  app.add_option("--warmup-steps", flags.warmup_steps,
+                 "Linear warmup steps; below 1, the share of all steps (rounded up), as transformers 5 reads it")
+      ->capture_default_str();
+  app.add_option("--warmup-ratio", flags.warmup_ratio, "The share of all steps that warm up (transformers 4's name)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--lr-scheduler-type", flags.scheduler, schedule_kind_names())
+      ->capture_default_str()
+      ->check(CLI::IsMember({"linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
+                             "constant_with_warmup", "inverse_sqrt"}));
   app.add_option("--max-grad-norm", a.max_grad_norm, "Clip the global gradient norm to this (0: no clipping)")
       ->capture_default_str()->check(non_negative_number());
   app.add_option("--seed", a.seed, "Seed of initialisation, data, shuffling and dropout")
@@ -137,7 +146,11 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
                  "Continue a run from a checkpoint directory, or from the newest in --output-dir with 'latest'");
   app.add_option("--device", flags.device, "cpu, cuda or auto")->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-  app.add_flag("--no-progress", flags.no_progress, "No progress bar");
+  app.add_flag("--no-progress,--disable-tqdm", flags.no_progress, "No progress bar (Trainer's --disable_tqdm)");
+  app.add_flag_callback("--use-cpu", [&flags] { flags.device = "cpu"; }, "Trainer's name for --device cpu");
+  app.add_option("--report-to", flags.report_to, "Where Trainer reports: only none (log.jsonl is always written)")
+      ->check(CLI::IsMember({"none"}));
+  app.add_flag("--do-train", flags.do_train, "Accepted for run_glue command lines: train trains");
   app.add_flag("--tf32", flags.tf32, "TensorFloat-32 matrix products on the GPU (float32 storage)");
   app.add_flag("--split-tf32", flags.split_tf32,
                "float32 matrix products on the GPU's tensor cores as lo*hi + hi*lo + hi*hi of TF32 pieces: inputs "
@@ -160,6 +173,25 @@ Fp32Products fp32_products_of(const TrainFlags& flags) {
 TrainingArguments resolve_training_flags(const TrainFlags& flags, const CLI::App& app) {
   TrainingArguments args = flags.args;
   parse_schedule_kind(flags.scheduler, &args.lr_scheduler_type);
+  check_schedule(args.lr_scheduler_type, args.learning_rate);
+  {
+    // TrainingArguments.get_warmup_steps: int(warmup_steps) from 1 up, else a ratio of the steps.
+    double w = 0;
+    const std::string& text = flags.warmup_steps;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), w);
+    if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(w) || w < 0 ||
+        w > static_cast<double>(int64_t{1} << 53))
+      fail("--warmup-steps {}: expected a number of steps, or a ratio below 1", text);
+    if (w >= 1) {
+      args.warmup_steps = static_cast<int64_t>(w);
+    } else {
+      args.warmup_ratio = w;
+    }
+    if (flags.warmup_ratio > 0) {
+      if (w > 0) fail("--warmup-steps {} and --warmup-ratio {}: give one", text, flags.warmup_ratio);
+      args.warmup_ratio = flags.warmup_ratio;
+    }
+  }
   args.shuffle = !flags.no_shuffle;
   args.progress = !flags.no_progress;
   if (!args.train_file.empty() && app.count("--dataset"))

@@ -20,9 +20,13 @@ struct TrainFlags {
   int64_t anatomy_steps = 0;        // print the memory anatomy every N steps (0: at the end only)
   bool auto_find_batch_size = false;
   std::string scheduler = "linear";
+  std::string warmup_steps = "0";   // N, or (transformers 5) a ratio below 1
+  double warmup_ratio = 0;          // transformers 4's --warmup_ratio
   std::string device = "auto";
   bool no_shuffle = false;
   bool no_progress = false;
+  bool do_train = false;            // run_glue's --do_train, accepted
+  std::string report_to = "none";
   bool tf32 = false;
   bool split_tf32 = false;
   EngineFlags engine;

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "anatomy/core/error.h"
+
 namespace anatomy {
 
 bool parse_optimizer_kind(const std::string& name, OptimizerKind* out) {
@@ -136,24 +138,73 @@ double clip_grad_norm(Backend& backend, const ParameterSet& grads, double max_no
   return norm;
 }
 
+namespace {
+constexpr double kPolynomialEnd = 1e-7;  // get_polynomial_decay_schedule_with_warmup's lr_end
+}
+
 bool parse_schedule_kind(const std::string& name, ScheduleKind* out) {
   if (name == "linear") *out = ScheduleKind::Linear;
   else if (name == "constant") *out = ScheduleKind::Constant;
   else if (name == "constant_with_warmup") *out = ScheduleKind::ConstantWithWarmup;
+  else if (name == "cosine") *out = ScheduleKind::Cosine;
+  else if (name == "cosine_with_restarts") *out = ScheduleKind::CosineWithRestarts;
+  else if (name == "polynomial") *out = ScheduleKind::Polynomial;
+  else if (name == "inverse_sqrt") *out = ScheduleKind::InverseSqrt;
   else return false;
   return true;
 }
 
+const char* schedule_kind_names() {
+  return "linear, cosine, cosine_with_restarts, polynomial, constant, constant_with_warmup or inverse_sqrt";
+}
+
+void check_schedule(ScheduleKind kind, double base_lr) {
+  if (kind == ScheduleKind::Polynomial && !(base_lr > kPolynomialEnd))
+    fail("--lr-scheduler-type polynomial: the learning rate ({}) must be above the schedule's end, {}", base_lr,
+         kPolynomialEnd);
+}
+
+int64_t warmup_steps_of_ratio(double ratio, int64_t total_steps) {
+  return static_cast<int64_t>(std::ceil(static_cast<double>(total_steps) * ratio));
+}
+
 double scheduled_lr(ScheduleKind kind, double base_lr, int64_t step, int64_t warmup, int64_t total) {
+  if (kind == ScheduleKind::Constant) return base_lr;
+  // Every other schedule warms up linearly: LambdaLR multiplies base_lr by the factor.
+  if (step < warmup) return base_lr * (static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, warmup)));
+  const double progress =
+      static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(1, total - warmup));
+  double factor = 1.0;
   switch (kind) {
-    case ScheduleKind::Constant: return base_lr;
-    case ScheduleKind::ConstantWithWarmup:
-      return step < warmup ? base_lr * static_cast<double>(step) / std::max<int64_t>(1, warmup) : base_lr;
+    case ScheduleKind::Constant:
+    case ScheduleKind::ConstantWithWarmup: factor = 1.0; break;
     case ScheduleKind::Linear:
-      if (step < warmup) return base_lr * static_cast<double>(step) / std::max<int64_t>(1, warmup);
-      return base_lr * std::max(0.0, static_cast<double>(total - step) / std::max<int64_t>(1, total - warmup));
+      factor = std::max(0.0, static_cast<double>(total - step) / static_cast<double>(std::max<int64_t>(1, total - warmup)));
+      break;
+    case ScheduleKind::Cosine:  // num_cycles 0.5
+      factor = std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * 0.5 * 2.0 * progress)));
+      break;
+    case ScheduleKind::CosineWithRestarts:  // num_cycles 1
+      factor = progress >= 1.0 ? 0.0 : std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * std::fmod(1.0 * progress, 1.0))));
+      break;
+    case ScheduleKind::Polynomial: {  // lr_end 1e-7, power 1
+      if (step > total) {
+        factor = kPolynomialEnd / base_lr;
+        break;
+      }
+      const double remaining =
+          1.0 - static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(1, total - warmup));
+      factor = ((base_lr - kPolynomialEnd) * remaining + kPolynomialEnd) / base_lr;
+      break;
+    }
+    case ScheduleKind::InverseSqrt: {  // timescale: the warmup steps, or 10000 without warmup
+      const int64_t timescale = warmup > 0 ? warmup : 10000;
+      const int64_t shift = timescale - warmup;
+      factor = 1.0 / std::sqrt(static_cast<double>(step + shift) / static_cast<double>(timescale));
+      break;
+    }
   }
-  return base_lr;
+  return base_lr * factor;
 }
 
 }  // namespace anatomy

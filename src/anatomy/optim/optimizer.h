@@ -119,11 +119,20 @@ double clip_coefficient(double norm, double max_norm);
 // coefficient to Optimizer::step). max_norm <= 0 only measures.
 double clip_grad_norm(Backend& backend, const ParameterSet& grads, double max_norm);
 
-enum class ScheduleKind { Linear, Constant, ConstantWithWarmup };
+// transformers' SchedulerType names (get_scheduler with its default keyword arguments): cosine with half a
+// cycle, cosine_with_restarts with one, polynomial to 1e-7 with power 1, inverse_sqrt with the warmup steps
+// (or 10000) as timescale.
+enum class ScheduleKind { Linear, Constant, ConstantWithWarmup, Cosine, CosineWithRestarts, Polynomial, InverseSqrt };
 bool parse_schedule_kind(const std::string& name, ScheduleKind* out);
+// The names parse_schedule_kind takes, for messages: "linear, cosine, ...".
+const char* schedule_kind_names();
 
 // The learning rate for optimizer step `step` (0-based), as the LambdaLR of
-// transformers.get_scheduler evaluates it for that step.
+// transformers.get_scheduler evaluates it for that step. Polynomial needs base_lr above its end, 1e-7
+// (transformers raises otherwise): check_schedule says so before a run.
 double scheduled_lr(ScheduleKind kind, double base_lr, int64_t step, int64_t warmup_steps, int64_t total_steps);
+void check_schedule(ScheduleKind kind, double base_lr);
+// TrainingArguments.get_warmup_steps for a ratio: ceil(total_steps * ratio).
+int64_t warmup_steps_of_ratio(double ratio, int64_t total_steps);
 
 }  // namespace anatomy

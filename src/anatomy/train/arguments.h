@@ -44,6 +44,7 @@ struct TrainingArguments {
   std::string optim_args;                    // Hugging Face's optim_args: "momentum=0.9,nesterov=True"
   int64_t zero_stage = 0;                    // data parallelism: 0 (plain DDP), ZeRO 1 (optimizer states sharded), 2 (+ gradients), 3 (+ weights)
   int64_t warmup_steps = 0;
+  double warmup_ratio = 0;                   // > 0: warmup_steps = ceil(total steps * ratio) (TrainingArguments' rule)
   ScheduleKind lr_scheduler_type = ScheduleKind::Linear;
   double max_grad_norm = 1.0;
   uint64_t seed = 42;

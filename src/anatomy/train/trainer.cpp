@@ -241,6 +241,8 @@ void Trainer::plan_epochs() {
            args_.num_train_epochs, steps, steps_per_epoch_, kMaxTrainingSteps);
     total_steps_ = static_cast<int64_t>(steps);
   }
+  if (args_.warmup_ratio > 0)
+    args_.warmup_steps = warmup_steps_of_ratio(args_.warmup_ratio, total_steps_);
 }
 
 std::map<std::string, double> Trainer::evaluate() {
