@@ -787,12 +787,16 @@ void StoreServer::Impl::handle(int id, Connection& c, const std::string& body) {
       int64_t sum = delta;
       if (const auto it = values.find(key); it != values.end()) {
         char* end = nullptr;
+        errno = 0;
         const long long old = std::strtoll(it->second.c_str(), &end, 10);
-        if (it->second.empty() || *end != '\0') {
+        if (it->second.empty() || end != it->second.c_str() + it->second.size() || errno == ERANGE) {
           reply_failed(c, fmt::format("key '{}' holds no counter", key));
           return;
         }
-        sum += old;
+        if (__builtin_add_overflow(sum, static_cast<int64_t>(old), &sum)) {
+          reply_failed(c, fmt::format("counter '{}' would overflow", key));
+          return;
+        }
       }
       values[key] = std::to_string(sum);
       reply_ok(c, {}, sum);
