@@ -2,8 +2,10 @@
 // each other, and the liveness watch that keeps one dead rank from hanging the
 // rest.
 //
-// Rank 0 runs a StoreServer (a thread) at MASTER_PORT; every rank, rank 0
-// included, holds a StoreClient connected to it. The store holds byte strings
+// Rank 0 runs a StoreServer (a thread) at MASTER_PORT (MASTER_PORT + 1 under
+// torchrun's agent, which holds MASTER_PORT: environment.h); every rank, rank 0
+// included, holds a StoreClient connected to it, having proven that it knows
+// the job secret (below). The store holds byte strings
 // under keys (set, get that waits until the key exists, add on a counter, wait
 // for keys) and runs barriers. Each client introduces itself with its rank and
 // keeps its connection open for the whole run, so the server knows who is
