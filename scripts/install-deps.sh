@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # install-deps.sh: installs the Debian packages anatomy builds with, when missing.
 # The CUDA toolkit is optional: when nvcc is present the CUDA target is built too.
+# openmpi-bin gives the tests mpirun, which they start CPU ranks with.
 set -euo pipefail
 packages=(build-essential cmake ninja-build nlohmann-json3-dev libcli11-dev libfmt-dev
-          libopenblas-dev libpcre2-dev libgtest-dev libgmock-dev chromium python3)
+          libopenblas-dev libpcre2-dev libgtest-dev libgmock-dev chromium python3 openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -54,10 +54,13 @@ class Process {
     for (char** entry = environ; *entry; ++entry) {
       const std::string text = *entry;
       const std::string name = text.substr(0, text.find('='));
-      static const std::set<std::string> dropped = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                                                    "GROUP_RANK",  "MASTER_ADDR", "MASTER_PORT",
-                                                    "ANATOMY_DIST_TIMEOUT", "ANATOMY_LAUNCHED"};
-      if (dropped.count(name) || name.rfind("SLURM_", 0) == 0 || name.rfind("OMPI_", 0) == 0) continue;
+      static const std::set<std::string> dropped = {
+          "RANK",        "WORLD_SIZE",           "LOCAL_RANK",       "LOCAL_WORLD_SIZE",   "GROUP_RANK",
+          "MASTER_ADDR", "MASTER_PORT",          "ANATOMY_DIST_TIMEOUT", "ANATOMY_LAUNCHED", "ANATOMY_JOB_SECRET",
+          "ANATOMY_STORE_PORT"};
+      if (dropped.count(name) || name.rfind("SLURM_", 0) == 0 || name.rfind("OMPI_", 0) == 0 ||
+          name.rfind("TORCHELASTIC_", 0) == 0)
+        continue;
       env_text.push_back(text);
     }
     for (const auto& [k, v] : vars) env_text.push_back(k + "=" + v);

@@ -2,7 +2,10 @@
 // program per GPU of this node, as torchrun does: each gets RANK, WORLD_SIZE,
 // LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and
 // ANATOMY_DIST_TIMEOUT), finds the others through the store of rank 0
-// (dist/store.h) and picks its GPU by LOCAL_RANK. The launcher prefixes each
+// (dist/store.h) and picks its GPU by LOCAL_RANK. The children of one launch
+// share ANATOMY_JOB_SECRET, 128 random bits made here (or the launcher's own
+// value, which several nodes must share), without which the store refuses a
+// process. The launcher prefixes each
 // line of a child's output with "[rank k] ", forwards SIGINT, SIGTERM and
 // SIGHUP, and when a child fails (non-zero exit or a signal) says which, stops
 // the others (those still running 2 s later get SIGTERM, then SIGKILL after a
@@ -29,6 +32,7 @@
 #include "anatomy/cli/commands.h"
 #include "anatomy/core/error.h"
 #include "anatomy/distributed/environment.h"
+#include "anatomy/distributed/job_secret.h"
 #include "anatomy/distributed/store.h"
 
 extern char** environ;
@@ -118,7 +122,12 @@ int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 
 
 class Launcher {
  public:
-  Launcher(const LaunchFlags& flags) : flags_(flags) {}
+  Launcher(const LaunchFlags& flags) : flags_(flags) {
+    // One node: a fresh secret for this launch alone. Several: each node's
+    // launch would make its own, so the user gives one (validate() checks).
+    const char* given = std::getenv(distributed::kJobSecretVariable);
+    if (given == nullptr && flags_.nnodes == 1) job_secret_ = distributed::generate_job_secret();
+  }
 
   int run() {
     install_signal_handlers();
@@ -168,15 +177,19 @@ class Launcher {
         {"ANATOMY_DIST_TIMEOUT", fmt::format("{:g}", flags_.rendezvous_timeout)},
         {kLaunchedVariable, "1"},
     };
+    std::vector<std::pair<std::string, std::string>> secret;
+    if (!job_secret_.empty()) secret.emplace_back(distributed::kJobSecretVariable, job_secret_);
     std::vector<std::string> env;
     for (char** entry = environ; entry && *entry; ++entry) {
       const std::string text = *entry;
       const std::string name = text.substr(0, text.find('='));
       bool replaced = false;
       for (const auto& [key, value] : set) replaced = replaced || key == name;
+      for (const auto& [key, value] : secret) replaced = replaced || key == name;
       if (!replaced) env.push_back(text);
     }
     for (const auto& [key, value] : set) env.push_back(key + "=" + value);
+    for (const auto& [key, value] : secret) env.push_back(key + "=" + value);
     return env;
   }
 
@@ -425,6 +438,7 @@ class Launcher {
   }
 
   const LaunchFlags& flags_;
+  std::string job_secret_;  // set in the children when made here
   std::vector<Child> children_;
   struct sigaction saved_actions_[4] {};
   bool stopping_ = false, killed_ = false;
@@ -445,6 +459,13 @@ void validate(const LaunchFlags& f) {
   if (f.command.empty())
     fail("launch: no command to run: put it after --, as in anatomy launch --nproc-per-node 2 -- train");
   if (f.command.front() == "launch") fail("launch: the command to run is launch itself");
+  // Ranks on several hosts cannot share a secret that one launch makes; on
+  // one host (a loopback master) rank 0 hands its own to the others.
+  const bool loopback = f.master_addr.rfind("127.", 0) == 0 || f.master_addr == "localhost";
+  if (f.nnodes > 1 && !loopback && std::getenv(distributed::kJobSecretVariable) == nullptr)
+    fail("launch: --nnodes {} on several hosts needs {}: set it to the same random value on every node, such as "
+         "export {}=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n'), then run anatomy launch there",
+         f.nnodes, distributed::kJobSecretVariable, distributed::kJobSecretVariable);
 }
 
 }  // namespace

@@ -80,6 +80,11 @@ DistEnvironment from_torchrun(const EnvMap& env) {
   else if (e.world_size > 1)
     fail("MASTER_ADDR is not set: with WORLD_SIZE={} every rank needs the host of rank 0", e.world_size);
   e.master_port = master_port(env);
+  // torchrun's agent serves its own TCP store at MASTER_PORT and tells its
+  // workers so: ours goes next door, at a port every rank derives alike.
+  if (const auto agent = lookup(env, "TORCHELASTIC_USE_AGENT_STORE"); agent && (*agent == "True" || *agent == "1")) {
+    e.store_port = e.master_port == 65535 ? 65534 : e.master_port + 1;
+  }
   return e;
 }
 
@@ -112,11 +117,35 @@ std::vector<int> expand_tasks_per_node(const std::string& name, const std::strin
   return counts;
 }
 
+// Whether this process is a task of an srun step. Slurm sets SLURM_STEP_ID
+// (and the older SLURM_STEPID) only for steps with a real number: its batch
+// step (SLURM_BATCH_SCRIPT, 0xfffffffb; 0xfffffffe before 20.11) and its
+// interactive step (0xfffffffa) have none, or show as such a number or a
+// negative one when a site sets them anyway.
+bool in_srun_step(const EnvMap& env) {
+  for (const char* name : {"SLURM_STEP_ID", "SLURM_STEPID"}) {
+    const auto it = env.find(name);
+    if (it == env.end()) continue;
+    const std::string& v = it->second;
+    bool digits = !v.empty() && v.size() <= 10;
+    for (char c : v) digits = digits && c >= '0' && c <= '9';
+    return digits && std::stoll(v) < 0xfffffff0LL;
+  }
+  return false;
+}
+
 DistEnvironment from_slurm(const EnvMap& env) {
   DistEnvironment e;
   e.source = "slurm";
   e.rank = *int_var(env, "SLURM_PROCID", 0);
   e.world_size = required_int(env, "SLURM_NTASKS", "SLURM_PROCID is set: run the tasks with srun", 1);
+  if (e.world_size > 1 && !in_srun_step(env)) {
+    const auto job = lookup(env, "SLURM_JOB_ID");
+    fail("this process is the batch script of Slurm job {} (SLURM_NTASKS={} but no SLURM_STEP_ID of an srun step): "
+         "one process where {} ranks are expected, so the others would never come: start them with srun, as in "
+         "`srun anatomy train ...`, or run `anatomy launch` in the script",
+         job.value_or("?"), e.world_size, e.world_size);
+  }
   e.local_rank = required_int(env, "SLURM_LOCALID", "SLURM_PROCID is set: run the tasks with srun", 0);
   // This node's task count: the step's layout, the job's, or the per-node request.
   std::string local_size_var = "SLURM_NTASKS";
@@ -169,11 +198,12 @@ DistEnvironment from_openmpi(const EnvMap& env) {
   e.local_rank = int_var(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0).value_or(e.rank % e.local_world_size);
   check_ranks(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
               "OMPI_COMM_WORLD_LOCAL_SIZE");
+  // One node: every rank reaches rank 0 on loopback. Several: they need its host.
   if (const auto addr = lookup(env, "MASTER_ADDR")) e.master_addr = *addr;
-  else if (e.world_size > 1)
-    fail("MASTER_ADDR is not set: an Open MPI run (OMPI_COMM_WORLD_SIZE={}) needs the host of rank 0 "
-         "(mpirun -x MASTER_ADDR=<host> -x MASTER_PORT=<port>)",
-         e.world_size);
+  else if (e.local_world_size < e.world_size)
+    fail("MASTER_ADDR is not set: an Open MPI run on several nodes (OMPI_COMM_WORLD_SIZE={}, {} on this node) needs "
+         "the host of rank 0 (mpirun -x MASTER_ADDR=<host> -x MASTER_PORT=<port> -x ANATOMY_JOB_SECRET)",
+         e.world_size, e.local_world_size);
   e.master_port = master_port(env);
   return e;
 }
@@ -255,6 +285,15 @@ DistEnvironment read_dist_environment(const EnvMap& env) {
   if (has(env, "RANK") || has(env, "WORLD_SIZE")) e = from_torchrun(env);
   else if (has(env, "SLURM_PROCID")) e = from_slurm(env);
   else if (has(env, "OMPI_COMM_WORLD_RANK")) e = from_openmpi(env);
+  if (const auto port = int_var(env, "ANATOMY_STORE_PORT", 1, 65535)) e.store_port = *port;
+  if (const auto secret = lookup(env, kJobSecretVariable)) {
+    if (secret->size() < kMinJobSecretLength)
+      fail("{} is {} characters long: give at least {} (such as 32 random hexadecimal digits: "
+           "$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n'))",
+           kJobSecretVariable, secret->size(), kMinJobSecretLength);
+    e.job_secret = *secret;
+  }
+  if (const auto it = env.find("XDG_RUNTIME_DIR"); it != env.end()) e.runtime_dir = it->second;
   return e;
 }
 

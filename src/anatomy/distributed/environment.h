@@ -12,6 +12,18 @@
 //
 // in that order of precedence; with none of them the process is a world of one
 // ("single"). MASTER_ADDR and MASTER_PORT override what a launcher implies.
+// Open MPI on one node (LOCAL_SIZE = SIZE) needs no MASTER_ADDR: 127.0.0.1.
+//
+// Under torchrun's agent (TORCHELASTIC_USE_AGENT_STORE=True) MASTER_PORT is
+// the agent's own TCP store, so rank 0's store listens at MASTER_PORT + 1
+// instead (MASTER_PORT - 1 for 65535); ANATOMY_STORE_PORT overrides the port
+// of the store under every launcher. ANATOMY_JOB_SECRET is the secret every
+// rank must know to join the store (store.h, job_secret.h).
+//
+// A Slurm batch script's own process (SLURM_PROCID set, SLURM_NTASKS > 1, but
+// no SLURM_STEP_ID: it is the batch step, not a task of srun) is one process
+// where SLURM_NTASKS are expected: it stops at once, saying to start the ranks
+// with srun, rather than wait for ranks that never come.
 // A malformed or inconsistent value is one Error naming the variable. How
 // long to wait for another rank is the engine's option
 // (EngineOptions::distributed_timeout_seconds, which the command line reads,
@@ -26,6 +38,8 @@ namespace anatomy::distributed {
 
 inline constexpr int kDefaultMasterPort = 29500;
 inline constexpr double kDefaultTimeoutSeconds = 60.0;
+inline constexpr const char* kJobSecretVariable = "ANATOMY_JOB_SECRET";
+inline constexpr size_t kMinJobSecretLength = 16;
 
 struct DistEnvironment {
   int rank = 0;
@@ -34,12 +48,17 @@ struct DistEnvironment {
   int local_world_size = 1;  // processes on this node
   std::string master_addr = "127.0.0.1";  // host of rank 0, whose store everyone joins
   int master_port = kDefaultMasterPort;
+  int store_port = 0;  // where rank 0's store listens when not MASTER_PORT (torchrun's agent has that one)
+  std::string job_secret;               // ANATOMY_JOB_SECRET, or empty (see job_secret.h)
+  std::string runtime_dir;              // XDG_RUNTIME_DIR, or empty: where a secret file may go
   std::string source = "single";  // "torchrun", "slurm", "openmpi" or "single"
   double timeout_seconds = kDefaultTimeoutSeconds;  // how long to wait for another rank (set by the caller)
 
   bool distributed() const { return world_size > 1; }
-  // "127.0.0.1:29500"
-  std::string master() const { return master_addr + ":" + std::to_string(master_port); }
+  // The port of rank 0's store.
+  int store() const { return store_port > 0 ? store_port : master_port; }
+  // "127.0.0.1:29500": the store's address
+  std::string master() const { return master_addr + ":" + std::to_string(store()); }
 };
 
 using EnvMap = std::map<std::string, std::string>;

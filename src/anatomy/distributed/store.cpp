@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -22,6 +23,8 @@
 #include <fmt/format.h>
 
 #include "anatomy/core/error.h"
+#include "anatomy/distributed/hmac.h"
+#include "anatomy/distributed/job_secret.h"
 
 namespace anatomy::distributed {
 
@@ -29,14 +32,25 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum class Op : uint8_t { Hello = 1, Set, Get, Add, Wait, Barrier, Health, Goodbye, Erase };
+enum class Op : uint8_t { Hello = 1, Set, Get, Add, Wait, Barrier, Health, Goodbye, Erase, Proof };
 enum class Status : uint8_t { Ok = 0, Timeout = 1, PeerFailed = 2, Failed = 3 };
 enum class Role : uint8_t { Control = 0, Heartbeat = 1 };
 enum class Missing : uint8_t { Ranks = 0, Keys = 1 };
 
 constexpr uint32_t kMagic = 0x414e4154;  // "ANAT"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr uint32_t kMaxFrame = 64u << 20;
+// Before a connection has proven that it knows the job secret, its frames are
+// a hello (54 bytes) and a proof (33): anything longer is refused unread.
+constexpr uint32_t kMaxHandshakeFrame = 256;
+constexpr size_t kNonceBytes = 16;
+constexpr size_t kProofBytes = 32;
+// What each side's HMAC covers besides the hello and the server's nonce: the
+// labels keep a proof of one side from passing for the other's.
+constexpr std::string_view kServerLabel{"anatomy store v2 server", 24};  // with its NUL
+constexpr std::string_view kClientLabel{"anatomy store v2 client", 24};
+// Lines about refused connections that rank 0 prints before it only counts them.
+constexpr int64_t kMaxLoggedRefusals = 100;
 constexpr int64_t kMaxWaitMs = int64_t{1} << 40;  // 35 years: no overflow of a deadline
 constexpr const char* kRendezvousBarrier = "anatomy/rendezvous";
 // Added to a waiting call's timeout before the client gives up on the server
@@ -91,6 +105,10 @@ struct Writer {
     body += s;
     return *this;
   }
+  Writer& bytes(std::string_view s) {
+    body.append(s.data(), s.size());
+    return *this;
+  }
   // The body behind its length.
   std::string frame() const {
     Writer f;
@@ -131,6 +149,15 @@ struct Reader {
     std::string s = in.substr(at, n);
     at += n;
     return s;
+  }
+  std::string bytes(size_t n) {
+    need(n);
+    std::string s = in.substr(at, n);
+    at += n;
+    return s;
+  }
+  void end() {
+    if (at != in.size()) throw ProtocolError("trailing bytes");
   }
 };
 
@@ -203,6 +230,28 @@ struct Unreachable : Error {
   Unreachable(const std::string& message, std::string why) : Error(message), reason(std::move(why)) {}
 };
 
+// Thrown by a client whose store could not prove that it knows the client's
+// secret: the ranks hold different secrets, or another program answers there.
+struct SecretMismatch : Error {
+  using Error::Error;
+};
+
+std::string proof(std::string_view label, const std::string& secret, const std::string& hello,
+                  const std::string& server_nonce) {
+  std::string message(label);
+  message += hello;
+  message += server_nonce;
+  const Digest d = hmac_sha256(secret, message);
+  return std::string(reinterpret_cast<const char*>(d.data()), d.size());
+}
+
+// "1.2.3.4:5678"
+std::string peer_name(const sockaddr_in& addr) {
+  char dotted[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &addr.sin_addr, dotted, sizeof dotted);
+  return fmt::format("{}:{}", dotted, ntohs(addr.sin_port));
+}
+
 // A connected non-blocking socket to host:port, retrying until `deadline`.
 int connect_to(const std::string& host, int port, Clock::time_point deadline, Seconds timeout) {
   std::string reason = "no attempt";
@@ -264,14 +313,22 @@ std::string format_seconds(Seconds s) { return fmt::format("{:g} s", s.count());
 // ---- server ------------------------------------------------------------------
 
 struct StoreServer::Impl {
+  // Where a connection stands in the handshake: it sends a hello, the server
+  // answers with its nonce and its proof, the client sends its proof.
+  enum class Phase : uint8_t { Hello, Proof, Ready };
   struct Connection {
     int fd = -1;
+    std::string peer;  // "1.2.3.4:5678", for the log
     std::string in, out;
+    Phase phase = Phase::Hello;
+    Clock::time_point handshake_deadline;
+    std::string hello, server_nonce;  // what the proofs cover
     int rank = -1;  // after a hello
     Role role = Role::Control;
     int64_t liveness_ms = 0;  // heartbeat connections: silence longer than this is death
     Clock::time_point last_seen;
     bool goodbye = false;
+    bool closing = false;  // closes once `out` is sent; reads nothing more
     bool closed = false;
   };
   // A request that waits: for keys (get, wait) or for the other ranks (barrier).
@@ -289,6 +346,11 @@ struct StoreServer::Impl {
   int listen_fd = -1;
   int wake[2] = {-1, -1};  // a byte on wake[1] stops the loop
   int world_size = 1;
+  std::string secret;
+  Seconds handshake_timeout{10.0};
+  int max_pending = 64;
+  StoreServerOptions::Log log;
+  std::atomic<int64_t> refused{0};
   std::map<int, Connection> connections;
   int next_connection = 0;
   std::vector<Waiter> waiters;
@@ -305,7 +367,31 @@ struct StoreServer::Impl {
   void run();
   void accept_all();
   void read_from(int id, Connection& c);
+  // Parses the whole frames in c.in and answers them (no socket: the fuzz
+  // harness calls it too).
+  void consume(int id, Connection& c);
   void handle(int id, Connection& c, const std::string& body);
+  void handshake(Connection& c, Reader& r, Op op, const std::string& body);
+  void join(Connection& c, int64_t rank, int64_t size, Role role, int64_t liveness_ms);
+  // Ends an unauthenticated connection with a line on rank 0's stderr; the
+  // job goes on.
+  void refuse(Connection& c, const std::string& why) {
+    const int64_t n = ++refused;
+    if (n <= kMaxLoggedRefusals) log(fmt::format("store: refused a connection from {}: {}", c.peer, why));
+    if (n == kMaxLoggedRefusals)
+      log(fmt::format("store: {} connections refused: from now on they are refused without a line", n));
+    c.closing = true;
+  }
+  // Why a connection that closed before it authenticated is refused.
+  static std::string closed_early(const Connection& c) {
+    if (!c.in.empty()) return "closed within a frame";
+    return c.phase == Phase::Hello ? "closed before its hello" : "closed without proving that it knows the job secret";
+  }
+  size_t pending() const {
+    size_t n = 0;
+    for (const auto& [id, c] : connections) n += c.phase != Phase::Ready && !c.closing && !c.closed;
+    return n;
+  }
   void flush(Connection& c);
   void drop(int id, Connection& c);
   void expire(Clock::time_point now);
@@ -402,10 +488,24 @@ struct StoreServer::Impl {
   }
 };
 
-StoreServer::StoreServer(int port, int world_size, const std::string& address) : impl_(std::make_unique<Impl>()) {
+namespace {
+void log_to_stderr(const std::string& line) {
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+}
+}  // namespace
+
+StoreServer::StoreServer(int port, int world_size, const std::string& address, const std::string& secret,
+                         StoreServerOptions options)
+    : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
+  if (secret.empty()) fail("the store needs a job secret");
   s.world_size = world_size;
   s.ranks.resize(static_cast<size_t>(world_size));
+  s.secret = secret;
+  s.handshake_timeout = options.handshake_timeout;
+  s.max_pending = std::max(1, options.max_pending);
+  s.log = options.log ? std::move(options.log) : StoreServerOptions::Log(log_to_stderr);
   // The one interface the ranks are told to reach (MASTER_ADDR), not every one.
   sockaddr_in addr{};
   {
@@ -455,6 +555,8 @@ StoreServer::~StoreServer() {
   ::close(impl_->wake[1]);
 }
 
+int64_t StoreServer::refused_connections() const { return impl_->refused.load(); }
+
 bool StoreServer::wait_until_all_left(Seconds timeout) {
   std::unique_lock lock(impl_->mutex);
   return impl_->changed.wait_for(lock, timeout, [&] { return impl_->all_done; });
@@ -485,6 +587,7 @@ void StoreServer::Impl::run() {
     expire(Clock::now());
     for (auto it = connections.begin(); it != connections.end();) {
       if (!it->second.closed) flush(it->second);
+      if (it->second.closing && it->second.out.empty()) it->second.closed = true;
       if (it->second.closed) {
         drop(it->first, it->second);
         it = connections.erase(it);
@@ -497,12 +600,26 @@ void StoreServer::Impl::run() {
 
 void StoreServer::Impl::accept_all() {
   while (true) {
-    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    sockaddr_in addr{};
+    socklen_t len = sizeof addr;
+    const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;  // EAGAIN, or a transient failure of one connection
     set_nodelay(fd);
+    // A bounded number may wait to authenticate: past it, the oldest goes, so
+    // a flood of idle connections delays a rank by one round trip at most.
+    if (pending() >= static_cast<size_t>(max_pending))
+      for (auto& [id, old] : connections)
+        if (old.phase != Phase::Ready && !old.closing && !old.closed) {
+          refuse(old, fmt::format("{} connections awaiting authentication: the oldest is closed", max_pending));
+          old.out.clear();
+          old.closed = true;
+          break;
+        }
     Connection c;
     c.fd = fd;
+    c.peer = peer_name(addr);
     c.last_seen = Clock::now();
+    c.handshake_deadline = c.last_seen + std::chrono::duration_cast<Clock::duration>(handshake_timeout);
     connections.emplace(next_connection++, std::move(c));
   }
 }
@@ -510,23 +627,41 @@ void StoreServer::Impl::accept_all() {
 void StoreServer::Impl::read_from(int id, Connection& c) {
   char buffer[65536];
   bool eof = false;
-  while (true) {
+  // Frames are parsed after every read: a connection that has not
+  // authenticated never buffers more than one read and one small frame.
+  while (!c.closing && !c.closed) {
     const ssize_t n = ::recv(c.fd, buffer, sizeof buffer, 0);
     if (n > 0) {
       c.in.append(buffer, static_cast<size_t>(n));
+      consume(id, c);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) eof = true;
     break;
   }
+  if (eof && !c.closing && !c.closed) {
+    if (c.phase != Phase::Ready) refuse(c, closed_early(c));
+    c.closed = true;
+  }
+}
+
+void StoreServer::Impl::consume(int id, Connection& c) {
   // Whole frames first: a goodbye followed at once by the close is a goodbye.
   size_t at = 0;
-  while (!c.closed && c.in.size() - at >= 4) {
+  while (!c.closed && !c.closing && c.in.size() - at >= 4) {
     uint32_t n = 0;
     for (int i = 0; i < 4; ++i) n = (n << 8) | static_cast<uint8_t>(c.in[at + i]);
-    if (n > kMaxFrame) {
-      c.closed = true;  // not our protocol
+    const bool ready = c.phase == Phase::Ready;
+    const uint32_t limit = ready ? kMaxFrame : kMaxHandshakeFrame;
+    if (n > limit) {
+      if (ready) {
+        log(fmt::format("store: closed rank {}'s connection from {}: a frame of {} bytes, over the limit of {}",
+                        c.rank, c.peer, n, limit));
+        c.closed = true;
+      } else {
+        refuse(c, fmt::format("a frame of {} bytes, over the limit of {}", n, limit));
+      }
       break;
     }
     if (c.in.size() - at - 4 < n) break;
@@ -534,58 +669,106 @@ void StoreServer::Impl::read_from(int id, Connection& c) {
     try {
       handle(id, c, c.in.substr(at + 4, n));
     } catch (const ProtocolError&) {
-      c.closed = true;
+      if (c.phase != Phase::Ready) refuse(c, "a malformed frame");
+      else c.closed = true;  // a rank out of step: it is taken for dead
     }
     at += 4 + n;
   }
   c.in.erase(0, at);
-  if (eof) c.closed = true;
+  if (c.closing || c.closed) c.in.clear();
+}
+
+// The hello and the proof, before anything else.
+void StoreServer::Impl::handshake(Connection& c, Reader& r, Op op, const std::string& body) {
+  if (c.phase == Phase::Hello) {
+    if (op != Op::Hello) throw ProtocolError("no hello");
+    const uint32_t magic = r.u32(), version = r.u32();
+    if (magic != kMagic) throw ProtocolError("not the store's protocol");
+    if (version != kVersion) {
+      reply_failed(c, fmt::format("the store speaks protocol {} of anatomy, the client {}", kVersion, version));
+      refuse(c, fmt::format("protocol version {}, not {}", version, kVersion));
+      return;
+    }
+    r.i64();  // rank, world size, role, liveness: read again once the
+    r.i64();  // proof shows that they come from a rank of this job
+    r.u8();
+    r.i64();
+    r.bytes(kNonceBytes);
+    r.end();
+    c.hello = body;
+    c.server_nonce = random_bytes(kNonceBytes);
+    reply_ok(c, c.server_nonce + proof(kServerLabel, secret, c.hello, c.server_nonce));
+    c.phase = Phase::Proof;
+    return;
+  }
+  if (op != Op::Proof) throw ProtocolError("no proof");
+  const std::string got = r.bytes(kProofBytes);
+  r.end();
+  if (!constant_time_equal(got, proof(kClientLabel, secret, c.hello, c.server_nonce))) {
+    reply_failed(c, "wrong job secret");
+    refuse(c, "wrong job secret");
+    return;
+  }
+  c.phase = Phase::Ready;
+  Reader hello{c.hello};
+  hello.u8();
+  hello.u32();
+  hello.u32();
+  const int64_t rank = hello.i64(), size = hello.i64();
+  const Role role = static_cast<Role>(hello.u8());
+  const int64_t liveness_ms = hello.i64();
+  join(c, rank, size, role, liveness_ms);
+}
+
+void StoreServer::Impl::join(Connection& c, int64_t rank, int64_t size, Role role, int64_t liveness_ms) {
+  if (size != world_size) {
+    reply_failed(c, fmt::format("rank {} expects a world of {} ranks but the store (rank 0) serves {}: the ranks "
+                                "disagree on WORLD_SIZE",
+                                rank, size, world_size));
+    return;
+  }
+  if (rank < 0 || rank >= world_size) {
+    reply_failed(c, fmt::format("rank {} is not in a world of {}", rank, world_size));
+    return;
+  }
+  if (role != Role::Control && role != Role::Heartbeat) {
+    reply_failed(c, fmt::format("rank {} said hello in an unknown role", rank));
+    return;
+  }
+  RankState& s = ranks[static_cast<size_t>(rank)];
+  if (role == Role::Control) {
+    // The first connection of a rank is the rank: a second is refused and
+    // displaces nothing.
+    if (s.joined) {
+      reply_failed(c, fmt::format("rank {} joined twice: two processes have RANK={} (check --node-rank and the "
+                                  "launcher's variables)",
+                                  rank, rank));
+      return;
+    }
+    s.joined = true;
+  }
+  c.rank = static_cast<int>(rank);
+  c.role = role;
+  c.liveness_ms = role == Role::Heartbeat ? std::clamp<int64_t>(liveness_ms, 0, kMaxWaitMs) : 0;
+  reply_ok(c);
 }
 
 void StoreServer::Impl::handle(int id, Connection& c, const std::string& body) {
   Reader r{body};
   const Op op = static_cast<Op>(r.u8());
-  if (op != Op::Hello && c.rank < 0) {
+  if (c.phase != Phase::Ready) {
+    handshake(c, r, op, body);
+    return;
+  }
+  if (c.rank < 0) {
     reply_failed(c, "the store expects a hello first");
     c.goodbye = true;
     return;
   }
   switch (op) {
-    case Op::Hello: {
-      const uint32_t magic = r.u32(), version = r.u32();
-      const int64_t rank = r.i64(), size = r.i64();
-      const Role role = static_cast<Role>(r.u8());
-      const int64_t liveness_ms = r.i64();
-      if (magic != kMagic || version != kVersion) {
-        reply_failed(c, fmt::format("the store speaks protocol {} of anatomy, the client {}", kVersion, version));
-        return;
-      }
-      if (size != world_size) {
-        reply_failed(c, fmt::format("rank {} expects a world of {} ranks but the store (rank 0) serves {}: the ranks "
-                                    "disagree on WORLD_SIZE",
-                                    rank, size, world_size));
-        return;
-      }
-      if (rank < 0 || rank >= world_size) {
-        reply_failed(c, fmt::format("rank {} is not in a world of {}", rank, world_size));
-        return;
-      }
-      RankState& s = ranks[static_cast<size_t>(rank)];
-      if (role == Role::Control) {
-        if (s.joined) {
-          reply_failed(c, fmt::format("rank {} joined twice: two processes have RANK={} (check --node-rank and the "
-                                      "launcher's variables)",
-                                      rank, rank));
-          return;
-        }
-        s.joined = true;
-      }
-      c.rank = static_cast<int>(rank);
-      c.role = role;
-      c.liveness_ms = role == Role::Heartbeat ? liveness_ms : 0;
-      reply_ok(c);
-      return;
-    }
+    case Op::Hello:
+    case Op::Proof:
+      throw ProtocolError("a second hello");
     case Op::Set: {
       std::string key = r.str();
       values[key] = r.str();
@@ -604,12 +787,16 @@ void StoreServer::Impl::handle(int id, Connection& c, const std::string& body) {
       int64_t sum = delta;
       if (const auto it = values.find(key); it != values.end()) {
         char* end = nullptr;
+        errno = 0;
         const long long old = std::strtoll(it->second.c_str(), &end, 10);
-        if (it->second.empty() || *end != '\0') {
+        if (it->second.empty() || end != it->second.c_str() + it->second.size() || errno == ERANGE) {
           reply_failed(c, fmt::format("key '{}' holds no counter", key));
           return;
         }
-        sum += old;
+        if (__builtin_add_overflow(sum, static_cast<int64_t>(old), &sum)) {
+          reply_failed(c, fmt::format("counter '{}' would overflow", key));
+          return;
+        }
       }
       values[key] = std::to_string(sum);
       reply_ok(c, {}, sum);
@@ -711,7 +898,7 @@ void StoreServer::Impl::flush(Connection& c) {
 void StoreServer::Impl::drop(int id, Connection& c) {
   waiters.erase(std::remove_if(waiters.begin(), waiters.end(), [&](const Waiter& w) { return w.connection == id; }),
                 waiters.end());
-  ::close(c.fd);
+  if (c.fd >= 0) ::close(c.fd);
   c.fd = -1;
   if (c.rank >= 0 && !c.goodbye)
     mark_dead(c.rank, fmt::format("rank {} died (its connection to the store closed)", c.rank));
@@ -720,12 +907,18 @@ void StoreServer::Impl::drop(int id, Connection& c) {
 Clock::time_point StoreServer::Impl::next_deadline(Clock::time_point now) const {
   Clock::time_point next = now + std::chrono::seconds(1);
   for (const Waiter& w : waiters) next = std::min(next, w.deadline);
-  for (const auto& [id, c] : connections)
+  for (const auto& [id, c] : connections) {
     if (c.liveness_ms > 0 && !c.goodbye) next = std::min(next, c.last_seen + std::chrono::milliseconds(c.liveness_ms));
+    if (c.phase != Phase::Ready && !c.closing) next = std::min(next, c.handshake_deadline);
+  }
   return next;
 }
 
 void StoreServer::Impl::expire(Clock::time_point now) {
+  for (auto& [id, c] : connections)
+    if (c.phase != Phase::Ready && !c.closing && !c.closed && now >= c.handshake_deadline)
+      refuse(c, fmt::format("{} within {}", c.phase == Phase::Hello ? "no hello" : "no proof of the job secret",
+                            format_seconds(handshake_timeout)));
   for (auto& [id, c] : connections) {
     if (c.liveness_ms <= 0 || c.goodbye || c.closed || now < c.last_seen + std::chrono::milliseconds(c.liveness_ms))
       continue;
@@ -795,6 +988,7 @@ StoreClient::Reply decode(const std::string& body) {
   return reply;
 }
 
+// The hello's body: who the client is, and its nonce.
 std::string hello(int rank, int world_size, Role role, Seconds liveness) {
   return Writer()
       .u8(static_cast<uint8_t>(Op::Hello))
@@ -804,8 +998,11 @@ std::string hello(int rank, int world_size, Role role, Seconds liveness) {
       .i64(world_size)
       .u8(static_cast<uint8_t>(role))
       .i64(to_ms(liveness))
-      .frame();
+      .bytes(random_bytes(kNonceBytes))
+      .body;
 }
+
+std::string as_frame(const std::string& body) { return Writer().bytes(body).frame(); }
 
 std::string goodbye(bool ok) { return Writer().u8(static_cast<uint8_t>(Op::Goodbye)).u8(ok ? 1 : 0).frame(); }
 
@@ -817,26 +1014,54 @@ void say_goodbye(int fd, bool ok) {
   if (send_all(fd, goodbye(ok), deadline) == Io::Ok) recv_frame(fd, body, deadline);
 }
 
-// Connects and says hello; throws Error on refusal.
+// Connects, says hello and proves that it knows `secret` once the store has
+// proven it too; throws Error on refusal, SecretMismatch when the store does
+// not know the secret (the client then sends nothing that depends on it).
 int open_connection(const std::string& host, int port, int rank, int world_size, Role role, Seconds timeout,
-                    Seconds liveness) {
+                    Seconds liveness, const std::string& secret) {
   const auto deadline = after(timeout);
   const int fd = connect_to(host, port, deadline, timeout);
-  std::string body;
-  Io io = send_all(fd, hello(rank, world_size, role, liveness), after(std::max(timeout, kReplyGrace)));
-  if (io == Io::Ok) io = recv_frame(fd, body, after(std::max(timeout, kReplyGrace)));
-  if (io != Io::Ok) {
+  const auto answer_by = after(std::max(timeout, kReplyGrace));
+  // One exchange: send `frame`, decode the reply.
+  auto exchange = [&](const std::string& frame, const char* what) {
+    std::string body;
+    Io io = send_all(fd, frame, answer_by);
+    if (io == Io::Ok) io = recv_frame(fd, body, answer_by);
+    if (io != Io::Ok) {
+      ::close(fd);
+      throw Unreachable(fmt::format("the store at {}:{} did not answer rank {}'s {}", host, port, rank, what),
+                        fmt::format("no answer to the {}", what));
+    }
+    try {
+      return decode(body);
+    } catch (const ProtocolError&) {
+      ::close(fd);
+      fail("{}:{} does not speak the anatomy store's protocol", host, port);
+    }
+  };
+  const std::string hello_body = hello(rank, world_size, role, liveness);
+  StoreClient::Reply reply = exchange(as_frame(hello_body), "hello");
+  if (reply.status != Status::Ok) {
     ::close(fd);
-    throw Unreachable(fmt::format("the store at {}:{} did not answer rank {}'s hello", host, port, rank),
-                      "no answer to the hello");
+    fail("{}", reply.message);
   }
-  StoreClient::Reply reply;
-  try {
-    reply = decode(body);
-  } catch (const ProtocolError&) {
+  if (reply.value.size() != kNonceBytes + kProofBytes) {
     ::close(fd);
-    fail("{}:{} does not speak the anatomy store's protocol", host, port);
+    fail("{}:{} does not speak the anatomy store's protocol {}", host, port, kVersion);
   }
+  const std::string server_nonce = reply.value.substr(0, kNonceBytes);
+  if (!constant_time_equal(reply.value.substr(kNonceBytes), proof(kServerLabel, secret, hello_body, server_nonce))) {
+    ::close(fd);
+    throw SecretMismatch(fmt::format(
+        "the store at {}:{} does not know rank {}'s job secret: the ranks hold different {} values, or another "
+        "program answers at that port",
+        host, port, rank, kJobSecretVariable));
+  }
+  reply = exchange(Writer()
+                       .u8(static_cast<uint8_t>(Op::Proof))
+                       .bytes(proof(kClientLabel, secret, hello_body, server_nonce))
+                       .frame(),
+                   "proof of the job secret");
   if (reply.status != Status::Ok) {
     ::close(fd);
     fail("{}", reply.message);
@@ -846,10 +1071,11 @@ int open_connection(const std::string& host, int port, int rank, int world_size,
 
 }  // namespace
 
-StoreClient::StoreClient(const std::string& host, int port, int rank, int world_size, Seconds timeout)
-    : host_(host), address_(fmt::format("{}:{}", host, port)), port_(port), rank_(rank), world_size_(world_size),
-      default_timeout_(timeout) {
-  fd_ = open_connection(host, port, rank, world_size, Role::Control, timeout, Seconds(0));
+StoreClient::StoreClient(const std::string& host, int port, int rank, int world_size, const std::string& secret,
+                         Seconds timeout)
+    : host_(host), address_(fmt::format("{}:{}", host, port)), secret_(secret), port_(port), rank_(rank),
+      world_size_(world_size), default_timeout_(timeout) {
+  fd_ = open_connection(host, port, rank, world_size, Role::Control, timeout, Seconds(0), secret_);
 }
 
 StoreClient::~StoreClient() {
@@ -960,7 +1186,7 @@ void StoreClient::check_alive() {
 
 void StoreClient::start_watchdog(Seconds timeout, FailureHandler on_failure) {
   if (watchdog_.joinable()) fail("rank {} started its watchdog twice", rank_);
-  heartbeat_fd_ = open_connection(host_, port_, rank_, world_size_, Role::Heartbeat, timeout, timeout);
+  heartbeat_fd_ = open_connection(host_, port_, rank_, world_size_, Role::Heartbeat, timeout, timeout, secret_);
   if (!on_failure) on_failure = exit_on_failure;
   watchdog_stop_ = watchdog_freeze_ = false;
   watchdog_ = std::thread([this, timeout, on_failure = std::move(on_failure)] { watchdog_loop(timeout, on_failure); });
@@ -1056,8 +1282,9 @@ void exit_on_failure(const std::string& message) {
 // ---- session and rendezvous -------------------------------------------------------
 
 DistSession::DistSession(DistEnvironment env, std::unique_ptr<StoreServer> server,
-                         std::unique_ptr<StoreClient> client)
-    : env_(std::move(env)), server_(std::move(server)), client_(std::move(client)) {}
+                         std::unique_ptr<StoreClient> client, std::unique_ptr<PublishedSecret> secret_file)
+    : env_(std::move(env)), secret_file_(std::move(secret_file)), server_(std::move(server)),
+      client_(std::move(client)) {}
 
 DistSession::~DistSession() {
   if (!client_) return;  // moved from, or finished
@@ -1073,32 +1300,107 @@ void DistSession::finish() {
   if (server_) server_->wait_until_all_left(Seconds(env_.timeout_seconds));
   client_.reset();
   server_.reset();
+  secret_file_.reset();
 }
+
+namespace {
+
+// Whether `host` is this host's loopback: a run whose ranks all reach rank 0
+// there runs on one host, whatever its launcher says of nodes.
+bool is_loopback(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return false;
+  bool loopback = true;
+  for (addrinfo* a = found; a; a = a->ai_next) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+    loopback = loopback && (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+  }
+  ::freeaddrinfo(found);
+  return loopback;
+}
+
+// How long a connection may take to prove that it knows the job secret: a
+// rank needs one round trip; a stranger gets no more than a quarter of the
+// timeout, between 1 and 10 s.
+Seconds handshake_window(Seconds timeout) { return std::clamp(timeout / 4.0, Seconds(1.0), Seconds(10.0)); }
+
+// The secret that rank `env.rank` (not 0) finds in `path`, waiting for rank 0
+// to publish it.
+std::string await_secret_file(const DistEnvironment& env, const std::string& path, Clock::time_point deadline,
+                              Seconds timeout) {
+  while (true) {
+    if (auto secret = read_secret_file(path)) return *secret;
+    if (Clock::now() >= deadline)
+      fail("rank 0 of {} never joined within {}: no job secret appeared in {} ({} is not set, so rank 0 publishes "
+           "one there; is rank 0 running on this host, as MASTER_ADDR={} says?)",
+           env.world_size, format_seconds(timeout), path, kJobSecretVariable, env.master_addr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace
 
 DistSession rendezvous(const DistEnvironment& env, Seconds timeout) {
   const auto deadline = after(timeout);
   std::unique_ptr<StoreServer> server;
+  std::unique_ptr<PublishedSecret> published;
   std::string host = env.master_addr;
-  int port = env.master_port;
+  int port = env.store();
+  std::string secret = env.job_secret;
+  std::string secret_file;  // where the ranks of one host exchange a secret nobody gave them
+  StoreServerOptions options;
+  options.handshake_timeout = handshake_window(timeout);
   if (env.world_size == 1) {
-    server = std::make_unique<StoreServer>(0, 1, "127.0.0.1");
+    if (secret.empty()) secret = generate_job_secret();
+    server = std::make_unique<StoreServer>(0, 1, "127.0.0.1", secret, options);
     host = "127.0.0.1";
     port = server->port();
-  } else if (env.rank == 0) {
-    try {
-      server = std::make_unique<StoreServer>(env.master_port, env.world_size, env.master_addr);
-    } catch (const Error& e) {
-      fail("rank 0 cannot start the store (MASTER_ADDR={}, MASTER_PORT={}): {}", env.master_addr, env.master_port,
-           e.what());
+  } else {
+    if (secret.empty()) {
+      if (env.local_world_size < env.world_size && !is_loopback(env.master_addr))
+        fail("{} is not set, and the {} ranks run on several nodes ({} on this one, MASTER_ADDR={}): set it to the "
+             "same random value for every rank, such as {}=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n'); the "
+             "store refuses a rank without it",
+             kJobSecretVariable, env.world_size, env.local_world_size, env.master_addr, kJobSecretVariable);
+      secret_file = secret_file_path(secret_directory(env.runtime_dir), port);
     }
-    host = server->address() == "0.0.0.0" ? "127.0.0.1" : server->address();  // its own server
+    if (env.rank == 0) {
+      if (secret.empty()) secret = generate_job_secret();
+      try {
+        server = std::make_unique<StoreServer>(port, env.world_size, env.master_addr, secret, options);
+      } catch (const Error& e) {
+        const bool derived = port != env.master_port;
+        fail("rank 0 cannot start the store (MASTER_ADDR={}, {}={}): {}{}", env.master_addr,
+             derived ? "store port" : "MASTER_PORT", port, e.what(),
+             derived ? fmt::format(" (MASTER_PORT {} is torchrun's own store; set ANATOMY_STORE_PORT to another "
+                                   "free port for every rank)",
+                                   env.master_port)
+                     : "");
+      }
+      // Published once the port is ours: a rank 0 that could not listen
+      // leaves another run's file alone.
+      if (!secret_file.empty()) published = std::make_unique<PublishedSecret>(secret_file, secret);
+      host = server->address() == "0.0.0.0" ? "127.0.0.1" : server->address();  // its own server
+    }
   }
   std::unique_ptr<StoreClient> client;
-  try {
-    client = std::make_unique<StoreClient>(host, port, env.rank, env.world_size, timeout);
-  } catch (const Unreachable& e) {
-    fail("rank 0 of {} never joined within {} (MASTER_ADDR={}: {})", env.world_size, format_seconds(timeout),
-         env.master(), e.reason);
+  while (!client) {
+    if (!secret_file.empty() && env.rank != 0) secret = await_secret_file(env, secret_file, deadline, timeout);
+    const Seconds left = std::max(Seconds(0.1), std::chrono::duration_cast<Seconds>(deadline - Clock::now()));
+    try {
+      client = std::make_unique<StoreClient>(host, port, env.rank, env.world_size, secret, left);
+    } catch (const Unreachable& e) {
+      fail("rank 0 of {} never joined within {} (MASTER_ADDR={}: {})", env.world_size, format_seconds(timeout),
+           env.master(), e.reason);
+    } catch (const SecretMismatch& e) {
+      // A file left by an earlier run on this port, read before rank 0
+      // replaced it: read it again.
+      if (secret_file.empty() || env.rank == 0 || Clock::now() >= deadline) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
   }
   const Seconds left = std::max(Seconds(0), std::chrono::duration_cast<Seconds>(deadline - Clock::now()));
   const std::string what = "joining the rendezvous";
@@ -1110,7 +1412,50 @@ DistSession rendezvous(const DistEnvironment& env, Seconds timeout) {
   throw_unless_ok(reply, env.rank, what);
   DistEnvironment joined = env;
   joined.timeout_seconds = timeout.count();
-  return DistSession(joined, std::move(server), std::move(client));
+  return DistSession(joined, std::move(server), std::move(client), std::move(published));
+}
+
+// ---- the server's parser without sockets ------------------------------------------
+
+WireOutcome feed_store_connection(const std::string& secret, int world_size, std::string_view bytes, size_t chunk,
+                                  int as_rank) {
+  WireOutcome out;
+  StoreServer::Impl s;
+  s.world_size = std::max(1, world_size);
+  s.ranks.resize(static_cast<size_t>(s.world_size));
+  s.secret = secret;
+  s.log = [&out](const std::string& line) { out.log.push_back(line); };
+  StoreServer::Impl::Connection fresh;
+  fresh.peer = "192.0.2.1:4321";
+  fresh.last_seen = Clock::now();
+  fresh.handshake_deadline = fresh.last_seen + std::chrono::seconds(10);
+  if (as_rank >= 0 && as_rank < s.world_size) {
+    fresh.phase = StoreServer::Impl::Phase::Ready;
+    fresh.rank = as_rank;
+    s.ranks[static_cast<size_t>(as_rank)].joined = true;
+  }
+  const int id = s.next_connection++;
+  s.connections.emplace(id, std::move(fresh));
+  if (chunk == 0) chunk = bytes.size() + 1;
+  for (size_t at = 0; at < bytes.size(); at += chunk) {
+    StoreServer::Impl::Connection& c = s.connections.at(id);
+    if (c.closing || c.closed) break;
+    c.in.append(bytes.substr(at, chunk));
+    s.consume(id, c);
+    out.replies += c.out;
+    c.out.clear();
+  }
+  StoreServer::Impl::Connection& c = s.connections.at(id);
+  out.closed = c.closing || c.closed;
+  // The stream ends: the connection closes.
+  if (!c.closing && !c.closed) {
+    if (c.phase != StoreServer::Impl::Phase::Ready) s.refuse(c, StoreServer::Impl::closed_early(c));
+    c.closed = true;
+  }
+  out.authenticated = c.phase == StoreServer::Impl::Phase::Ready;
+  s.drop(id, c);
+  s.expire(Clock::now() + std::chrono::hours(24 * 365));
+  return out;
 }
 
 }  // namespace anatomy::distributed
