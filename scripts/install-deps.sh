@@ -2,8 +2,11 @@
 # install-deps.sh: installs the Debian packages anatomy builds with, when missing.
 # The CUDA toolkit is optional: when nvcc is present the CUDA target is built too.
 set -euo pipefail
+# clang, its libFuzzer and sanitizer runtimes (libclang-rt-14-dev) and llvm
+# (llvm-symbolizer, for the sanitizers' stack traces): the fuzzers (fuzz/).
 packages=(build-essential cmake ninja-build nlohmann-json3-dev libcli11-dev libfmt-dev
-          libopenblas-dev libpcre2-dev libgtest-dev libgmock-dev chromium python3)
+          libopenblas-dev libpcre2-dev libgtest-dev libgmock-dev chromium python3
+          clang llvm libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
