@@ -213,6 +213,12 @@ def make_trainer_state():
              "gradient_accumulation_steps": 2, "examples": 80, "shuffle": True, "drop_last": False,
              "group_by_length": False, "precision": "fp16", "world_size": 2, "zero_stage": 1}
     put("fuzz_trainer_state", "state", b"\0" + json.dumps(state, indent=2).encode() + b"\n")
+    # As `anatomy train --model bert-tiny --device cpu --dummy-size 8 --max-steps 2 --save-steps 2` wrote it.
+    put("fuzz_trainer_state", "state_checkpoint", b"\0" + json.dumps({
+        "clean_steps": 0, "drop_last": False, "examples": 8, "global_step": 2, "gradient_accumulation_steps": 1,
+        "group_by_length": False, "loss_scale": 1.0, "micro_batches": 2, "optimizer": "adamw",
+        "per_device_train_batch_size": 4, "precision": "fp32", "seed": 42, "shuffle": True, "skipped_steps": 0,
+        "updates": 2, "world_size": 1, "zero_stage": 0}, indent=2).encode() + b"\n")
     old = {k: v for k, v in state.items() if k not in ("group_by_length", "world_size", "zero_stage")}
     put("fuzz_trainer_state", "state_old", b"\0" + json.dumps(old).encode())
     # The harness's checkpoint directory: config.json "{}\n" and a model.safetensors of bytes 0..15.
