@@ -3,8 +3,11 @@
 # The CUDA toolkit is optional: when nvcc is present the CUDA target is built too.
 # openmpi-bin gives the tests mpirun, which they start CPU ranks with.
 set -euo pipefail
+# clang, its libFuzzer and sanitizer runtimes (libclang-rt-14-dev) and llvm
+# (llvm-symbolizer, for the sanitizers' stack traces): the fuzzers (fuzz/).
 packages=(build-essential cmake ninja-build nlohmann-json3-dev libcli11-dev libfmt-dev
-          libopenblas-dev libpcre2-dev libgtest-dev libgmock-dev chromium python3 openmpi-bin)
+          libopenblas-dev libpcre2-dev libgtest-dev libgmock-dev chromium python3 openmpi-bin
+          clang llvm libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

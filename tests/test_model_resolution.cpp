@@ -210,6 +210,18 @@ TEST_F(ModelResolution, AnIdThatIsNowhereSaysWhereItLooked) {
   EXPECT_TRUE(test::nothing_at(tmp_.file("out")));
 }
 
+// A --revision that is no ref name (fuzz/fuzz_hf_cache: one with a newline) is named on one line.
+TEST_F(ModelResolution, ARevisionThatIsNoRefIsNamedOnOneLine) {
+  cache_model("org/name", {{"config.json", test::fixture("bert-tiny-cls/config.json")}});
+  ScopedEnv env("HF_HUB_CACHE", cache_.c_str());
+  try {
+    io::find_cached_model("org/name", "main\nx");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "revision \"main\\nx\": not a branch, tag or commit name");
+  }
+}
+
 TEST_F(ModelResolution, ABrokenCacheEntryIsNamed) {
   cache_model("org/no-ref", {{"config.json", test::fixture("bert-tiny-cls/config.json")}}, /*with_ref=*/false);
   const auto r = train("--model org/no-ref", tmp_.file("out"));

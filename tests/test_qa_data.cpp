@@ -48,6 +48,18 @@ data::TextTokenizer tokenizer_named(const std::string& name) {
 }
 
 // ---------------------------------------------------------------------------------------------------- reading
+// A question's id is a JSON string and may hold a newline: the errors that name it stay one line.
+TEST(QaData, AnIdWithANewlineStaysOnOneLine) {
+  test::TempDir tmp;
+  EXPECT_EQ(error_of([&] {
+              read_qa_corpus(write(tmp, "id.jsonl",
+                                   "{\"id\": \"a\\nb\", \"context\": \"The cat sat.\", \"question\": \"Who?\", "
+                                   "\"answers\": {\"text\": [\"cat\"], \"answer_start\": [5]}}\n"));
+            }),
+            tmp.file("id.jsonl") +
+                ":1: question 'a\\nb': answer 0 'cat' is not at answer_start 5 of the context, which has 'at ' there");
+}
+
 
 TEST(QaData, ReadsSquadAndJsonLinesAlike) {
   const QaCorpus nested = read_qa_corpus(qa_fixture("squad.json"));

@@ -99,5 +99,23 @@ TEST(TextTable, BadDataNamesFileAndLine) {
   EXPECT_NE(error_of([&] { v.id_of(vt.rows[1], val); }).find("v.jsonl:2: label 'neg'"), std::string::npos);
 }
 
+// A header name, a label or a tag may hold a newline (a quoted CSV field, a
+// JSON string): the error that shows it stays one line (found by
+// fuzz/fuzz_text_data: a CSV header whose quoted name held a newline).
+TEST(TextTable, ErrorsShowingTheDataStayOneLine) {
+  test::TempDir dir;
+  const std::string csv = write(dir, "h.csv", "\"te\nxt\",label\nx,1\n");
+  const std::string header = error_of([&] { read_text_table(csv, {"text", "", "label"}); });
+  EXPECT_EQ(header, csv + ":1: no column 'text' in the header (te\\nxt, label)");
+  const std::string train = write(dir, "t.jsonl", "{\"text\": \"a\", \"label\": \"p\\nos\"}\n");
+  const std::string val = write(dir, "v.jsonl", "{\"text\": \"a\", \"label\": \"n\\reg\\u0001\"}\n");
+  const LabelVocabulary v = LabelVocabulary::from(read_text_table(train, {"text", "", "label"}));
+  const TextTable vt = read_text_table(val, {"text", "", "label"});
+  EXPECT_EQ(error_of([&] { v.id_of(vt.rows[0], val); }),
+            val + ":1: label 'n\\reg\\x01' is not one of the 1 known labels (p\\nos)");
+  EXPECT_EQ(error_of([&] { v.value_of(vt.rows[0], val); }), val + ":1: label 'n\\reg\\x01' is not a number");
+  EXPECT_EQ(one_line("tab\there\x7f"), "tab\\there\\x7F");
+}
+
 }  // namespace
 }  // namespace anatomy

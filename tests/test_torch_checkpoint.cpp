@@ -369,6 +369,16 @@ TEST_F(TorchCheckpoint, AGlobalThatWouldRunACommandIsRefusedAndNothingRuns) {
   EXPECT_FALSE(fs::exists(marker)) << "the command ran";
 }
 
+// A global's name holding a newline (fuzz/fuzz_torch_checkpoint found one) is named on one line.
+TEST_F(TorchCheckpoint, AGlobalNamedWithANewlineIsRefusedOnOneLine) {
+  Pickle p;  // protocol 4's STACK_GLOBAL: the names are strings, and may hold anything
+  p.s = std::string("\x80\x04", 2);
+  p.op('\x8c').op(11).s += "collections";
+  p.op('\x8c').op(12).s += "Ordered\nDict";
+  p.op('\x93').op(')').op('R').op('.');
+  EXPECT_TRUE(refused(torch_zip(p.s, {}), {"'collections.Ordered\\x0ADict'", "refused"}));
+}
+
 TEST_F(TorchCheckpoint, AModelObjectRatherThanAStateDictIsRefusedByItsClass) {
   Pickle p;
   p.global("transformers.models.bert.modeling_bert", "BertModel").op(')').op('\x81').op('.');

@@ -209,7 +209,7 @@ class Reader {
   // Where an error is: the file and line, and the question's id once known.
   std::string where(int64_t line, const std::string& id) const {
     std::string out = line > 0 ? fmt::format("{}:{}", path_, line) : path_;
-    if (!id.empty()) out += fmt::format(": question '{}'", id);
+    if (!id.empty()) out += fmt::format(": question '{}'", shown(id));
     return out;
   }
 
@@ -668,7 +668,7 @@ QaPredictions postprocess_qa_predictions(const QaCorpus& corpus, const QaEvalFea
   for (size_t ex = 0; ex < corpus.examples.size(); ++ex) {
     const QaExample& example = corpus.examples[ex];
     if (v2 && features_of[ex].empty())
-      fail("{}: question '{}' has no feature, so no null score", corpus.source, example.id);
+      fail("{}: question '{}' has no feature, so no null score", corpus.source, shown(example.id));
     std::vector<Candidate> prelim;
     Candidate null_candidate;
     bool have_null = false;
@@ -727,7 +727,7 @@ QaPredictions postprocess_qa_predictions(const QaCorpus& corpus, const QaEvalFea
           std::find_if(entries.begin(), entries.end(), [](const QaNbestEntry& x) { return !x.text.empty(); });
       if (best == entries.end())
         fail("{}: question '{}': every entry of its n-best list is empty (utils_qa fails there with an IndexError)",
-             corpus.source, example.id);
+             corpus.source, shown(example.id));
       // null_score - start_logit - end_logit in float32 (the fallback's 0.0 is a Python float: float32 still).
       float diff = null_candidate.score - static_cast<float>(best->start_logit);
       diff = diff - static_cast<float>(best->end_logit);

@@ -131,8 +131,9 @@ TextTable read_delimited(const std::string& path, const std::string& bytes, char
   const std::vector<std::string>& header = records[0].fields;
   auto column = [&](const std::string& name) -> size_t {
     const auto it = std::find(header.begin(), header.end(), name);
+    // A quoted name may hold a newline: the error stays one line.
     if (it == header.end()) fail("{}:{}: no column '{}' in the header ({})", path, records[0].line, name,
-                                 fmt::join(header, ", "));
+                                 one_line(fmt::format("{}", fmt::join(header, ", "))));
     return static_cast<size_t>(it - header.begin());
   };
   const size_t text = column(columns.text);
@@ -186,6 +187,20 @@ void for_each_line(std::string_view bytes, const std::function<void(int64_t, std
 bool blank_line(std::string_view line) {
   return std::all_of(line.begin(), line.end(),
                      [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; });
+}
+
+std::string one_line(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (u < 0x20 || u == 0x7F) out += fmt::format("\\x{:02X}", u);
+    else out += c;
+  }
+  return out;
 }
 
 std::string lower_extension(const std::string& path) {
@@ -272,16 +287,17 @@ int64_t LabelVocabulary::id_of(const TextExample& row, const std::string& source
   if (it == ids.end()) {
     // Name the known labels (the first ten): the training data's, or a trained model's.
     const size_t shown = std::min<size_t>(names.size(), 10);
-    fail("{}:{}: label '{}' is not one of the {} known labels ({}{})", source, row.line, row.label, names.size(),
-         fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
-         shown < names.size() ? ", ..." : "");
+    const std::string known =
+        fmt::format("{}", fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), ", "));
+    fail("{}:{}: label '{}' is not one of the {} known labels ({}{})", source, row.line, one_line(row.label),
+         names.size(), one_line(known), shown < names.size() ? ", ..." : "");
   }
   return it->second;
 }
 
 double LabelVocabulary::value_of(const TextExample& row, const std::string& source) const {
   double d = 0;
-  if (!parse_number(row.label, &d)) fail("{}:{}: label '{}' is not a number", source, row.line, row.label);
+  if (!parse_number(row.label, &d)) fail("{}:{}: label '{}' is not a number", source, row.line, one_line(row.label));
   return d;
 }
 

@@ -99,7 +99,8 @@ std::optional<CachedModel> find_cached_model(const std::string& id, const std::s
   if (is_commit_hash(revision)) {
     model.revision = revision;
   } else {
-    if (!valid_ref(revision)) fail("revision '{}': not a branch, tag or commit name", revision);
+    // Quoted and escaped ({:?}): a revision from the command line may hold anything, a newline included.
+    if (!valid_ref(revision)) fail("revision {:?}: not a branch, tag or commit name", revision);
     const std::string ref = (fs::path(model.repo_dir) / "refs" / revision).string();
     if (!path_exists(ref)) {
       const std::vector<std::string> snapshots = subdirectories((fs::path(model.repo_dir) / "snapshots").string());

@@ -214,6 +214,17 @@ class Unpickler {
   std::map<std::string, uint32_t> storages_;  // key -> Storage value
 };
 
+// A name the pickle gives, for an error message: anything but printable ASCII
+// as \xNN, so that a name holding a newline leaves the message one line.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    out += u >= 0x20 && u < 0x7F ? std::string(1, c) : fmt::format("\\x{:02X}", u);
+  }
+  return out;
+}
+
 uint32_t Unpickler::global(const std::string& module, const std::string& name) {
   Value v;
   v.kind = Kind::Global;
@@ -239,7 +250,7 @@ uint32_t Unpickler::global(const std::string& module, const std::string& name) {
     if (!known)
       fail("{}: storage class torch.{} holds a dtype anatomy does not read (it reads Float, Double, Half, BFloat16, "
            "Long, Int, Short, Char, Byte and Bool storages)",
-           where_, name);
+           where_, printable(name));
   } else if (module == "torch.serialization" && name == "_get_layout") {
     fail("{}: the pickle names torch.serialization._get_layout: a sparse tensor, which anatomy does not read; save "
          "dense tensors",
@@ -247,7 +258,7 @@ uint32_t Unpickler::global(const std::string& module, const std::string& name) {
   } else {
     fail("{}: the pickle names the global '{}.{}', which a state dict of tensors does not use: refused (nothing in "
          "the file was run)",
-         where_, module, name);
+         where_, printable(module), printable(name));
   }
   return make(std::move(v));
 }

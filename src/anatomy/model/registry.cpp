@@ -1,5 +1,5 @@
-// registry.cpp: the families and architectures the engine has. Adding a
-// family or a head adds its entry here (docs/DESIGN.md: "Adding a model family").
+// registry.cpp: the architectures the engine has (families.cpp has the
+// families). Adding a head adds its entry here (docs/DESIGN.md: "Adding a model family").
 #include "anatomy/model/registry.h"
 
 #include "anatomy/core/error.h"
@@ -49,23 +49,6 @@ ModelArchitecture bert_style(const BertLayout& family, const std::string& task) 
 
 }  // namespace
 
-const std::vector<ModelFamily>& model_families() {
-  // A preset's name is unique across the families (model_preset looks in each).
-  static const std::vector<ModelFamily> families = {
-      {"bert", parse_bert_config, bert_config_to_json, bert_preset, bert_preset_names},
-      {"roberta", parse_roberta_config, roberta_config_to_json, roberta_preset, roberta_preset_names},
-      {"xlm-roberta", parse_roberta_config, roberta_config_to_json, [](const std::string&) {
-         return std::optional<ModelConfig>();  // the RoBERTa entry serves the presets of all three
-       }, [] { return std::vector<std::string>(); }},
-      {"camembert", parse_roberta_config, roberta_config_to_json,
-       [](const std::string&) { return std::optional<ModelConfig>(); }, [] { return std::vector<std::string>(); }},
-      {"electra", parse_electra_config, electra_config_to_json, electra_preset, electra_preset_names},
-      {"distilbert", parse_distilbert_config, distilbert_config_to_json, distilbert_preset, distilbert_preset_names},
-      {"modernbert", parse_modernbert_config, modernbert_config_to_json, modernbert_preset, modernbert_preset_names},
-  };
-  return families;
-}
-
 const std::vector<ModelArchitecture>& model_architectures() {
   static const std::vector<ModelArchitecture> architectures = {
       bert_style(bert_layout(), kSequenceClassification),
@@ -107,15 +90,6 @@ const std::vector<ModelArchitecture>& model_architectures() {
        }},
   };
   return architectures;
-}
-
-const ModelFamily& model_family(const std::string& model_type, const std::string& source) {
-  std::vector<std::string> types;
-  for (const ModelFamily& family : model_families()) {
-    if (family.model_type == model_type) return family;
-    types.push_back('"' + family.model_type + '"');
-  }
-  fail("{}: model_type \"{}\" is not supported (supported: {})", source, model_type, joined(types));
 }
 
 std::string model_task(const ModelConfig& config, const std::string& requested) {

@@ -32,28 +32,9 @@
 #include "anatomy/kernels/backend.h"
 #include "anatomy/model/model.h"
 #include "anatomy/optim/optimizer.h"
+#include "anatomy/train/checkpoint_files.h"
 
 namespace anatomy {
-
-struct TrainerState {
-  int64_t global_step = 0;    // optimizer steps done (updates and fp16-skipped ones)
-  int64_t updates = 0;        // updates made: the schedule's position
-  int64_t micro_batches = 0;  // batches consumed: the data position and the dropout stream
-  double loss_scale = 1.0;    // fp16's dynamic loss scale
-  int64_t clean_steps = 0;    // fp16: steps since the scale last changed
-  int64_t skipped_steps = 0;  // fp16: updates skipped for non-finite gradients
-  // Settings the resumed run must share for its steps to be the same ones.
-  uint64_t seed = 0;
-  std::string optimizer;
-  int64_t per_device_train_batch_size = 0, gradient_accumulation_steps = 0, examples = 0;
-  bool shuffle = true, drop_last = false, group_by_length = false;
-  std::string precision;      // fp32, bf16 or fp16
-  // Data parallelism: the ranks of the run and its ZeRO stage (1-3: the
-  // optimizer states are sharded, one file per rank). micro_batches then
-  // counts the batches of each rank's shard (the same on every rank).
-  int64_t world_size = 1;
-  int64_t zero_stage = 0;
-};
 
 // The ranks of a data-parallel run, as its checkpoints see them.
 struct CheckpointRanks {
@@ -86,9 +67,6 @@ void save_checkpoint(const std::string& output_dir, const Model& model, Backend&
 // "latest": the checkpoint-N of output_dir with the largest N (an error when
 // there is none); anything else: that directory.
 std::string resolve_checkpoint(const std::string& spec, const std::string& output_dir);
-
-// The trainer state of a checkpoint directory (errors name the file).
-TrainerState read_trainer_state(const std::string& checkpoint_dir);
 
 // Loads the model's weights and the optimizer's states and steps from a
 // checkpoint written by save_checkpoint. `expected` holds this run's settings:
