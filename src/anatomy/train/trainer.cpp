@@ -18,6 +18,7 @@
 #include "anatomy/distributed/data_parallel.h"
 #include "anatomy/distributed/zero.h"
 #include "anatomy/distributed/zero_sharding.h"
+#include "anatomy/gpu/host_memory.h"
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/optim/optimizer.h"
 #include "anatomy/train/checkpointing.h"
@@ -665,7 +666,12 @@ void Trainer::record(Run& run, int64_t step, const Update& u, const std::functio
                         {"loss", record.loss},          {"mean_loss", record.mean_loss},
                         {"learning_rate", record.learning_rate}, {"grad_norm", record.grad_norm},
                         {"samples_per_second", record.samples_per_second},
-                        {"data_wait_seconds", run.loader->wait_seconds()}};  // so far in the run
+                        {"data_wait_seconds", run.loader->wait_seconds()},  // so far in the run
+                        // memory now, for growth over a long run: the ledger's live bytes and the pool's, the
+                        // process's resident set
+                        {"device_live_bytes", backend_.ledger().snapshot().live_total},
+                        {"device_reserved_bytes", backend_.ledger().snapshot().reserved},
+                        {"host_rss_bytes", gpu::process_rss_bytes()}};
     if (args_.fp16) {
       j["loss_scale"] = record.loss_scale;
       j["skipped_steps"] = record.skipped_steps;
