@@ -40,6 +40,7 @@
 #include "anatomy/cli/commands.h"
 #include "anatomy/core/error.h"
 #include "anatomy/data/tokenizer/tokenizer.h"
+#include "anatomy/data/text_dataset.h"
 #include "anatomy/data/tokenizer/tokenizer_config.h"
 #include "anatomy/data/wordpiece.h"
 #include "anatomy/io/files.h"
@@ -277,22 +278,18 @@ Command add_tokenize_command(CLI::App& app) {
     Texts texts;
     if (!f->tokenizer.empty()) {
       std::string path = f->tokenizer;
-      nlohmann::json document;
+      std::optional<TokenizerSettings> settings;
       if (io::is_directory(path)) {
         // A directory is read as AutoTokenizer reads it: tokenizer.json with what tokenizer_config.json changes.
         path += "/tokenizer.json";
         if (!io::path_exists(path)) fail("{}: no tokenizer.json in this directory", f->tokenizer);
-        document = data::tok::Tokenizer::read_document(path);
-        const std::string config_path = f->tokenizer + "/tokenizer_config.json";
-        if (io::path_exists(config_path)) {
-          const nlohmann::json config = io::parse_json(io::read_text_file(config_path), config_path);
-          if (!config.is_object()) fail("{}: expected a JSON object", config_path);
-          data::tok::apply_tokenizer_config(document, config, config_path);
-        }
-      } else {
-        document = data::tok::Tokenizer::read_document(path);
+        settings = read_tokenizer_settings(f->tokenizer);
       }
-      auto json = std::make_shared<const data::tok::Tokenizer>(document, path);
+      const bool configured = settings && !settings->config_file.empty();
+      auto json = std::make_shared<const data::tok::Tokenizer>(
+          data::tok::read_configured_tokenizer(path, configured ? &settings->config : nullptr,
+                                               configured ? settings->config_file : std::string()),
+          path);
       texts = read_texts(f->input);
       specials = f->add_special_tokens ? json->added_special_tokens(texts.any_pair) : 0;
       special_text = fmt::format("the {} special tokens that {} adds to {}", specials, path,

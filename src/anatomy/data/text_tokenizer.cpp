@@ -60,13 +60,8 @@ TextTokenizer TextTokenizer::load(const std::string& tokenizer_json, const std::
                                   const std::string& config_path) {
   if (!tokenizer_json.empty()) {
     TextTokenizer t;
-    if (tokenizer_config != nullptr && tokenizer_config->is_object()) {
-      nlohmann::json document = tok::Tokenizer::read_document(tokenizer_json);
-      tok::apply_tokenizer_config(document, *tokenizer_config, config_path);
-      t.json_ = std::make_shared<const tok::Tokenizer>(document, tokenizer_json);
-    } else {
-      t.json_ = std::make_shared<const tok::Tokenizer>(tok::Tokenizer::from_file(tokenizer_json));
-    }
+    t.json_ = std::make_shared<const tok::Tokenizer>(
+        tok::read_configured_tokenizer(tokenizer_json, tokenizer_config, config_path), tokenizer_json);
     t.file_ = tokenizer_json;
     return t;
   }

@@ -662,6 +662,7 @@ void Trainer::record(Run& run, int64_t step, const Update& u, const std::functio
                        u.loss_scale,
                        result.skipped_steps};
   if (run.log.is_open()) {
+    const LedgerSnapshot memory = backend_.ledger().snapshot();
     nlohmann::json j = {{"step", record.step},          {"epoch", record.epoch},
                         {"loss", record.loss},          {"mean_loss", record.mean_loss},
                         {"learning_rate", record.learning_rate}, {"grad_norm", record.grad_norm},
@@ -669,8 +670,8 @@ void Trainer::record(Run& run, int64_t step, const Update& u, const std::functio
                         {"data_wait_seconds", run.loader->wait_seconds()},  // so far in the run
                         // memory now, for growth over a long run: the ledger's live bytes and the pool's, the
                         // process's resident set
-                        {"device_live_bytes", backend_.ledger().snapshot().live_total},
-                        {"device_reserved_bytes", backend_.ledger().snapshot().reserved},
+                        {"device_live_bytes", memory.live_total},
+                        {"device_reserved_bytes", memory.reserved},
                         {"host_rss_bytes", gpu::process_rss_bytes()}};
     if (args_.fp16) {
       j["loss_scale"] = record.loss_scale;

@@ -8,6 +8,7 @@
 
 #include "anatomy/core/error.h"
 #include "anatomy/data/tokenizer/json_fields.h"
+#include "anatomy/data/tokenizer/tokenizer.h"
 
 namespace anatomy::data::tok {
 
@@ -141,6 +142,13 @@ void apply_tokenizer_config(nlohmann::json& tokenizer, const nlohmann::json& con
     padding["pad_id"] = id;
     padding["pad_token"] = *pad;
   }
+}
+
+nlohmann::json read_configured_tokenizer(const std::string& path, const nlohmann::json* config,
+                                         const std::string& config_path) {
+  nlohmann::json document = Tokenizer::read_document(path);
+  if (config != nullptr && config->is_object()) apply_tokenizer_config(document, *config, config_path);
+  return document;
 }
 
 }  // namespace anatomy::data::tok

@@ -34,5 +34,8 @@ namespace anatomy::data::tok {
 // Rewrites `tokenizer` (a tokenizer.json document) as `config` (tokenizer_config.json's object) asks; a special
 // token the vocabulary lacks, or a key of the wrong type, is one error naming `config_path` and the key.
 void apply_tokenizer_config(nlohmann::json& tokenizer, const nlohmann::json& config, const std::string& config_path);
+// The tokenizer.json at `path` (Tokenizer::read_document), rebuilt as `config` asks when it is an object.
+nlohmann::json read_configured_tokenizer(const std::string& path, const nlohmann::json* config,
+                                         const std::string& config_path);
 
 }  // namespace anatomy::data::tok
