@@ -62,6 +62,12 @@ MODELS = {
     "distilbert-base-uncased": ("distilbert", dict(), (6, 768, 3072)),
     "modernbert-large": ("modernbert", dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16,
                                             intermediate_size=2624), (28, 1024, 2624)),
+    "deberta-v3-large": ("deberta-v2", dict(vocab_size=128100, hidden_size=1024, num_hidden_layers=24,
+                                            num_attention_heads=16, intermediate_size=4096, relative_attention=True,
+                                            position_buckets=256, norm_rel_ebd="layer_norm", share_att_key=True,
+                                            pos_att_type="p2c|c2p", max_relative_positions=-1,
+                                            position_biased_input=False, type_vocab_size=0, pooler_hidden_size=1024,
+                                            layer_norm_eps=1e-7), (24, 1024, 4096)),
 }
 CONFIGS = {
     # name: (anatomy flags, HF TrainingArguments overrides, HF attention, samples, batch[, model])
@@ -77,6 +83,8 @@ CONFIGS = {
     "roberta-large-bf16-b32": (["--bf16", "--tf32"], BF16, "sdpa", 4096, 32, "roberta-large"),
     "electra-large-bf16-b32": (["--bf16", "--tf32"], BF16, "sdpa", 4096, 32, "electra-large-discriminator"),
     "distilbert-base-bf16-b64": (["--bf16", "--tf32"], BF16, "sdpa", 8192, 64, "distilbert-base-uncased"),
+    # transformers' DeBERTa-v2 has only its eager attention (no SDPA)
+    "deberta-v3-large-bf16-b16": (["--bf16", "--tf32"], BF16, "eager", 2048, 16, "deberta-v3-large"),
     # ModernBERT at long sequences: (..., model, sequence length)
     "modernbert-large-bf16-s1024": (["--bf16", "--tf32"], BF16, "sdpa", 512, 8, "modernbert-large", 1024),
     "modernbert-large-bf16-s8192": (["--bf16", "--tf32"], BF16, "sdpa", 32, 1, "modernbert-large", 8192),

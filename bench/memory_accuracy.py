@@ -32,7 +32,8 @@ from gpu_memory import PeakMemory
 MODELS = {"base": "bert-base-uncased", "large": "bert-large-uncased", "roberta": "roberta-large",
           "electra": "electra-large-discriminator", "distilbert": "distilbert-base-uncased",
           "electra_small": "electra-small-discriminator", "xlmr": "xlm-roberta-base",
-          "modernbert": "modernbert-base", "modernbert_large": "modernbert-large"}
+          "modernbert": "modernbert-base", "modernbert_large": "modernbert-large", "deberta": "deberta-v3-large",
+          "deberta_base": "deberta-v3-base"}
 PRECISIONS = {"fp32": [], "bf16": ["--bf16"], "fp16": ["--fp16"]}
 
 

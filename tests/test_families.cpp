@@ -54,6 +54,10 @@ TEST(Families, PresetsHaveHuggingFacesParameterCounts) {
       {"distilbert-base-cased", 65'783'042},
       {"modernbert-base", 149'606'402},
       {"modernbert-large", 395'833'346},
+      {"deberta-v3-xsmall", 70'830'722},
+      {"deberta-v3-small", 141'896'450},
+      {"deberta-v3-base", 184'423'682},
+      {"deberta-v3-large", 435'063'810},
   };
   for (const auto& [name, count] : counts) {
     const std::optional<ModelConfig> c = model_preset(name);
@@ -116,6 +120,60 @@ TEST(Families, DefaultsAreTheConfigClasses) {
   EXPECT_DOUBLE_EQ(distil.layer_norm_eps, 1e-12);
 }
 
+// DeBERTa-v3's config.json: what the checkpoints use is read; every other
+// computation DebertaV2Config can ask for is refused by name, before any allocation.
+TEST(Families, DebertaReadsV3AndRefusesTheRest) {
+  const std::string v3 = R"("model_type": "deberta-v2", "hidden_size": 64, "num_attention_heads": 4,
+      "num_hidden_layers": 1, "intermediate_size": 96, "relative_attention": true, "position_buckets": 256,
+      "norm_rel_ebd": "layer_norm", "share_att_key": true, "pos_att_type": "p2c|c2p", "position_biased_input": false,
+      "max_relative_positions": -1)";
+  const ModelConfig c = parse_model_config("{" + v3 + "}", "m/config.json");
+  EXPECT_EQ(c.relative.span, 256);
+  EXPECT_EQ(c.relative.rows(), 512);
+  EXPECT_EQ(c.relative.max_position, 512);  // max_position_embeddings when unset
+  EXPECT_TRUE(c.relative.c2p && c.relative.p2c && c.relative.layer_norm);
+  EXPECT_EQ(c.type_vocab_size, 0);
+  EXPECT_DOUBLE_EQ(c.layer_norm_eps, 1e-7);
+  // make_log_bucket_position (transformers): exact within ±127, then logarithmic to ±255 at 511 and beyond.
+  EXPECT_EQ(c.relative.index(0), 256);
+  EXPECT_EQ(c.relative.index(-127), 129);
+  EXPECT_EQ(c.relative.index(200), 256 + 169);
+  EXPECT_EQ(c.relative.index(511), 511);
+  EXPECT_EQ(c.relative.index(-8000), 0);
+  const auto refused = [&](const std::string& extra) {
+    return error_of([&] { parse_model_config("{" + v3 + ", " + extra + "}", "m/config.json"); });
+  };
+  EXPECT_EQ(refused(R"("relative_attention": false)"),
+            "m/config.json: relative_attention false is not supported (DeBERTa's disentangled attention only)");
+  EXPECT_EQ(refused(R"("position_biased_input": true)"),
+            "m/config.json: position_biased_input true is not supported (absolute position embeddings in DeBERTa)");
+  EXPECT_EQ(refused(R"("share_att_key": false)"),
+            "m/config.json: share_att_key false is not supported (separate pos_key_proj/pos_query_proj)");
+  EXPECT_EQ(refused(R"("conv_kernel_size": 3)"),
+            "m/config.json: conv_kernel_size 3 is not supported (DeBERTa's convolution layer)");
+  EXPECT_EQ(refused(R"("pos_att_type": ["c2p", "p2p"])"),
+            "m/config.json: pos_att_type \"p2p\" is not supported (c2p, p2c)");
+  EXPECT_EQ(refused(R"("norm_rel_ebd": "layer_norm|batch_norm")"),
+            "m/config.json: norm_rel_ebd \"batch_norm\" is not supported (layer_norm, none)");
+  EXPECT_EQ(refused(R"("embedding_size": 32)"),
+            "m/config.json: embedding_size 32 is not supported (only hidden_size, 64: no embed_proj)");
+  EXPECT_EQ(refused(R"("pooler_hidden_act": "tanh")"),
+            "m/config.json: pooler_hidden_act \"tanh\" is not supported (only \"gelu\")");
+  // The heads transformers has and the engine does not serve yet are refused by name.
+  auto cpu = make_cpu_backend(1);
+  EXPECT_EQ(error_of([&] { make_model(*cpu, c, DType::F32, kMaskedLm); }),
+            "model_type \"deberta-v2\" has no masked-lm head (it has: sequence-classification, "
+            "token-classification, question-answering)");
+  // A saved config reads back the same relative attention.
+  const ModelConfig again = parse_model_config(model_config_to_json(c).dump(), "saved/config.json");
+  EXPECT_EQ(again.relative.span, c.relative.span);
+  EXPECT_EQ(again.relative.buckets, c.relative.buckets);
+  EXPECT_EQ(again.relative.max_position, c.relative.max_position);
+  EXPECT_EQ(again.relative.layer_norm, c.relative.layer_norm);
+  EXPECT_EQ(again.relative.c2p, c.relative.c2p);
+  EXPECT_EQ(again.relative.p2c, c.relative.p2c);
+}
+
 TEST(Families, WhatIsNotImplementedIsRefusedNamingTheField) {
   EXPECT_EQ(error_of([] {
               parse_model_config(R"({"model_type": "roberta", "position_embedding_type": "relative_key"})",
@@ -161,7 +219,7 @@ TEST(Families, WhatIsNotImplementedIsRefusedNamingTheField) {
                                      "num_hidden_layers": 65536})", "m/config.json");
             }),
             "m/config.json: the sizes make about 1.15e+18 parameters, more than any device holds");
-  for (const char* type : {"deberta-v2", "gpt2"})
+  for (const char* type : {"gpt2", "bart"})
     EXPECT_NE(error_of([&] { parse_model_config(nlohmann::json{{"model_type", type}}.dump(), "m/config.json"); })
                   .find(std::string("model_type \"") + type + "\" is not supported"),
               std::string::npos);
@@ -264,7 +322,8 @@ TEST_P(FamilyTechniques, EveryTechniqueRuns) {
 INSTANTIATE_TEST_SUITE_P(Families, FamilyTechniques,
                          ::testing::Values("roberta-tiny-padded", "electra-tiny-padded", "distilbert-tiny-multilabel",
                                            "modernbert-tiny-padded", "bert-tiny-token", "roberta-tiny-token",
-                                           "distilbert-tiny-token", "bert-tiny-qa", "distilbert-tiny-qa"),
+                                           "distilbert-tiny-token", "bert-tiny-qa", "distilbert-tiny-qa", "deberta-tiny-padded",
+                                           "deberta-tiny-token"),
                          [](const auto& info) { return test::test_name(info.param); });
 
 }  // namespace

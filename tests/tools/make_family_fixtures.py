@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """make_family_fixtures.py: reference fixtures for the model families other than BERT (RoBERTa,
-XLM-RoBERTa, ELECTRA, DistilBERT, ModernBERT) and for the token classification and question answering
+XLM-RoBERTa, ELECTRA, DistilBERT, ModernBERT, DeBERTa-v3) and for the token classification and question answering
 heads and the masked-LM heads, made with Hugging Face transformers in the format of
 tests/fixtures/bert-tiny-cls (tests/fixtures/README.md): tiny random configurations, dropout 0,
 float32 weights saved with save_pretrained, the reference computed in float64 on the CPU — logits,
@@ -17,7 +17,8 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import (BertConfig, BertForMaskedLM, BertForMultipleChoice, DistilBertForMultipleChoice,
+from transformers import (DebertaV2Config, DebertaV2ForSequenceClassification, DebertaV2ForTokenClassification,
+                          BertConfig, BertForMaskedLM, BertForMultipleChoice, DistilBertForMultipleChoice,
                           RobertaForMultipleChoice, BertForQuestionAnswering, DistilBertForMaskedLM,
                           ElectraForMaskedLM, RobertaForMaskedLM, BertForTokenClassification, DistilBertConfig,
                           DistilBertForQuestionAnswering, DistilBertForSequenceClassification,
@@ -66,6 +67,31 @@ CASES = {
                                           norm_bias=True, attention_bias=True, mlp_bias=True, classifier_bias=True,
                                           hidden_activation="gelu_pytorch_tanh", global_rope_theta=50000.0,
                                           local_rope_theta=5000.0, num_labels=4), 2, 18, "single", 0),
+    # DeBERTa-v3 (deberta-v2): disentangled attention with both terms over log buckets (8 buckets, distances
+    # past ±4 grow logarithmically to 16, and the 20 tokens reach past it into the clamp), the relative
+    # embeddings LayerNorm'd, no position table, no token types.
+    "deberta-tiny-padded": (DebertaV2Config, DebertaV2ForSequenceClassification,
+                            dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=96,
+                                 vocab_size=300, max_position_embeddings=32, relative_attention=True,
+                                 position_buckets=8, max_relative_positions=16, pos_att_type="p2c|c2p",
+                                 norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False,
+                                 type_vocab_size=0, pooler_hidden_size=64, pooler_dropout=0.0, num_labels=3,
+                                 **NO_DROPOUT), 3, 20, "single", 0),
+    # content-to-position only, plain distances clamped at ±6, the table not normalised, token types, regression.
+    "deberta-c2p-regression": (DebertaV2Config, DebertaV2ForSequenceClassification,
+                               dict(hidden_size=48, num_attention_heads=2, num_hidden_layers=2, intermediate_size=80,
+                                    vocab_size=250, max_position_embeddings=24, relative_attention=True,
+                                    position_buckets=-1, max_relative_positions=6, pos_att_type=["c2p"],
+                                    norm_rel_ebd="none", share_att_key=True, position_biased_input=False,
+                                    type_vocab_size=2, pooler_hidden_size=48, num_labels=1, hidden_act="gelu_new",
+                                    **NO_DROPOUT), 2, 14, "regression", 2),
+    "deberta-tiny-token": (DebertaV2Config, DebertaV2ForTokenClassification,
+                           dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=96,
+                                vocab_size=300, max_position_embeddings=32, relative_attention=True,
+                                position_buckets=8, max_relative_positions=16, pos_att_type="p2c|c2p",
+                                norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False,
+                                type_vocab_size=0, pooler_hidden_size=64, num_labels=5, **NO_DROPOUT),
+                           2, 18, "token", 0),
     # Token classification (*ForTokenClassification): a label per token, -100 on padding and on some real tokens
     # (the word pieces after a word's first, as run_ner labels them).
     "bert-tiny-token": (BertConfig, BertForTokenClassification,

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <type_traits>
 #include <utility>
@@ -373,6 +374,17 @@ void Backend::select_row_backward(const Tensor& dout, int64_t row, const Tensor&
       [&] { do_select_row_backward(dout, row, dx); });
 }
 
+void Backend::mask_rows(const Tensor& x, const Tensor& mask) {
+  ANATOMY_CHECK(x.rank() == 3 && mask.dtype() == DType::I64 && mask.numel() == x.dim(0) * x.dim(1),
+                "mask_rows: {} must be [B, L, H] and {} int64 [B, L]", x.name(), mask.name());
+  run_op(
+      [&] {
+        return OpInfo{"mask_rows", operand_name(x.name()), OpClass::Elementwise, numel_of(x),
+                      2.0 * bytes_of(x) + bytes_of(mask)};
+      },
+      [&] { do_mask_rows(x, mask); });
+}
+
 // Attention FLOPs: scores Q·Kᵀ and context P·V, 2·B·heads·L²·d each. Backward
 // computes dV, dP, dQ and dK (four more) and, when the forward kept no
 // probabilities, recomputes the scores (a fifth).
@@ -465,6 +477,68 @@ void Backend::attention_window_backward(const Tensor& dctx, const Tensor& q, con
                           bytes_of(dk) + bytes_of(dv)};
       },
       [&] { do_attention_window_backward(dctx, q, k, v, probs, heads, scale, dropout, dq, dk, dv); });
+}
+// DeBERTa's attention: the plain attention's four products per head, and the
+// content-to-position and position-to-content products of each term it has
+// (2·B·L·P·H each forward, three times that backward).
+void Backend::attention_relative_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_q,
+                                         const Tensor& pos_k, const Tensor& rel_index, const Tensor& rel_ranges,
+                                         const Tensor& key_mask, int64_t heads, double scale,
+                                         const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) {
+  ANATOMY_CHECK(q.rank() == 3 && heads > 0 && q.dim(2) % heads == 0 && k.shape() == q.shape() &&
+                    v.shape() == q.shape() && ctx.shape() == q.shape(),
+                "attention_relative_forward: q, k, v, ctx must be [B, L, heads*d] alike");
+  ANATOMY_CHECK(probs.dtype() == DType::F32 && probs.numel() == q.dim(0) * heads * q.dim(1) * q.dim(1),
+                "attention_relative_forward: {} must be float32 [B, heads, L, L]", probs.name());
+  ANATOMY_CHECK(rel_index.dtype() == DType::I64 && rel_index.numel() == std::max<int64_t>(2 * q.dim(1) - 1, 0) &&
+                    rel_ranges.dtype() == DType::I64 && rel_ranges.rank() == 2 && rel_ranges.dim(1) == 2,
+                "attention_relative_forward: relative position tables of the wrong shape");
+  for (const Tensor* pos : {&pos_q, &pos_k})
+    ANATOMY_CHECK(!pos->defined() || (pos->rank() == 2 && pos->dim(0) == rel_ranges.dim(0) &&
+                                      pos->dim(1) == q.dim(2) && pos->dtype() == q.dtype()),
+                  "attention_relative_forward: {} must be [P, heads*d] in q's dtype", pos->name());
+  run_op(
+      [&] {
+        const double B = static_cast<double>(q.dim(0)), L = static_cast<double>(q.dim(1)),
+                     hd = static_cast<double>(q.dim(2)), P = static_cast<double>(rel_ranges.dim(0));
+        const double terms = (pos_q.defined() ? 1.0 : 0.0) + (pos_k.defined() ? 1.0 : 0.0);
+        return OpInfo{"attention_forward", "attention", OpClass::Contraction,
+                      4.0 * B * L * L * hd + terms * 2.0 * B * L * P * hd,
+                      bytes_of(q) + bytes_of(k) + bytes_of(v) + bytes_of(pos_q) + bytes_of(pos_k) +
+                          bytes_of(key_mask) + bytes_of(probs) + bytes_of(ctx)};
+      },
+      [&] {
+        do_attention_relative_forward(q, k, v, pos_q, pos_k, rel_index, rel_ranges, key_mask, heads, scale, dropout,
+                                      probs, ctx);
+      });
+}
+void Backend::attention_relative_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& pos_q, const Tensor& pos_k, const Tensor& rel_index,
+                                          const Tensor& rel_ranges, const Tensor& probs, int64_t heads, double scale,
+                                          const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,
+                                          const Tensor& dv, const Tensor& dpos_q, const Tensor& dpos_k) {
+  ANATOMY_CHECK(dq.shape() == q.shape() && dk.shape() == q.shape() && dv.shape() == q.shape() &&
+                    dctx.shape() == q.shape() && probs.dtype() == DType::F32,
+                "attention_relative_backward: gradients must be shaped as q, probabilities float32");
+  ANATOMY_CHECK(pos_q.defined() == dpos_q.defined() && pos_k.defined() == dpos_k.defined() &&
+                    (!dpos_q.defined() || dpos_q.shape() == pos_q.shape()) &&
+                    (!dpos_k.defined() || dpos_k.shape() == pos_k.shape()),
+                "attention_relative_backward: position gradients must be shaped as pos_q and pos_k");
+  run_op(
+      [&] {
+        const double B = static_cast<double>(q.dim(0)), L = static_cast<double>(q.dim(1)),
+                     hd = static_cast<double>(q.dim(2)), P = static_cast<double>(rel_ranges.dim(0));
+        const double terms = (pos_q.defined() ? 1.0 : 0.0) + (pos_k.defined() ? 1.0 : 0.0);
+        return OpInfo{"attention_backward", "attention", OpClass::Contraction,
+                      8.0 * B * L * L * hd + terms * 4.0 * B * L * P * hd,
+                      bytes_of(dctx) + bytes_of(q) + bytes_of(k) + bytes_of(v) + bytes_of(pos_q) + bytes_of(pos_k) +
+                          bytes_of(probs) + bytes_of(dq) + bytes_of(dk) + bytes_of(dv) + bytes_of(dpos_q) +
+                          bytes_of(dpos_k)};
+      },
+      [&] {
+        do_attention_relative_backward(dctx, q, k, v, pos_q, pos_k, rel_index, rel_ranges, probs, heads, scale,
+                                       dropout, dq, dk, dv, dpos_q, dpos_k);
+      });
 }
 void Backend::rotary(const Tensor& x, int64_t heads, double theta, bool inverse) {
   ANATOMY_CHECK(x.rank() == 3 && heads > 0 && x.dim(2) % heads == 0 && (x.dim(2) / heads) % 2 == 0 && theta > 0.0,
@@ -709,7 +783,7 @@ void Backend::embeddings_layernorm_forward_unfused(
                 "embeddings_layernorm_forward: {} must be float32 like {}, and {} the same size", work.name(),
                 sum.name(), out.name());
   embedding_forward(ids, word, sum, false);
-  embedding_forward(positions, position, sum, true);
+  if (position.defined()) embedding_forward(positions, position, sum, true);  // DeBERTa has no position table
   if (token_type.defined()) embedding_forward(token_types, token_type, sum, true);
   layernorm_forward(sum, gamma, beta, eps, work, mean, rstd);
   dropout(work, work, dropout_spec);

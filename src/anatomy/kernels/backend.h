@@ -209,7 +209,7 @@ class Backend {
   // The embeddings block, forward: sum = word[ids] + position[positions] +
   // token_type[token_types] (float32 tables, added in that order, as three
   // embedding_forward calls; token_type undefined: a model without token
-  // types, two tables), y = LayerNorm(sum) (saves mean and rstd),
+  // types, two tables; position undefined: a model without a position table), y = LayerNorm(sum) (saves mean and rstd),
   // out = dropout(y) rounded once to out's dtype. `work` is float32 like sum:
   // where y is kept before the dropout and the rounding (out itself when out
   // is float32). The default runs those ops; a backend may fuse them (and then
@@ -270,6 +270,9 @@ class Backend {
   void select_row(const Tensor& x, int64_t row, const Tensor& out);
   // dx[b, row, :] += dout[b, :].
   void select_row_backward(const Tensor& dout, int64_t row, const Tensor& dx);
+  // x[b, l, :] = 0 where mask[b, l] == 0 (x [B, L, H] of any floating dtype,
+  // mask int64 [B, L]): DeBERTa's embeddings times the attention mask, and its backward.
+  void mask_rows(const Tensor& x, const Tensor& mask);
 
   // --- attention ---
   // Multi-head scaled dot-product attention. q, k, v, ctx: [B, L, heads*d] with
@@ -327,6 +330,29 @@ class Backend {
   void attention_window_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
                                  const Tensor& dq, const Tensor& dk, const Tensor& dv);
+
+  // DeBERTa's disentangled attention (relative positions). The score of query
+  // i and key j in head h is
+  //   scale · (q_i·k_j + q_i·pos_k[r] + k_j·pos_q[r]),  r = rel_index[i − j + L − 1]
+  // (content-to-position through pos_k, position-to-content through pos_q;
+  // an undefined one leaves its term out). pos_q, pos_k: [P, heads·d] in q's
+  // dtype, the relative embeddings through the layer's query and key
+  // projections, shared by the batch. rel_index: int64 [2L − 1], each in
+  // [0, P); rel_ranges: int64 [P, 2], the first and last distance i − j whose
+  // index is r (first > last: none), which the backward sums over. The key
+  // mask, the dropout, `probs` (always materialised) and ctx are
+  // attention_window_forward's.
+  void attention_relative_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_q,
+                                  const Tensor& pos_k, const Tensor& rel_index, const Tensor& rel_ranges,
+                                  const Tensor& key_mask, int64_t heads, double scale, const DropoutSpec& dropout,
+                                  const Tensor& probs, const Tensor& ctx);
+  // Its backward from the saved probabilities: dq, dk, dv written; dpos_q and
+  // dpos_k (shaped as pos_q and pos_k, summed over the batch) written where defined.
+  void attention_relative_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& pos_q, const Tensor& pos_k, const Tensor& rel_index,
+                                   const Tensor& rel_ranges, const Tensor& probs, int64_t heads, double scale,
+                                   const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                   const Tensor& dpos_q, const Tensor& dpos_k);
 
   // Rotary position embedding, in place on x [B, L, heads·d] (queries or keys),
   // positions 0 .. L−1: in each head, element i < d/2 and element i + d/2 of
@@ -506,6 +532,7 @@ class Backend {
   virtual void do_dropout(const Tensor& x, const Tensor& y, const DropoutSpec& spec) = 0;
   virtual void do_select_row(const Tensor& x, int64_t row, const Tensor& out) = 0;
   virtual void do_select_row_backward(const Tensor& dout, int64_t row, const Tensor& dx) = 0;
+  virtual void do_mask_rows(const Tensor& x, const Tensor& mask) = 0;
   virtual void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                     int64_t heads, double scale, const DropoutSpec& dropout, const Tensor& saved,
                                     const Tensor& ctx) = 0;
@@ -527,6 +554,16 @@ class Backend {
                                             const Tensor& probs, int64_t heads, double scale,
                                             const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,
                                             const Tensor& dv) = 0;
+  virtual void do_attention_relative_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_q,
+                                             const Tensor& pos_k, const Tensor& rel_index, const Tensor& rel_ranges,
+                                             const Tensor& key_mask, int64_t heads, double scale,
+                                             const DropoutSpec& dropout, const Tensor& probs, const Tensor& ctx) = 0;
+  virtual void do_attention_relative_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const Tensor& pos_q, const Tensor& pos_k, const Tensor& rel_index,
+                                              const Tensor& rel_ranges, const Tensor& probs, int64_t heads,
+                                              double scale, const DropoutSpec& dropout, const Tensor& dq,
+                                              const Tensor& dk, const Tensor& dv, const Tensor& dpos_q,
+                                              const Tensor& dpos_k) = 0;
   virtual void do_rotary(const Tensor& x, int64_t heads, double theta, bool inverse) = 0;
   virtual void do_gated_activation_forward(ActivationKind kind, const Tensor& u, const Tensor& y) = 0;
   virtual void do_gated_activation_backward(ActivationKind kind, const Tensor& u, const Tensor& dy,

@@ -75,6 +75,16 @@ constexpr size_t attention_scratch_bytes(int64_t B, int64_t heads, int64_t L) {
   return static_cast<size_t>(B * heads * L * L) * sizeof(float);
 }
 
+// DeBERTa's relative attention (attention.cu): the materialised attention's
+// buffer, then the content-to-position and position-to-content products
+// (forward) or their gradients (backward), [heads, B, L, P] floats each, each
+// part starting 256-byte aligned.
+constexpr size_t relative_attention_part_bytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
+constexpr size_t relative_attention_scratch_bytes(int64_t B, int64_t heads, int64_t L, int64_t P) {
+  return relative_attention_part_bytes(attention_scratch_bytes(B, heads, L)) +
+         2 * relative_attention_part_bytes(static_cast<size_t>(B * heads * L * P) * sizeof(float));
+}
+
 // The 16-bit flash backward (flash_attention.cu): query rows per tile, the
 // shared memory a block may have on sm_90, keys per tile, and the splits of
 // the key tiles (about two blocks per SM of a 132-SM GPU, at most one per key
@@ -314,6 +324,9 @@ inline constexpr const char* kInterleavedTemporaries[] = {"dq", "dk", "dv"};
 // freed together): the forward's ctx (empty), q, k, v (casts); the
 // backward's dq, dk, dv (empty), dctx, q, k, v (casts).
 inline constexpr const char* kForwardFloat32Copies[] = {"ctx_f32", "q_f32", "k_f32", "v_f32"};
+// DeBERTa's relative attention in 16 bits: its position operands and their
+// gradients as float32 copies, made after the others.
+inline constexpr const char* kRelativeFloat32Copies[] = {"pos_q_f32", "pos_k_f32", "dpos_q_f32", "dpos_k_f32"};
 inline constexpr const char* kBackwardFloat32Copies[] = {"dq_f32", "dk_f32", "dv_f32", "dctx_f32",
                                                          "q_f32",  "k_f32",  "v_f32"};
 

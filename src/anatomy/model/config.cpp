@@ -2,6 +2,8 @@
 // picks the family (model/registry.h), whose parser reads the fields.
 #include "anatomy/model/config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -67,6 +69,23 @@ ModelConfig load_model_config(const std::string& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   return parse_model_config(buffer.str(), path);
+}
+
+int64_t RelativePositions::index(int64_t d) const {
+  int64_t bucket = d;
+  if (buckets > 0 && max_position > 0) {
+    // make_log_bucket_position: distances within ±mid stay, farther ones grow logarithmically to max_position.
+    const int64_t mid = buckets / 2;
+    const int64_t magnitude = (d < mid && d > -mid) ? mid - 1 : (d < 0 ? -d : d);
+    if (magnitude > mid) {
+      const double log_pos = std::ceil(std::log(static_cast<double>(magnitude) / static_cast<double>(mid)) /
+                                       std::log(static_cast<double>(max_position - 1) / static_cast<double>(mid)) *
+                                       static_cast<double>(mid - 1)) +
+                             static_cast<double>(mid);
+      bucket = static_cast<int64_t>(log_pos) * (d > 0 ? 1 : -1);
+    }
+  }
+  return std::clamp<int64_t>(bucket + span, 0, 2 * span - 1);
 }
 
 void validate_model_config(const ModelConfig& c, const std::string& source) {

@@ -22,6 +22,23 @@ enum class PositionIds { Sequential, PastPadding };
 
 // The fields every encoder family has, under BERT's names; a family's parser
 // maps its own config.json keys onto them.
+// DeBERTa's relative positions (model/deberta/): the relative embeddings'
+// 2·span rows, the distance i − j of query i and key j bucketed as
+// make_log_bucket_position does (buckets > 0; the distance itself otherwise)
+// and clamped to [0, 2·span) past span; which disentangled terms the
+// attention has; whether the table is LayerNorm'd (norm_rel_ebd).
+struct RelativePositions {
+  int64_t span = 0;          // 0: no relative attention
+  int64_t buckets = 0;       // position_buckets (0: none)
+  int64_t max_position = 0;  // max_relative_positions (max_position_embeddings when unset)
+  bool c2p = false, p2c = false;
+  bool layer_norm = false;
+  bool enabled() const { return span > 0; }
+  int64_t rows() const { return 2 * span; }
+  // The index of distance d (query − key) into the table.
+  int64_t index(int64_t d) const;
+};
+
 struct ModelConfig {
   std::string model_type = "bert";  // config.json's model_type: the family (model/registry.h)
   int64_t vocab_size = 30522;
@@ -39,6 +56,7 @@ struct ModelConfig {
   // encoder when it differs (0: hidden_size).
   int64_t embedding_size = 0;
   PositionIds position_ids = PositionIds::Sequential;
+  RelativePositions relative;  // DeBERTa's; disabled elsewhere
   double initializer_range = 0.02;
   double layer_norm_eps = 1e-12;
   int64_t pad_token_id = 0;

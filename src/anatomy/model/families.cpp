@@ -5,6 +5,7 @@
 // Adding a family adds its entry here (docs/DESIGN.md: "Adding a model family").
 #include "anatomy/core/error.h"
 #include "anatomy/model/bert/bert_config.h"
+#include "anatomy/model/deberta/deberta.h"
 #include "anatomy/model/distilbert/distilbert.h"
 #include "anatomy/model/electra/electra.h"
 #include "anatomy/model/modernbert/modernbert_config.h"
@@ -25,6 +26,7 @@ const std::vector<ModelFamily>& model_families() {
        [](const std::string&) { return std::optional<ModelConfig>(); }, [] { return std::vector<std::string>(); }},
       {"electra", parse_electra_config, electra_config_to_json, electra_preset, electra_preset_names},
       {"distilbert", parse_distilbert_config, distilbert_config_to_json, distilbert_preset, distilbert_preset_names},
+      {"deberta-v2", parse_deberta_config, deberta_config_to_json, deberta_preset, deberta_preset_names},
       {"modernbert", parse_modernbert_config, modernbert_config_to_json, modernbert_preset, modernbert_preset_names},
   };
   return families;

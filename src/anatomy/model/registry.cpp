@@ -7,6 +7,7 @@
 #include "anatomy/model/bert/bert_config.h"
 #include "anatomy/model/bert/bert_inference.h"
 #include "anatomy/model/bert/bert_parameters.h"
+#include "anatomy/model/deberta/deberta.h"
 #include "anatomy/model/distilbert/distilbert.h"
 #include "anatomy/model/electra/electra.h"
 #include "anatomy/model/modernbert/modernbert.h"
@@ -28,7 +29,8 @@ std::string joined(const std::vector<std::string>& names) {
 // model's forward on padded batches.
 ModelArchitecture bert_style(const BertLayout& family, const std::string& task) {
   const BertLayout& layout = bert_task_layout(family, task);
-  if (layout.masked_lm())
+  // DeBERTa's relative attention has no packed kernels either.
+  if (layout.masked_lm() || layout.relative_attention)
     return {layout.architecture, layout.model_type, task,
             [&layout](const ModelConfig& config) { return bert_parameter_specs(config, layout); },
             [&layout](Backend& backend, const ModelConfig& config, DType compute) -> std::unique_ptr<Model> {
@@ -57,18 +59,21 @@ const std::vector<ModelArchitecture>& model_architectures() {
       bert_style(roberta_layout("camembert"), kSequenceClassification),
       bert_style(electra_layout(), kSequenceClassification),
       bert_style(distilbert_layout(), kSequenceClassification),
+      bert_style(deberta_layout(), kSequenceClassification),
       bert_style(bert_layout(), kTokenClassification),
       bert_style(roberta_layout("roberta"), kTokenClassification),
       bert_style(roberta_layout("xlm-roberta"), kTokenClassification),
       bert_style(roberta_layout("camembert"), kTokenClassification),
       bert_style(electra_layout(), kTokenClassification),
       bert_style(distilbert_layout(), kTokenClassification),
+      bert_style(deberta_layout(), kTokenClassification),
       bert_style(bert_layout(), kQuestionAnswering),
       bert_style(roberta_layout("roberta"), kQuestionAnswering),
       bert_style(roberta_layout("xlm-roberta"), kQuestionAnswering),
       bert_style(roberta_layout("camembert"), kQuestionAnswering),
       bert_style(electra_layout(), kQuestionAnswering),
       bert_style(distilbert_layout(), kQuestionAnswering),
+      bert_style(deberta_layout(), kQuestionAnswering),
       bert_style(bert_layout(), kMaskedLm),
       bert_style(roberta_layout("roberta"), kMaskedLm),
       bert_style(roberta_layout("xlm-roberta"), kMaskedLm),

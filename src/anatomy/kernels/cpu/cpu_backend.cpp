@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "anatomy/core/random.h"
@@ -338,13 +339,24 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void do_mask_rows(const Tensor& x, const Tensor& mask) override {
+    expect_f32(x, "mask_rows");
+    const int64_t rows = x.dim(0) * x.dim(1), H = x.dim(2);
+    for (int64_t r = 0; r < rows; ++r)
+      if (mask.data<int64_t>()[r] == 0) std::fill(x.data<float>() + r * H, x.data<float>() + (r + 1) * H, 0.0f);
+  }
+
   bool attention_saves_probabilities(DType, int64_t) const override { return true; }
 
   // Attention with its probabilities kept: query i attends to the keys the
   // mask keeps, within `window` of it (a negative window: every key).
+  // `add_scores(b, h, p)`, when given, adds to head h of batch entry b's
+  // [L, L] scores before the softmax.
+  using ScoreTerms = std::function<void(int64_t b, int64_t h, float* scores)>;
   void attention_forward_into(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                               int64_t heads, double scale, int64_t window, const DropoutSpec& dropout,
-                              const Tensor& probs, const Tensor& ctx) {
+                              const Tensor& probs, const Tensor& ctx, const ScoreTerms& add_scores = nullptr,
+                              bool mask_queries = false) {
     const int64_t B = q.dim(0), L = q.dim(1), H = q.dim(2), D = H / heads;
     ANATOMY_CHECK(probs.numel() == B * heads * L * L, "attention_forward: {} has the wrong size", probs.name());
     const int64_t* mask = key_mask.defined() ? key_mask.data<int64_t>() : nullptr;
@@ -358,7 +370,13 @@ class CpuBackend final : public Backend {
         float* p = probs.data<float>() + (b * heads + h) * L * L;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, D, static_cast<float>(scale), qh, H, kh, H, 0.0f,
                     p, L);
+        if (add_scores) add_scores(b, h, p);
         for (int64_t i = 0; i < L; ++i) {
+          if (mask_queries && mask != nullptr && mask[b * L + i] == 0) {
+            // DeBERTa's mask is query × key: a padding query's row has every key masked (uniform).
+            std::fill(p + i * L, p + (i + 1) * L, 1.0f / static_cast<float>(L));
+            continue;
+          }
           if (window < 0) {
             softmax_row(p + i * L, mask ? mask + b * L : nullptr, L);
             continue;
@@ -392,6 +410,80 @@ class CpuBackend final : public Backend {
                                     const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
     attention_backward_into(dctx, q, k, v, probs, heads, scale, dropout, dq.data<float>(), dk.data<float>(),
                             dv.data<float>(), q.dim(2));
+  }
+
+  // DeBERTa's terms per head: c2p = Q·pos_kᵀ and p2c = K·pos_qᵀ ([L, P]
+  // each, float32 products), added as scale·c2p[i, r] + scale·p2c[j, r].
+  void do_attention_relative_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_q,
+                                     const Tensor& pos_k, const Tensor& rel_index, const Tensor& rel_ranges,
+                                     const Tensor& key_mask, int64_t heads, double scale, const DropoutSpec& dropout,
+                                     const Tensor& probs, const Tensor& ctx) override {
+    const int64_t L = q.dim(1), H = q.dim(2), D = H / heads, P = rel_ranges.dim(0);
+    const int64_t* index = rel_index.data<int64_t>();
+    std::vector<float> c2p(pos_k.defined() ? L * P : 0), p2c(pos_q.defined() ? L * P : 0);
+    const float s = static_cast<float>(scale);
+    attention_forward_into(q, k, v, key_mask, heads, scale, -1, dropout, probs, ctx, [&](int64_t b, int64_t h,
+                                                                                        float* p) {
+      const int64_t off = b * L * H + h * D;
+      if (pos_k.defined())
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, P, D, 1.0f, q.data<float>() + off, H,
+                    pos_k.data<float>() + h * D, H, 0.0f, c2p.data(), P);
+      if (pos_q.defined())
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, P, D, 1.0f, k.data<float>() + off, H,
+                    pos_q.data<float>() + h * D, H, 0.0f, p2c.data(), P);
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t j = 0; j < L; ++j) {
+          const int64_t r = index[i - j + L - 1];
+          float term = 0.0f;
+          if (pos_k.defined()) term += s * c2p[i * P + r];
+          if (pos_q.defined()) term += s * p2c[j * P + r];
+          p[i * L + j] += term;
+        }
+    }, /*mask_queries=*/true);
+  }
+  void do_attention_relative_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& pos_q, const Tensor& pos_k, const Tensor& rel_index,
+                                      const Tensor& rel_ranges, const Tensor& probs, int64_t heads, double scale,
+                                      const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,
+                                      const Tensor& dv, const Tensor& dpos_q, const Tensor& dpos_k) override {
+    (void)rel_index;
+    const int64_t L = q.dim(1), H = q.dim(2), D = H / heads, P = rel_ranges.dim(0);
+    const int64_t* ranges = rel_ranges.data<int64_t>();
+    for (const Tensor* d : {&dpos_q, &dpos_k})
+      if (d->defined()) zero(*d);
+    std::vector<float> grad(L * P);
+    // d_term[row, r] = Σ dS over the distances d of r: row i's keys j = i − d
+    // (content-to-position) or key j's queries i = j + d (position-to-content).
+    const auto sum_by_distance = [&](const float* ds, bool by_key) {
+      for (int64_t row = 0; row < L; ++row)
+        for (int64_t r = 0; r < P; ++r) {
+          float acc = 0.0f;
+          for (int64_t d = ranges[2 * r]; d <= ranges[2 * r + 1]; ++d) {
+            const int64_t other = by_key ? row + d : row - d;
+            if (other < 0 || other >= L) continue;
+            acc += by_key ? ds[other * L + row] : ds[row * L + other];
+          }
+          grad[row * P + r] = acc;
+        }
+    };
+    attention_backward_into(dctx, q, k, v, probs, heads, scale, dropout, dq.data<float>(), dk.data<float>(),
+                            dv.data<float>(), H, [&](int64_t b, int64_t h, const float* ds) {
+      const int64_t off = b * L * H + h * D;
+      if (pos_k.defined()) {  // dQ += d_c2p·pos_k; d_pos_k += d_c2pᵀ·Q
+        sum_by_distance(ds, false);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, D, P, 1.0f, grad.data(), P,
+                    pos_k.data<float>() + h * D, H, 1.0f, dq.data<float>() + off, H);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, P, D, L, 1.0f, grad.data(), P, q.data<float>() + off, H,
+                    1.0f, dpos_k.data<float>() + h * D, H);
+      }
+      if (pos_q.defined()) {  // dK += d_p2c·pos_q; d_pos_q += d_p2cᵀ·K
+        sum_by_distance(ds, true);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, D, P, 1.0f, grad.data(), P,
+                    pos_q.data<float>() + h * D, H, 1.0f, dk.data<float>() + off, H);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, P, D, L, 1.0f, grad.data(), P, k.data<float>() + off, H,
+                    1.0f, dpos_q.data<float>() + h * D, H);
+      }
+    });
   }
 
   void do_rotary(const Tensor& x, int64_t heads, double theta, bool inverse) override {
@@ -526,9 +618,13 @@ class CpuBackend final : public Backend {
  private:
   // attention_backward with dq, dk, dv written at `grad_stride` floats a token
   // (H when each is its own [B, L, H] tensor, 3H when interleaved).
+  // `after(b, h, dS)`, when given, runs after each head's dq and dk, with its
+  // [L, L] score gradients (the scale applied).
+  using ScoreGradients = std::function<void(int64_t b, int64_t h, const float* ds)>;
   void attention_backward_into(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
                                const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
-                               float* dq_data, float* dk_data, float* dv_data, int64_t grad_stride) {
+                               float* dq_data, float* dk_data, float* dv_data, int64_t grad_stride,
+                               const ScoreGradients& after = nullptr) {
     const int64_t B = q.dim(0), L = q.dim(1), H = q.dim(2), D = H / heads;
     const int64_t G = grad_stride;
     std::vector<float> dropped(L * L), dp(L * L);
@@ -561,6 +657,7 @@ class CpuBackend final : public Backend {
                     0.0f, dq_data + goff, G);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, L, D, L, 1.0f, dp.data(), L, q.data<float>() + off, H,
                     0.0f, dk_data + goff, G);
+        if (after) after(b, h, dp.data());
       }
     }
   }

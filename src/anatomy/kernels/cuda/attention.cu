@@ -16,6 +16,7 @@
 #include "anatomy/kernels/cuda/cuda_device.h"
 #include "anatomy/kernels/cuda/dropout_keys.cuh"
 #include "anatomy/kernels/cuda/kernels.cuh"
+#include "anatomy/kernels/cuda_memory.h"
 
 namespace anatomy::cuda {
 
@@ -120,15 +121,18 @@ __device__ __forceinline__ void dropout_row(const float* in, float* out, uint64_
 // With `window` > 0, keys farther than it from the row's query are masked too.
 __global__ void softmax_rows_kernel(float* probs, float* dropped, const int64_t* key_mask, int64_t rows, int64_t L,
                                     int64_t rows_per_batch, float p, float keep_scale, uint64_t seed,
-                                    uint64_t stream, int64_t window) {
+                                    uint64_t stream, int64_t window, bool mask_queries) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
   if (row >= rows) return;  // the whole warp leaves together
   const int lane = threadIdx.x % kWarp;
   float* x = probs + row * L;
   const int64_t* key_row = key_mask ? key_mask + (row / rows_per_batch) * L : nullptr;
   const int64_t query = row % L;
+  // DeBERTa's mask is query × key (mask_queries): a padding query's row has every key masked.
+  const bool query_masked = mask_queries && key_row != nullptr && key_row[query] == 0;
   const auto masked = [&](const int64_t*, int64_t j) {
-    return (key_row != nullptr && key_row[j] == 0) || (window > 0 && (j - query > window || query - j > window));
+    return query_masked || (key_row != nullptr && key_row[j] == 0) ||
+           (window > 0 && (j - query > window || query - j > window));
   };
   const int64_t* mask = key_row;
 
@@ -187,6 +191,99 @@ __global__ void softmax_backward_rows_kernel(const float* probs, float* grad, in
 
 unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
+// ---------------------------------------------------------------------------
+// DeBERTa's relative terms. c2p (Q·pos_kᵀ) and p2c (K·pos_qᵀ) are laid out
+// [heads, B, L, P]: head h's rows are the B·L tokens in order, so each is one
+// product per head over all tokens, and so are the position gradients.
+// ---------------------------------------------------------------------------
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+// scores[b, h, i, j] += scale·c2p[h, b, i, r] + scale·p2c[h, b, j, r],
+// r = index[i − j + L − 1] (the CPU's float operations in its order).
+__global__ void relative_scores_kernel(float* scores, const float* c2p, const float* p2c, const int64_t* index,
+                                       int64_t B, int64_t heads, int64_t L, int64_t P, float scale) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= B * heads * L * L) return;
+  const int64_t j = t % L, i = (t / L) % L, bh = t / (L * L), b = bh / heads, h = bh % heads;
+  const int64_t r = index[i - j + L - 1];
+  const int64_t rows = (h * B + b) * L;
+  float term = 0.0f;
+  if (c2p) term += __fmul_rn(scale, c2p[(rows + i) * P + r]);
+  if (p2c) term += __fmul_rn(scale, p2c[(rows + j) * P + r]);
+  scores[t] += term;
+}
+
+// grad[h, b, row, r] = Σ over the distances d of r (ranges[2r] .. ranges[2r + 1],
+// ascending) of dS[b, h, row, row − d] (content-to-position: the query's row)
+// or dS[b, h, row + d, row] (position-to-content: the key's column).
+__global__ void relative_gradients_kernel(const float* ds, const int64_t* ranges, float* grad, int64_t B,
+                                          int64_t heads, int64_t L, int64_t P, bool by_key) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= B * heads * L * P) return;
+  // Threads of one (b, h, row) take consecutive r.
+  const int64_t r = t % P, row = (t / P) % L, bh = t / (P * L), b = bh / heads, h = bh % heads;
+  const float* S = ds + bh * L * L;
+  int64_t lo = ranges[2 * r], hi = ranges[2 * r + 1];
+  // The distances whose other token lies in the sequence.
+  if (by_key) {
+    lo = max(lo, -row);
+    hi = min(hi, L - 1 - row);
+  } else {
+    lo = max(lo, row - (L - 1));
+    hi = min(hi, row);
+  }
+  float acc = 0.0f;
+  for (int64_t d = lo; d <= hi; ++d) acc += by_key ? S[(row + d) * L + row] : S[row * L + row - d];
+  grad[((h * B + b) * L + row) * P + r] = acc;
+}
+
+// C_h = alpha·op(A_h)·op(B_h) + beta·C_h for every head h, column-major in
+// cuBLAS's sense, each operand's head h at base + h·stride.
+void gemm_heads(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
+                const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b,
+                float beta, float* c, int64_t ldc, int64_t stride_c, int64_t heads) {
+  const float alpha = 1.0f;
+  check_cublas(cublasSgemmStridedBatched(handle, ta, tb, static_cast<int>(m), static_cast<int>(n),
+                                         static_cast<int>(k), &alpha, a, static_cast<int>(lda), stride_a, b,
+                                         static_cast<int>(ldb), stride_b, &beta, c, static_cast<int>(ldc), stride_c,
+                                         static_cast<int>(heads)),
+               "cublasSgemmStridedBatched (relative attention)");
+}
+
+// The parts of the relative attention's scratch (cuda_memory.h).
+struct RelativeScratch {
+  float* buffer;  // [B, heads, L, L]
+  float* c2p;     // [heads, B, L, P]: the products (forward) or their gradients (backward)
+  float* p2c;
+};
+RelativeScratch relative_scratch(void* scratch, int64_t B, int64_t heads, int64_t L, int64_t P) {
+  char* base = static_cast<char*>(scratch);
+  const size_t first = relative_attention_part_bytes(attention_scratch_bytes(B, heads, L));
+  const size_t part = relative_attention_part_bytes(static_cast<size_t>(B * heads * L * P) * sizeof(float));
+  return {reinterpret_cast<float*>(base), reinterpret_cast<float*>(base + first),
+          reinterpret_cast<float*>(base + first + part)};
+}
+
+// c = x_h · pos_hᵀ per head ([B·L, P] row-major; column-major: posᵀ·x, m = P).
+void position_products(cublasHandle_t cublas, const float* x, const float* pos, float* c, int64_t BL, int64_t P,
+                       int64_t heads, int64_t D) {
+  const int64_t H = heads * D;
+  gemm_heads(cublas, CUBLAS_OP_T, CUBLAS_OP_N, P, BL, D, pos, H, D, x, H, D, 0.0f, c, P, BL * P, heads);
+}
+
+// dx_h += grad_h · pos_h and dpos_h = grad_hᵀ · x_h per head.
+void position_gradients(cublasHandle_t cublas, const float* grad, const float* x, const float* pos, float* dx,
+                        float* dpos, int64_t BL, int64_t P, int64_t heads, int64_t D) {
+  const int64_t H = heads * D;
+  // column-major dxᵀ [D, B·L] += posᵀ [D, P] · gradᵀ [P, B·L]
+  gemm_heads(cublas, CUBLAS_OP_N, CUBLAS_OP_N, D, BL, P, pos, H, D, grad, P, BL * P, 1.0f, dx, H, D, heads);
+  // column-major dposᵀ [D, P] = xᵀ [D, B·L] · grad [B·L, P]
+  gemm_heads(cublas, CUBLAS_OP_N, CUBLAS_OP_T, D, P, BL, x, H, D, grad, P, BL * P, 0.0f, dpos, H, D, heads);
+}
+
 // The CPU scales kept elements by 1/(1-p) computed in float; so does this.
 
 }  // namespace
@@ -195,9 +292,22 @@ unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kWarpsP
 // probabilities (forward), then dP / dS (backward), for all heads at once: one
 // [B, heads, L, L] float buffer.
 
-void attention_forward(cudaStream_t s, cublasHandle_t cublas, const float* q, const float* k, const float* v,
-                       const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, double scale,
-                       const DropoutSpec& dropout, float* probs, float* ctx, void* scratch, int64_t window) {
+namespace {
+
+// The relative terms of a forward (attention_relative_forward), or none.
+struct RelativeTerms {
+  const float* pos_q;
+  const float* pos_k;
+  const int64_t* index;
+  int64_t P;
+  float* c2p;
+  float* p2c;
+};
+
+void attention_forward_impl(cudaStream_t s, cublasHandle_t cublas, const float* q, const float* k, const float* v,
+                            const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, double scale,
+                            const DropoutSpec& dropout, float* probs, float* ctx, void* scratch, int64_t window,
+                            const RelativeTerms* rel) {
   if (B == 0 || L == 0 || heads == 0) return;
   const int64_t H = heads * D;
   const int64_t LL = L * L;
@@ -210,13 +320,21 @@ void attention_forward(cudaStream_t s, cublasHandle_t cublas, const float* q, co
     gemm_per_head(cublas, CUBLAS_OP_T, CUBLAS_OP_N, L, L, D, static_cast<float>(scale), {k, H, L * H, D},
                   {q, H, L * H, D}, probs, L, heads * LL, LL, B, heads);
   }
+  if (rel != nullptr && D > 0 && (rel->pos_q || rel->pos_k)) {
+    if (rel->pos_k) position_products(cublas, q, rel->pos_k, rel->c2p, B * L, rel->P, heads, D);
+    if (rel->pos_q) position_products(cublas, k, rel->pos_q, rel->p2c, B * L, rel->P, heads, D);
+    relative_scores_kernel<<<blocks_for(B * heads * LL), kThreads, 0, s>>>(
+        probs, rel->pos_k ? rel->c2p : nullptr, rel->pos_q ? rel->p2c : nullptr, rel->index, B, heads, L, rel->P,
+        static_cast<float>(scale));
+    ANATOMY_CUDA_CHECK(cudaGetLastError());
+  }
 
   const bool use_dropout = dropout.p > 0.0f;  // the CPU's test, so p = 0 takes the same path
   float* dropped = use_dropout ? static_cast<float*>(scratch) : nullptr;
   const int64_t rows = B * heads * L;
   softmax_rows_kernel<<<row_blocks(rows), kWarpsPerBlock * kWarp, 0, s>>>(
       probs, dropped, key_mask, rows, L, heads * L, dropout.p, keep_scale_of(dropout),
-      dropout.seed, dropout.stream, window);
+      dropout.seed, dropout.stream, window, rel != nullptr);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
   if (D == 0) return;
 
@@ -227,9 +345,44 @@ void attention_forward(cudaStream_t s, cublasHandle_t cublas, const float* q, co
                 ctx, H, L * H, D, B, heads);
 }
 
-void attention_backward(cudaStream_t s, cublasHandle_t cublas, const float* dctx, const float* q, const float* k,
-                        const float* v, const float* probs, int64_t B, int64_t L, int64_t heads, int64_t D,
-                        double scale, const DropoutSpec& dropout, float* dq, float* dk, float* dv, void* scratch) {
+}  // namespace
+
+void attention_forward(cudaStream_t s, cublasHandle_t cublas, const float* q, const float* k, const float* v,
+                       const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, double scale,
+                       const DropoutSpec& dropout, float* probs, float* ctx, void* scratch, int64_t window) {
+  attention_forward_impl(s, cublas, q, k, v, key_mask, B, L, heads, D, scale, dropout, probs, ctx, scratch, window,
+                         nullptr);
+}
+
+void attention_relative_forward(cudaStream_t s, cublasHandle_t cublas, const float* q, const float* k, const float* v,
+                                const float* pos_q, const float* pos_k, const int64_t* rel_index, int64_t P,
+                                const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, double scale,
+                                const DropoutSpec& dropout, float* probs, float* ctx, void* scratch) {
+  if (B == 0 || L == 0 || heads == 0) return;
+  const RelativeScratch parts = relative_scratch(scratch, B, heads, L, P);
+  const RelativeTerms rel{pos_q, pos_k, rel_index, P, parts.c2p, parts.p2c};
+  attention_forward_impl(s, cublas, q, k, v, key_mask, B, L, heads, D, scale, dropout, probs, ctx, parts.buffer, 0,
+                         &rel);
+}
+
+namespace {
+
+// The relative terms of a backward (attention_relative_backward).
+struct RelativeGradients {
+  const float* pos_q;
+  const float* pos_k;
+  const int64_t* ranges;
+  int64_t P;
+  float* dpos_q;
+  float* dpos_k;
+  float* d_c2p;
+  float* d_p2c;
+};
+
+void attention_backward_impl(cudaStream_t s, cublasHandle_t cublas, const float* dctx, const float* q, const float* k,
+                             const float* v, const float* probs, int64_t B, int64_t L, int64_t heads, int64_t D,
+                             double scale, const DropoutSpec& dropout, float* dq, float* dk, float* dv, void* scratch,
+                             const RelativeGradients* rel) {
   if (B == 0 || L == 0 || heads == 0 || D == 0) return;  // dq, dk, dv are then empty
   const int64_t H = heads * D;
   const int64_t LL = L * L;
@@ -265,6 +418,49 @@ void attention_backward(cudaStream_t s, cublasHandle_t cublas, const float* dctx
                 H, L * H, D, B, heads);
   gemm_per_head(cublas, CUBLAS_OP_N, CUBLAS_OP_T, D, L, L, 1.0f, {q, H, L * H, D}, {buffer, L, heads * LL, LL}, dk,
                 H, L * H, D, B, heads);
+  if (rel == nullptr) return;
+  // The relative terms' gradients, summed from dS by distance, then through
+  // the position products: into dq and dpos_k (c2p), dk and dpos_q (p2c).
+  const int64_t terms = B * heads * L * rel->P;
+  if (rel->pos_k) {
+    relative_gradients_kernel<<<blocks_for(terms), kThreads, 0, s>>>(buffer, rel->ranges, rel->d_c2p, B, heads, L, rel->P,
+                                                                 false);
+    ANATOMY_CUDA_CHECK(cudaGetLastError());
+    position_gradients(cublas, rel->d_c2p, q, rel->pos_k, dq, rel->dpos_k, B * L, rel->P, heads, D);
+  }
+  if (rel->pos_q) {
+    relative_gradients_kernel<<<blocks_for(terms), kThreads, 0, s>>>(buffer, rel->ranges, rel->d_p2c, B, heads, L, rel->P,
+                                                                 true);
+    ANATOMY_CUDA_CHECK(cudaGetLastError());
+    position_gradients(cublas, rel->d_p2c, k, rel->pos_q, dk, rel->dpos_q, B * L, rel->P, heads, D);
+  }
+}
+
+}  // namespace
+
+void attention_backward(cudaStream_t s, cublasHandle_t cublas, const float* dctx, const float* q, const float* k,
+                        const float* v, const float* probs, int64_t B, int64_t L, int64_t heads, int64_t D,
+                        double scale, const DropoutSpec& dropout, float* dq, float* dk, float* dv, void* scratch) {
+  attention_backward_impl(s, cublas, dctx, q, k, v, probs, B, L, heads, D, scale, dropout, dq, dk, dv, scratch,
+                          nullptr);
+}
+
+void attention_relative_backward(cudaStream_t s, cublasHandle_t cublas, const float* dctx, const float* q,
+                                 const float* k, const float* v, const float* pos_q, const float* pos_k,
+                                 const int64_t* rel_ranges, int64_t P, const float* probs, int64_t B, int64_t L,
+                                 int64_t heads, int64_t D, double scale, const DropoutSpec& dropout, float* dq,
+                                 float* dk, float* dv, float* dpos_q, float* dpos_k, void* scratch) {
+  const int64_t H = heads * D;
+  if (B == 0 || L == 0 || heads == 0 || D == 0) {
+    // No tokens: the position gradients are zero (empty when D is).
+    if (dpos_q) ANATOMY_CUDA_CHECK(cudaMemsetAsync(dpos_q, 0, static_cast<size_t>(P * H) * sizeof(float), s));
+    if (dpos_k) ANATOMY_CUDA_CHECK(cudaMemsetAsync(dpos_k, 0, static_cast<size_t>(P * H) * sizeof(float), s));
+    return;
+  }
+  const RelativeScratch parts = relative_scratch(scratch, B, heads, L, P);
+  const RelativeGradients rel{pos_q, pos_k, rel_ranges, P, dpos_q, dpos_k, parts.c2p, parts.p2c};
+  attention_backward_impl(s, cublas, dctx, q, k, v, probs, B, L, heads, D, scale, dropout, dq, dk, dv, parts.buffer,
+                          &rel);
 }
 
 }  // namespace anatomy::cuda

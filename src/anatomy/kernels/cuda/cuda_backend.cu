@@ -377,7 +377,7 @@ class CudaBackend final : public Backend {
     const int64_t H = sum.dim(-1), rows = rows_of(sum);
     const bool types = token_type.defined();  // false: a model without token types
     const bool fused =
-        word.dtype() == DType::F32 && position.dtype() == DType::F32 && sum.dtype() == DType::F32 &&
+        position.defined() && word.dtype() == DType::F32 && position.dtype() == DType::F32 && sum.dtype() == DType::F32 &&
         work.dtype() == DType::F32 && out.numel() == sum.numel() && floating(out) && word.dim(-1) == H &&
         position.dim(-1) == H && ids.numel() == rows && positions.numel() == rows && ids.dtype() == DType::I64 &&
         positions.dtype() == DType::I64 &&
@@ -499,6 +499,11 @@ class CudaBackend final : public Backend {
       return select_row_backward_half(stream_, half_type(dx.dtype()), dout.raw(), dx.dim(0), dx.dim(1), dx.dim(2), row,
                                       dx.raw());
     cuda::select_row_backward(stream_, dout.data<float>(), dx.dim(0), dx.dim(1), dx.dim(2), row, dx.data<float>());
+  }
+
+  void do_mask_rows(const Tensor& x, const Tensor& mask) override {
+    cuda::mask_rows(stream_, x.dtype() == DType::F32 ? std::optional<Half>() : std::optional<Half>(half_type(x.dtype())),
+                    x.raw(), mask.data<int64_t>(), x.dim(0) * x.dim(1), x.dim(2));
   }
 
   // Attention is fused (flash: no [B, heads, L, L] probabilities kept) for the
@@ -671,6 +676,61 @@ class CudaBackend final : public Backend {
     cuda::attention_backward(stream_, cublas_, dctx.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(),
                              probs.data<float>(), B, L, heads, D, scale, dropout, dq.data<float>(), dk.data<float>(),
                              dv.data<float>(), scratch);
+  }
+  // DeBERTa's attention: the materialised kernels (float32; 16-bit through
+  // float32 copies, the plain path's under its names, then the position
+  // operands' in kRelativeFloat32Copies' order).
+  void do_attention_relative_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_q,
+                                     const Tensor& pos_k, const Tensor& rel_index, const Tensor& rel_ranges,
+                                     const Tensor& key_mask, int64_t heads, double scale, const DropoutSpec& dropout,
+                                     const Tensor& probs, const Tensor& ctx) override {
+    if (q.dtype() != DType::F32) {
+      const ForwardCopies f = forward_copies(q, k, v, ctx);
+      const auto& n = kRelativeFloat32Copies;
+      const Tensor pq = pos_q.defined() ? as_f32(pos_q, n[0]) : Tensor();
+      const Tensor pk = pos_k.defined() ? as_f32(pos_k, n[1]) : Tensor();
+      attention_relative_forward(f.q, f.k, f.v, pq, pk, rel_index, rel_ranges, key_mask, heads, scale, dropout, probs,
+                                 f.ctx);
+      return cast(f.ctx, ctx);
+    }
+    const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads, P = rel_ranges.dim(0);
+    void* scratch = scratch_bytes(relative_attention_scratch_bytes(B, heads, L, P));
+    cuda::attention_relative_forward(stream_, cublas_, q.data<float>(), k.data<float>(), v.data<float>(),
+                                     pos_q.defined() ? pos_q.data<float>() : nullptr,
+                                     pos_k.defined() ? pos_k.data<float>() : nullptr, rel_index.data<int64_t>(), P,
+                                     key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D, scale,
+                                     dropout, probs.data<float>(), ctx.data<float>(), scratch);
+  }
+  void do_attention_relative_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& pos_q, const Tensor& pos_k, const Tensor& rel_index,
+                                      const Tensor& rel_ranges, const Tensor& probs, int64_t heads, double scale,
+                                      const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,
+                                      const Tensor& dv, const Tensor& dpos_q, const Tensor& dpos_k) override {
+    if (q.dtype() != DType::F32) {
+      const BackwardCopies b = backward_copies(dctx, q, k, v, dq, dk, dv);
+      const auto& n = kRelativeFloat32Copies;
+      const Tensor pq = pos_q.defined() ? as_f32(pos_q, n[0]) : Tensor();
+      const Tensor pk = pos_k.defined() ? as_f32(pos_k, n[1]) : Tensor();
+      const Tensor dpq = dpos_q.defined() ? f32_like(dpos_q, n[2]) : Tensor();
+      const Tensor dpk = dpos_k.defined() ? f32_like(dpos_k, n[3]) : Tensor();
+      attention_relative_backward(b.dctx, b.q, b.k, b.v, pq, pk, rel_index, rel_ranges, probs, heads, scale, dropout,
+                                  b.dq, b.dk, b.dv, dpq, dpk);
+      cast(b.dq, dq);
+      cast(b.dk, dk);
+      cast(b.dv, dv);
+      if (dpq.defined()) cast(dpq, dpos_q);
+      if (dpk.defined()) cast(dpk, dpos_k);
+      return;
+    }
+    const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads, P = rel_ranges.dim(0);
+    void* scratch = scratch_bytes(relative_attention_scratch_bytes(B, heads, L, P));
+    cuda::attention_relative_backward(stream_, cublas_, dctx.data<float>(), q.data<float>(), k.data<float>(),
+                                      v.data<float>(), pos_q.defined() ? pos_q.data<float>() : nullptr,
+                                      pos_k.defined() ? pos_k.data<float>() : nullptr, rel_ranges.data<int64_t>(), P,
+                                      probs.data<float>(), B, L, heads, D, scale, dropout, dq.data<float>(),
+                                      dk.data<float>(), dv.data<float>(),
+                                      dpos_q.defined() ? dpos_q.data<float>() : nullptr,
+                                      dpos_k.defined() ? dpos_k.data<float>() : nullptr, scratch);
   }
   void do_rotary(const Tensor& x, int64_t heads, double theta, bool inverse) override {
     cuda::rotary(stream_, x.dtype(), x.raw(), x.dim(0), x.dim(1), heads, x.dim(2) / heads, theta, inverse);

@@ -344,6 +344,26 @@ void select_row_backward(cudaStream_t s, const float* dout, int64_t B, int64_t L
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 
+template <typename T>
+__global__ void mask_rows_kernel(T* x, const int64_t* mask, int64_t rows, int64_t H) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * H) return;
+  if (mask[i / H] == 0) x[i] = T(0.0f);
+}
+
+void mask_rows(cudaStream_t s, std::optional<Half> half, void* x, const int64_t* mask, int64_t rows, int64_t H) {
+  if (rows * H <= 0) return;
+  if (!half) {
+    mask_rows_kernel<float><<<blocks_for(rows * H), kThreads, 0, s>>>(static_cast<float*>(x), mask, rows, H);
+  } else {
+    with_half_type(*half, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      mask_rows_kernel<T><<<blocks_for(rows * H), kThreads, 0, s>>>(static_cast<T*>(x), mask, rows, H);
+    });
+  }
+  ANATOMY_CUDA_CHECK(cudaGetLastError());
+}
+
 void column_sums_accumulate(cudaStream_t s, const float* dy, int64_t M, int64_t N, float* db) {
   // M == 0 adds zeros, as the CPU does; N == 0 has nothing to do.
   if (N <= 0) return;

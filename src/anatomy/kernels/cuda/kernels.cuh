@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "anatomy/kernels/backend.h"
 #include "anatomy/kernels/cuda_memory.h"  // the scratch sizes (..._scratch_bytes) of these launchers
@@ -94,6 +95,21 @@ void attention_forward(cudaStream_t s, cublasHandle_t cublas, const float* q, co
 void attention_backward(cudaStream_t s, cublasHandle_t cublas, const float* dctx, const float* q, const float* k,
                         const float* v, const float* probs, int64_t B, int64_t L, int64_t heads, int64_t D,
                         double scale, const DropoutSpec& dropout, float* dq, float* dk, float* dv, void* scratch);
+// DeBERTa's relative attention (attention.cu, kernels/backend.h): the
+// materialised attention with the content-to-position (pos_k) and
+// position-to-content (pos_q) terms added to the scores; either may be null.
+// pos_q, pos_k: [P, heads*D]; rel_index [2L − 1]; rel_ranges [P, 2].
+// Scratch: relative_attention_scratch_bytes (cuda_memory.h).
+void attention_relative_forward(cudaStream_t s, cublasHandle_t cublas, const float* q, const float* k, const float* v,
+                                const float* pos_q, const float* pos_k, const int64_t* rel_index, int64_t P,
+                                const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, double scale,
+                                const DropoutSpec& dropout, float* probs, float* ctx, void* scratch);
+// dq, dk, dv written; dpos_q, dpos_k (null where the term is absent) written, summed over the batch.
+void attention_relative_backward(cudaStream_t s, cublasHandle_t cublas, const float* dctx, const float* q,
+                                 const float* k, const float* v, const float* pos_q, const float* pos_k,
+                                 const int64_t* rel_ranges, int64_t P, const float* probs, int64_t B, int64_t L,
+                                 int64_t heads, int64_t D, double scale, const DropoutSpec& dropout, float* dq,
+                                 float* dk, float* dv, float* dpos_q, float* dpos_k, void* scratch);
 
 // ---- ModernBERT's element-wise ops (rotary.cu) ----
 // Backend::rotary on x [B, L, heads·D] of `dtype` (float32, bf16, fp16), in place.
@@ -137,6 +153,8 @@ void dropout_half(cudaStream_t s, Half h, const void* x, void* y, int64_t n, con
                   uint64_t index_base = 0);
 // out[b, :] = x[b, row, :]; dx[b, row, :] = round(dx[b, row, :] + dout[b, :]).
 void select_row_half(cudaStream_t s, Half h, const void* x, int64_t B, int64_t L, int64_t H, int64_t row, void* out);
+// Row r of x [rows, H] (float32, or the 16-bit type `half`) set to 0 where mask[r] == 0.
+void mask_rows(cudaStream_t s, std::optional<Half> half, void* x, const int64_t* mask, int64_t rows, int64_t H);
 void select_row_backward_half(cudaStream_t s, Half h, const void* dout, int64_t B, int64_t L, int64_t H, int64_t row,
                               void* dx);
 // db[n] += Σ_m dy[m, n] for a 16-bit dy, float32 db; as column_sums_accumulate on the widened dy, bit for bit.

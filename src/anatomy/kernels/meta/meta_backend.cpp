@@ -190,6 +190,7 @@ class MetaBackend final : public Backend {
   void do_dropout(const Tensor&, const Tensor&, const DropoutSpec&) override {}
   void do_select_row(const Tensor&, int64_t, const Tensor&) override {}
   void do_select_row_backward(const Tensor&, int64_t, const Tensor&) override {}
+  void do_mask_rows(const Tensor&, const Tensor&) override {}
   // The first-query attention's shapes (as the CUDA backend's); it takes no scratch.
   bool attention_first_query_supported(int64_t head_dim, int64_t L) const override {
     return !cuda() || cuda::first_query_attention_shape(head_dim, L);
@@ -249,6 +250,40 @@ class MetaBackend final : public Backend {
       return attention_window_backward(b.dctx, b.q, b.k, b.v, probs, heads, scale, dropout, b.dq, b.dk, b.dv);
     }
     scratch_bytes(cuda::attention_scratch_bytes(q.dim(0), heads, q.dim(1)));
+  }
+  // DeBERTa's attention: the CUDA backend's materialised kernels, through float32 copies for 16 bits.
+  void do_attention_relative_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_q,
+                                     const Tensor& pos_k, const Tensor& rel_index, const Tensor& rel_ranges,
+                                     const Tensor& key_mask, int64_t heads, double scale, const DropoutSpec& dropout,
+                                     const Tensor& probs, const Tensor& ctx) override {
+    if (!cuda()) return;
+    if (q.dtype() != DType::F32) {
+      const ForwardCopies f = forward_copies(q, k, v, ctx);
+      const auto& n = cuda::kRelativeFloat32Copies;
+      const Tensor pq = pos_q.defined() ? temporary(pos_q.shape(), n[0]) : Tensor();
+      const Tensor pk = pos_k.defined() ? temporary(pos_k.shape(), n[1]) : Tensor();
+      return attention_relative_forward(f.q, f.k, f.v, pq, pk, rel_index, rel_ranges, key_mask, heads, scale, dropout,
+                                        probs, f.ctx);
+    }
+    scratch_bytes(cuda::relative_attention_scratch_bytes(q.dim(0), heads, q.dim(1), rel_ranges.dim(0)));
+  }
+  void do_attention_relative_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& pos_q, const Tensor& pos_k, const Tensor& rel_index,
+                                      const Tensor& rel_ranges, const Tensor& probs, int64_t heads, double scale,
+                                      const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,
+                                      const Tensor& dv, const Tensor& dpos_q, const Tensor& dpos_k) override {
+    if (!cuda()) return;
+    if (q.dtype() != DType::F32) {
+      const BackwardCopies b = backward_copies(dctx, q, k, v, dq, dk, dv);
+      const auto& n = cuda::kRelativeFloat32Copies;
+      const Tensor pq = pos_q.defined() ? temporary(pos_q.shape(), n[0]) : Tensor();
+      const Tensor pk = pos_k.defined() ? temporary(pos_k.shape(), n[1]) : Tensor();
+      const Tensor dpq = dpos_q.defined() ? temporary(dpos_q.shape(), n[2]) : Tensor();
+      const Tensor dpk = dpos_k.defined() ? temporary(dpos_k.shape(), n[3]) : Tensor();
+      return attention_relative_backward(b.dctx, b.q, b.k, b.v, pq, pk, rel_index, rel_ranges, probs, heads, scale,
+                                         dropout, b.dq, b.dk, b.dv, dpq, dpk);
+    }
+    scratch_bytes(cuda::relative_attention_scratch_bytes(q.dim(0), heads, q.dim(1), rel_ranges.dim(0)));
   }
   void do_rotary(const Tensor&, int64_t, double, bool) override {}
   void do_gated_activation_forward(ActivationKind, const Tensor&, const Tensor&) override {}

@@ -29,7 +29,8 @@ BertStyleModel::BertStyleModel(Backend& backend, const ModelConfig& config, DTyp
   // alone, unless asked otherwise or the backend's first-query attention does
   // not take the model's head size and longest sequence (then the whole layer).
   encoder_.set_first_token_last_layer(
-      head_->first_token_only() && backend_.options().last_layer == LastLayer::FirstToken &&
+      head_->first_token_only() && !layout_.relative_attention &&
+          backend_.options().last_layer == LastLayer::FirstToken &&
       config_.num_attention_heads > 0 &&
       backend_.attention_first_query_supported(config_.head_dim(), config_.max_position_embeddings));
   bind_views(Views::Weights, weights_);
@@ -140,13 +141,13 @@ ForwardOutput BertStyleModel::forward(const ModelInputs& given, const ForwardOpt
   const bool checkpointing = options.save_for_backward && options.gradient_checkpointing;
   std::set<std::string> checkpoint = {"out"};
   if (options.selective_checkpointing)
-    for (const SavedSpec& spec : saved_for_backward(LayerKind::EncoderLayer, config_, B, L, plan))
+    for (const SavedSpec& spec : saved_for_backward(LayerKind::EncoderLayer, config_, B, L, plan, 0, layout_))
       if (selective_recomputed().count(spec.name) == 0) checkpoint.insert(spec.name);
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     ledger.set_phase(fmt::format("forward layer {}", l));
     SavedTensors layer(backend_,
                        saved_for_backward(LayerKind::EncoderLayer, config_, B, L, plan,
-                                          encoder_.rows_after_attention(l)),
+                                          encoder_.rows_after_attention(l), layout_),
                        kept, fmt::format("layer.{}.", l), checkpointing ? &checkpoint : nullptr);
     use_unit_weights(1 + l, 2 + l);
     encoder_.layer_forward(l, *hidden, layer);
@@ -182,8 +183,12 @@ ForwardOutput BertStyleModel::forward(const ModelInputs& given, const ForwardOpt
     }
     step->has_loss = true;
   }
-  if (options.save_for_backward) step_ = std::move(step);
-  else step_.reset();
+  if (options.save_for_backward) {
+    step_ = std::move(step);
+  } else {
+    step_.reset();
+    encoder_.release_relative();
+  }
   return out;
 }
 
@@ -227,7 +232,7 @@ void BertStyleModel::backward(double loss_scale) {
       ledger.set_phase(fmt::format("recompute layer {}", l));
       SavedTensors layer(backend_,
                          saved_for_backward(LayerKind::EncoderLayer, config_, encoder_.batch(), encoder_.length(),
-                                            encoder_.activation_plan(), encoder_.rows_after_attention(l)),
+                                            encoder_.activation_plan(), encoder_.rows_after_attention(l), layout_),
                          Category::Activations, fmt::format("layer.{}.", l));
       encoder_.layer_forward(l, x, layer);
       ledger.set_phase(fmt::format("backward layer {}", l));

@@ -11,20 +11,39 @@ std::vector<SavedSpec> saved_for_backward(LayerKind kind, const ModelConfig& c, 
   switch (kind) {
     case LayerKind::Embeddings: {
       const int64_t E = c.embedding_width();
+      const bool types = c.type_vocab_size > 0, positions = layout.has_position_table();
+      const char* summed = positions ? (types ? "LayerNorm backward (word + position + token type)"
+                                              : "LayerNorm backward (word + position)")
+                                     : (types ? "LayerNorm backward (word + token type)" : "LayerNorm backward (word)");
       std::vector<SavedSpec> specs = {
-          {"ln_in", {B, L, E}, f32,
-           c.type_vocab_size > 0 ? "LayerNorm backward (word + position + token type)"
-                                 : "LayerNorm backward (word + position)"},
+          {"ln_in", {B, L, E}, f32, summed},
           {"ln_mean", {T}, f32, "LayerNorm backward"},
           {"ln_rstd", {T}, f32, "LayerNorm backward"},
       };
       if (E != H) specs.push_back({"embedded", {B, L, E}, x, "embeddings projection backward"});
       specs.push_back({"out", {B, L, H}, x, "input of encoder layer 0 (query/key/value backward, residual)"});
+      if (layout.relative_attention) {
+        const int64_t P = c.relative.rows();
+        specs.push_back({"rel", {P, H}, x, "relative embeddings: every layer's position products"});
+        if (c.relative.layer_norm) {
+          specs.push_back({"rel_mean", {P}, f32, "relative embeddings' LayerNorm backward"});
+          specs.push_back({"rel_rstd", {P}, f32, "relative embeddings' LayerNorm backward"});
+        }
+      }
       return specs;
     }
     case LayerKind::EncoderLayer: {
       std::vector<SavedSpec> specs;
-      if (R < L) {
+      if (layout.relative_attention) {
+        // DeBERTa: the position products of the layer's query and key
+        // projections, and the probabilities, always materialised.
+        specs = {
+            {"qkv", {3, B, L, H}, x, "attention backward (query, key, value)"},
+            {"pos_qk", {2, c.relative.rows(), H}, x, "relative attention backward (position products)"},
+            {"attn_saved", {B, N, L, L}, f32, "attention backward (softmax output)"},
+            {"ctx", {B, L, H}, x, "attention output dense backward"},
+        };
+      } else if (R < L) {
         // Only the first token past attention, so only its query and its
         // attention: the query of token 0, keys and values of all tokens, the
         // first query's probabilities [B, heads, L] (before dropout).
@@ -103,7 +122,7 @@ std::vector<SavedSpec> saved_for_backward(LayerKind kind, const ModelConfig& c, 
 }
 
 const std::set<std::string>& selective_recomputed() {
-  static const std::set<std::string> names = {"qkv", "q_first", "kv", "attn_saved", "ctx", "inter_pre"};
+  static const std::set<std::string> names = {"qkv", "q_first", "kv", "pos_qk", "attn_saved", "ctx", "inter_pre"};
   return names;
 }
 

@@ -32,7 +32,8 @@ void BertClassificationHead::forward(const Tensor& hidden, const Tensor& labels,
     backend_.cast(first, s["first_token"]);
   }
   if (layout_.dropout_before_head_dense)
-    backend_.dropout(s["first_token"], s["first_token"], encoder_.dropout_at(p, encoder_.dropout_sites() + 1));
+    backend_.dropout(s["first_token"], s["first_token"],
+                     encoder_.dropout_at(layout_.head_dense_dropout(config_), encoder_.dropout_sites() + 1));
   const ActivationKind act = layout_.head_activation;
   const bool tanh = act == ActivationKind::Tanh;
   Tensor pre = tanh ? encoder_.temporary({B, H}, "head_pre") : s["head_pre"];
@@ -68,7 +69,8 @@ BertHead::Gradients BertClassificationHead::backward(const SavedTensors& head, c
   backend_.linear_backward(d_pooled, head["first_token"], w_.head_dense_w, &d_first, g_.head_dense_w,
                            &g_.head_dense_b);
   if (layout_.dropout_before_head_dense)
-    backend_.dropout(d_first, d_first, encoder_.dropout_at(p, encoder_.dropout_sites() + 1));
+    backend_.dropout(d_first, d_first,
+                     encoder_.dropout_at(layout_.head_dense_dropout(config_), encoder_.dropout_sites() + 1));
   const int64_t layers = config_.num_hidden_layers;
   const int64_t last_rows = layers > 0 ? encoder_.rows_after_attention(layers - 1) : encoder_.length();
   Tensor& d_hidden = out.d_hidden;

@@ -22,6 +22,7 @@
 // drawn over their own [B, 1, ·] elements.
 #include "anatomy/model/bert/bert_encoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 #include <vector>
@@ -45,6 +46,14 @@ std::tuple<Tensor, Tensor> split_kv(const Tensor& kv) {
   const Shape one = {kv.dim(1), kv.dim(2), kv.dim(3)};
   const int64_t n = shape_numel(one);
   return {kv.slice(0, one, kv.name() + "[k]"), kv.slice(n, one, kv.name() + "[v]")};
+}
+
+// DeBERTa's position products through the query and key projections: the two
+// [P, H] halves of a [2, P, H] tensor.
+std::tuple<Tensor, Tensor> split_positions(const Tensor& pos) {
+  const Shape one = {pos.dim(1), pos.dim(2)};
+  const int64_t n = shape_numel(one);
+  return {pos.slice(0, one, pos.name() + "[q]"), pos.slice(n, one, pos.name() + "[k]")};
 }
 
 // Dropout sites: each has its own random stream per training step.
@@ -76,7 +85,21 @@ BertEncoder::BertEncoder(Backend& backend, const ModelConfig& config, const Bert
       g_(g),
       activation_(activation_kind(config.hidden_act)) {}
 
-int64_t BertEncoder::dropout_sites() const { return 1 + kSitesPerLayer * config_.num_hidden_layers; }
+// DeBERTa's relative embeddings have a dropout site per layer after the layers' own.
+int64_t BertEncoder::dropout_sites() const {
+  return 1 + (kSitesPerLayer + (layout_.relative_attention ? 1 : 0)) * config_.num_hidden_layers;
+}
+
+DropoutSpec BertEncoder::relative_dropout(int64_t l) const {
+  return dropout_at(config_.hidden_dropout_prob, 1 + kSitesPerLayer * config_.num_hidden_layers + l);
+}
+
+double BertEncoder::attention_scale() const {
+  // DeBERTa scales every term by 1/sqrt(head_dim · (1 + the relative terms)).
+  const RelativePositions& r = config_.relative;
+  const double factor = layout_.relative_attention ? 1.0 + (r.c2p ? 1.0 : 0.0) + (r.p2c ? 1.0 : 0.0) : 1.0;
+  return 1.0 / std::sqrt(static_cast<double>(config_.head_dim()) * factor);
+}
 
 ActivationPlan BertEncoder::activation_plan() const {
   ActivationPlan plan{compute_, backend_.attention_saves_probabilities(compute_, config_.head_dim())};
@@ -112,7 +135,11 @@ void BertEncoder::prepare_inputs(const ModelInputs& in, const ForwardOptions& op
   const int64_t B = in.input_ids.dim(0), L = in.input_ids.dim(1);
   Ledger& ledger = backend_.ledger();
   ids_ = in.input_ids;
-  if (config_.position_ids == PositionIds::PastPadding) {
+  if (!layout_.has_position_table()) {
+    positions_ = Tensor();
+    B_ = B;
+    L_ = L;
+  } else if (config_.position_ids == PositionIds::PastPadding) {
     // RoBERTa's positions depend on where the padding is: made from the ids on the device, every batch.
     positions_ = Tensor();
     positions_ = Tensor::empty(ledger, {B, L}, DType::I64, Category::Data, "position_ids");
@@ -136,6 +163,30 @@ void BertEncoder::prepare_inputs(const ModelInputs& in, const ForwardOptions& op
     backend_.zero(token_types_);
   }
   mask_ = in.attention_mask;
+  if (layout_.relative_attention && L != rel_length_) {
+    // The index of every distance i − j, and the distances of every index
+    // (each a run: the index grows with the distance).
+    const RelativePositions& r = config_.relative;
+    const int64_t P = r.rows();
+    std::vector<int64_t> index(static_cast<size_t>(2 * L - 1)), ranges(static_cast<size_t>(2 * P));
+    for (int64_t r_i = 0; r_i < P; ++r_i) {
+      ranges[2 * r_i] = L;
+      ranges[2 * r_i + 1] = -L;
+    }
+    for (int64_t d = -(L - 1); d <= L - 1; ++d) {
+      const int64_t at = r.index(d);
+      index[static_cast<size_t>(d + L - 1)] = at;
+      ranges[2 * at] = std::min(ranges[2 * at], d);
+      ranges[2 * at + 1] = std::max(ranges[2 * at + 1], d);
+    }
+    rel_index_ = Tensor();
+    rel_ranges_ = Tensor();
+    rel_index_ = Tensor::empty(ledger, {2 * L - 1}, DType::I64, Category::Data, "relative_position_index");
+    rel_ranges_ = Tensor::empty(ledger, {P, 2}, DType::I64, Category::Data, "relative_position_ranges");
+    backend_.copy_from_host(rel_index_, index.data());
+    backend_.copy_from_host(rel_ranges_, ranges.data());
+    rel_length_ = L;
+  }
 }
 
 void BertEncoder::embeddings_forward(const SavedTensors& s) {
@@ -151,10 +202,100 @@ void BertEncoder::embeddings_forward(const SavedTensors& s) {
                                         dropout_at(config_.hidden_dropout_prob, site_embeddings()), sum,
                                         s["ln_mean"], s["ln_rstd"], work, embedded);
   if (projected) backend_.linear_forward(embedded, wh_.projection_w, &wh_.projection_b, s["out"]);
+  if (layout_.mask_embeddings && mask_.defined()) backend_.mask_rows(s["out"], mask_);
+  if (layout_.relative_attention) {
+    // DeBERTa's relative embeddings, LayerNorm'd once a step in float32, then
+    // in the products' dtype for every layer.
+    const Tensor& rel = s["rel"];
+    if (config_.relative.layer_norm) {
+      const Tensor normed = compute_ == DType::F32 ? rel : temporary(rel.shape(), "rel_normed");
+      backend_.layernorm_forward(w_.rel_embeddings, w_.rel_norm_w, w_.rel_norm_b, config_.layer_norm_eps, normed,
+                                 s["rel_mean"], s["rel_rstd"]);
+      if (compute_ != DType::F32) backend_.cast(normed, rel);
+    } else if (compute_ == DType::F32) {
+      backend_.copy(rel, w_.rel_embeddings);
+    } else {
+      backend_.cast(w_.rel_embeddings, rel);
+    }
+    rel_ = rel;
+  }
+}
+
+Tensor BertEncoder::relative_embeddings_of(int64_t l, const DropoutSpec& dropout) {
+  (void)l;
+  if (dropout.p <= 0.0f) return rel_;
+  Tensor dropped = temporary(rel_.shape(), "rel_dropped", compute_);
+  backend_.dropout(rel_, dropped, dropout);
+  return dropped;
+}
+
+// q, k, v; the relative embeddings through this layer's query and key
+// projections (Hugging Face's share_att_key), after the layer's dropout of
+// them; the attention with both terms: s["qkv"], s["pos_qk"], s["attn_saved"], s["ctx"].
+void BertEncoder::relative_attention_part(int64_t l, const Tensor& x, const SavedTensors& s) {
+  const EncoderLayerTensors& w = wh_.layers[l];
+  const RelativePositions& r = config_.relative;
+  const auto [q, k, v] = split_qkv(s["qkv"]);
+  backend_.linear_forward_n(x, {w.query_w, w.key_w, w.value_w}, {w.query_b, w.key_b, w.value_b}, {q, k, v});
+  const auto [pos_q, pos_k] = split_positions(s["pos_qk"]);
+  {
+    const Tensor rel = relative_embeddings_of(l, relative_dropout(l));
+    if (r.p2c) backend_.linear_forward(rel, w.query_w, &w.query_b, pos_q);
+    if (r.c2p) backend_.linear_forward(rel, w.key_w, &w.key_b, pos_k);
+  }
+  backend_.attention_relative_forward(q, k, v, r.p2c ? pos_q : Tensor(), r.c2p ? pos_k : Tensor(), rel_index_,
+                                      rel_ranges_, mask_, config_.num_attention_heads, attention_scale(),
+                                      dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l)),
+                                      s["attn_saved"], s["ctx"]);
+}
+
+Tensor BertEncoder::relative_attention_backward(int64_t l, const Tensor& x, const SavedTensors& s, const Tensor& d_ctx,
+                                                Tensor d_x) {
+  const EncoderLayerTensors& w = wh_.layers[l];
+  const EncoderLayerTensors& g = g_.layers[l];
+  const RelativePositions& r = config_.relative;
+  const int64_t H = config_.hidden_size;
+  const DType t = compute_;
+  const auto [q, k, v] = split_qkv(s["qkv"]);
+  const auto [pos_q, pos_k] = split_positions(s["pos_qk"]);
+  const auto [dq, dk, dv] = split_qkv(temporary({3, B_, L_, H}, "d_qkv", t));
+  const auto [dpos_q, dpos_k] = split_positions(temporary({2, r.rows(), H}, "d_pos_qk", t));
+  backend_.attention_relative_backward(d_ctx, q, k, v, r.p2c ? pos_q : Tensor(), r.c2p ? pos_k : Tensor(), rel_index_,
+                                       rel_ranges_, s["attn_saved"], config_.num_attention_heads, attention_scale(),
+                                       dropout_at(config_.attention_probs_dropout_prob, site_attention_probs(l)), dq,
+                                       dk, dv, r.p2c ? dpos_q : Tensor(), r.c2p ? dpos_k : Tensor());
+  backend_.linear_backward(dq, x, w.query_w, &d_x, Tensor(), nullptr, /*accumulate_dx=*/true);
+  backend_.linear_backward(dk, x, w.key_w, &d_x, Tensor(), nullptr, /*accumulate_dx=*/true);
+  backend_.linear_backward(dv, x, w.value_w, &d_x, Tensor(), nullptr, /*accumulate_dx=*/true);
+  backend_.linear_backward_weights_n({dq, dk, dv}, x, {w.query_w, w.key_w, w.value_w}, {g.query_w, g.key_w, g.value_w},
+                                     {g.query_b, g.key_b, g.value_b});
+  if (!r.p2c && !r.c2p) return d_x;
+  // The position products' share of the query and key projections' gradients,
+  // and the relative embeddings' gradient, summed over the layers in float32.
+  const DropoutSpec dropout = relative_dropout(l);
+  const Tensor rel = relative_embeddings_of(l, dropout);
+  Tensor d_rel = temporary({r.rows(), H}, "d_rel", t);
+  if (r.p2c) backend_.linear_backward(dpos_q, rel, w.query_w, &d_rel, g.query_w, &g.query_b);
+  if (r.c2p) backend_.linear_backward(dpos_k, rel, w.key_w, &d_rel, g.key_w, &g.key_b, /*accumulate_dx=*/r.p2c);
+  backend_.dropout(d_rel, d_rel, dropout);
+  if (!d_rel_sum_.defined()) {
+    d_rel_sum_ = Tensor::empty(backend_.ledger(), {r.rows(), H}, DType::F32, Category::Temporary,
+                               "d_relative_embeddings");
+    backend_.zero(d_rel_sum_);
+  }
+  if (t == DType::F32) {
+    backend_.add_inplace(d_rel_sum_, d_rel);
+  } else {
+    Tensor wide = temporary({r.rows(), H}, "d_rel_f32");
+    backend_.cast(d_rel, wide);
+    backend_.add_inplace(d_rel_sum_, wide);
+  }
+  return d_x;
 }
 
 // Query, key, value and the attention of every token: s["qkv"], s["attn_saved"], s["ctx"].
 void BertEncoder::attention_part(int64_t l, const Tensor& x, const SavedTensors& s) {
+  if (layout_.relative_attention) return relative_attention_part(l, x, s);
   const EncoderLayerTensors& w = wh_.layers[l];
   const auto [q, k, v] = split_qkv(s["qkv"]);
   backend_.linear_forward_n(x, {w.query_w, w.key_w, w.value_w}, {w.query_b, w.key_b, w.value_b}, {q, k, v});
@@ -218,7 +359,7 @@ void BertEncoder::recompute_selective(int64_t l, const Tensor& x, SavedTensors& 
   // dropout masks: the same bits as the forward computed.
   std::vector<SavedSpec> specs;
   for (const SavedSpec& spec :
-       saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, activation_plan(), rows_after_attention(l)))
+       saved_for_backward(LayerKind::EncoderLayer, config_, B_, L_, activation_plan(), rows_after_attention(l), layout_))
     if (selective_recomputed().count(spec.name) != 0) specs.push_back(spec);
   SavedTensors again(backend_, specs, Category::Activations, fmt::format("layer.{}.", l));
   const EncoderLayerTensors& w = wh_.layers[l];
@@ -290,6 +431,7 @@ Tensor BertEncoder::layer_backward(int64_t l, const Tensor& x, const SavedTensor
     backend_.select_row_backward(d_x, 0, d_x_all);
     return d_x_all;
   }
+  if (layout_.relative_attention) return relative_attention_backward(l, x, s, d_ctx, d_x);
   const auto [q, k, v] = split_qkv(s["qkv"]);
   if (w.qkv_w.defined() && g.qkv_w.defined() && g.qkv_b.defined()) {
     // Query, key and value lie together: their gradients interleaved per token
@@ -314,6 +456,7 @@ Tensor BertEncoder::layer_backward(int64_t l, const Tensor& x, const SavedTensor
 }
 
 void BertEncoder::embeddings_backward(const SavedTensors& s, const Tensor& dout_in) {
+  if (layout_.mask_embeddings && mask_.defined()) backend_.mask_rows(dout_in, mask_);
   Tensor d_embedded = dout_in;
   if (w_.projection_w.defined()) {  // ELECTRA's projection, in the encoder's dtype
     d_embedded = temporary(s["embedded"].shape(), "d_embedded", compute_);
@@ -327,9 +470,23 @@ void BertEncoder::embeddings_backward(const SavedTensors& s, const Tensor& dout_
                                          dropout_at(config_.hidden_dropout_prob, site_embeddings()), work, d_sum,
                                          g_.emb_ln_w, g_.emb_ln_b);
   backend_.embedding_backward(ids_, d_sum, g_.word, config_.pad_token_id);
-  backend_.embedding_backward(positions_, d_sum, g_.position,
-                              layout_.position_padding_row ? config_.pad_token_id : -1);
+  if (layout_.has_position_table())
+    backend_.embedding_backward(positions_, d_sum, g_.position,
+                                layout_.position_padding_row ? config_.pad_token_id : -1);
   if (token_types_.defined()) backend_.embedding_backward(token_types_, d_sum, g_.token_type, -1);
+  if (layout_.relative_attention && d_rel_sum_.defined()) {
+    // Every layer's share of the relative embeddings' gradient, through their LayerNorm.
+    if (config_.relative.layer_norm) {
+      Tensor d_table = temporary(d_rel_sum_.shape(), "d_rel_table");
+      backend_.layernorm_backward(d_rel_sum_, w_.rel_embeddings, s["rel_mean"], s["rel_rstd"], w_.rel_norm_w, d_table,
+                                  g_.rel_norm_w, g_.rel_norm_b);
+      backend_.add_inplace(g_.rel_embeddings, d_table);
+    } else {
+      backend_.add_inplace(g_.rel_embeddings, d_rel_sum_);
+    }
+    d_rel_sum_ = Tensor();
+  }
+  rel_ = Tensor();
 }
 
 }  // namespace anatomy

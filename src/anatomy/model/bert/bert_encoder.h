@@ -56,6 +56,8 @@ class BertEncoder {
   // The layer's backward from its output's gradient `dout` (consumed); returns its input's.
   Tensor layer_backward(int64_t layer, const Tensor& x, const SavedTensors& s, const Tensor& dout);
   void embeddings_backward(const SavedTensors& s, const Tensor& dout);
+  // Lets go of the relative embeddings' products input (after an inference forward).
+  void release_relative() { rel_ = Tensor(); }
 
  private:
   // The layer's attention, of every token or of the first token only (x0: its row of x).
@@ -75,10 +77,26 @@ class BertEncoder {
   ActivationKind activation_;
   bool first_token_last_layer_ = false;
 
+  // DeBERTa: the layer's relative attention (its position products in s["pos_qk"]).
+  void relative_attention_part(int64_t layer, const Tensor& x, const SavedTensors& s);
+  // The relative embeddings layer l's products read: the table (LayerNorm'd)
+  // after the layer's own dropout, or the table itself without dropout.
+  Tensor relative_embeddings_of(int64_t layer, const DropoutSpec& dropout);
+  DropoutSpec relative_dropout(int64_t layer) const;
+  double attention_scale() const;
+  // The layer's backward from its attention's context gradient (relative attention); returns d_x.
+  Tensor relative_attention_backward(int64_t layer, const Tensor& x, const SavedTensors& s, const Tensor& d_ctx,
+                                     Tensor d_x);
+
   // Per-batch state.
   int64_t B_ = 0, L_ = 0;
   ForwardOptions options_;
   Tensor ids_, token_types_, positions_, mask_;
+  // Relative attention: the index of each distance [2L − 1] and the distances
+  // of each index [P, 2] (for L_); the table every layer reads (the
+  // embeddings' saved "rel"); the sum of its gradient over the layers.
+  Tensor rel_index_, rel_ranges_, rel_, d_rel_sum_;
+  int64_t rel_length_ = -1;
 };
 
 }  // namespace anatomy

@@ -27,7 +27,18 @@ std::string BertLayout::layer_name(int64_t l, const std::string& part) const {
 bool BertLayout::is_layer_norm(const std::string& name) const {
   for (const std::string* norm : {&embeddings_norm, &attention_norm, &output_norm, &lm_norm})
     if (!norm->empty() && (ends_with(name, *norm + ".weight") || ends_with(name, *norm + ".bias"))) return true;
+  if (relative_attention && (name == prefix + relative_norm + ".weight" || name == prefix + relative_norm + ".bias"))
+    return true;
   return false;
+}
+
+double BertLayout::head_dense_dropout(const ModelConfig& config) const {
+  if (head_dense_dropout_key.empty()) return head_dropout(config);
+  const auto it = config.extra.find(head_dense_dropout_key);
+  if (it == config.extra.end() || it->is_null()) return 0.0;
+  if (!it->is_number() || !(it->get<double>() >= 0.0 && it->get<double>() < 1.0))
+    fail("config.json: '{}' must be a probability in [0, 1), got {}", head_dense_dropout_key, it->dump());
+  return it->get<double>();
 }
 
 bool BertLayout::in_encoder_layer(const std::string& name) const {
@@ -84,8 +95,9 @@ const BertLayout& bert_task_layout(const BertLayout& family, const std::string& 
     l->head_dense.clear();
     l->classifier = "classifier";
     l->dropout_before_head_dense = false;
-    l->head_dropout_kind =
-        family.model_type == "distilbert" ? BertLayout::HeadDropout::Hidden : BertLayout::HeadDropout::Classifier;
+    l->head_dropout_kind = family.model_type == "distilbert" || family.model_type == "deberta-v2"
+                               ? BertLayout::HeadDropout::Hidden
+                               : BertLayout::HeadDropout::Classifier;
   } else if (task == kQuestionAnswering) {
     // *ForQuestionAnswering: qa_outputs (H -> 2) on every token, split into
     // start and end logits; dropout before it in DistilBERT only.
@@ -95,7 +107,7 @@ const BertLayout& bert_task_layout(const BertLayout& family, const std::string& 
     l->dropout_before_head_dense = false;
     l->head_dropout_kind =
         family.model_type == "distilbert" ? BertLayout::HeadDropout::QaDropout : BertLayout::HeadDropout::None;
-  } else if (task == kMaskedLm) {
+  } else if (task == kMaskedLm && family.model_type != "deberta-v2") {
     // *ForMaskedLM: no pooler, no classifier, no dropout; the names of each family's LM head.
     l->architecture = class_name + "ForMaskedLM";
     l->classifier.clear();
@@ -120,7 +132,7 @@ const BertLayout& bert_task_layout(const BertLayout& family, const std::string& 
       l->lm_bias = "lm_head.bias";
       l->lm_gelu = true;
     }
-  } else if (task == kMultipleChoice && family.model_type != "electra") {
+  } else if (task == kMultipleChoice && family.model_type != "electra" && family.model_type != "deberta-v2") {
     // *ForMultipleChoice: the sequence classifier's head with one output, a logit per choice. BERT's and
     // DistilBERT's are their sequence classifiers'; RoBERTa's is BERT's (the pooler, tanh, dropout), not
     // its two-layer classification head. (ELECTRA's SequenceSummary is not served.)

@@ -29,7 +29,7 @@ struct BertLayout {
 
   // Embeddings, under `prefix`.
   std::string word = "embeddings.word_embeddings";
-  std::string position = "embeddings.position_embeddings";
+  std::string position = "embeddings.position_embeddings";  // empty: no absolute positions (DeBERTa)
   std::string token_type = "embeddings.token_type_embeddings";  // used when type_vocab_size > 0
   std::string embeddings_norm = "embeddings.LayerNorm";
   // ELECTRA: the Linear(embedding_size, hidden_size) after the embeddings,
@@ -38,6 +38,15 @@ struct BertLayout {
   // nn.Embedding(padding_idx=pad_token_id) for the positions too (RoBERTa):
   // that row starts at zero and gets no gradient.
   bool position_padding_row = false;
+
+  // DeBERTa's disentangled attention (ModelConfig::relative): the relative
+  // embeddings and their LayerNorm (norm_rel_ebd), under `prefix`, shared by
+  // every layer. They belong to the embeddings' unit.
+  bool relative_attention = false;
+  // The embeddings' output times the attention mask (DeBERTa's: padding rows 0).
+  bool mask_embeddings = false;
+  std::string relative_embeddings = "encoder.rel_embeddings";
+  std::string relative_norm = "encoder.LayerNorm";
 
   // Encoder layer l: `prefix` + fmt::format(layer, l) + each name.
   std::string layer = "encoder.layer.{}.";
@@ -59,6 +68,9 @@ struct BertLayout {
   std::string classifier = "classifier";
   ActivationKind head_activation = ActivationKind::Tanh;
   bool dropout_before_head_dense = false;  // RoBERTa, ELECTRA
+  // That first dropout's probability from this config.json key (DeBERTa's
+  // pooler_dropout, 0 when absent); empty: the head's dropout (head_dropout()).
+  std::string head_dense_dropout_key;
   // The masked-LM head (*ForMaskedLM), over every token:
   //   head_dense (H -> E) -> activation -> lm_norm (LayerNorm over E) -> decoder (E -> vocab)
   // the decoder's weight the word embeddings (tied), its bias `lm_bias`. The
@@ -75,6 +87,9 @@ struct BertLayout {
 
   // The head's dropout probability for `config`.
   double head_dropout(const ModelConfig& config) const;
+  // The probability of the dropout before the head's dense layer.
+  double head_dense_dropout(const ModelConfig& config) const;
+  bool has_position_table() const { return !position.empty(); }
   // The classifier's outputs: num_labels, or 2 (an answer's start and end) for question answering.
   int64_t head_outputs(const ModelConfig& config) const;
   bool has_head_dense() const { return !head_dense.empty(); }

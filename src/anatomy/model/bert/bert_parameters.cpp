@@ -25,11 +25,13 @@ std::vector<ParamSpec> bert_parameter_specs(const ModelConfig& c, const BertLayo
     specs.push_back({prefix + ".bias", {width}, false, ParamInit::Zeros});
   };
   specs.push_back({p + layout.word + ".weight", {c.vocab_size, E}, true, ParamInit::Normal});
-  specs.push_back({p + layout.position + ".weight", {c.max_position_embeddings, E}, true, ParamInit::Normal});
+  if (layout.has_position_table())
+    specs.push_back({p + layout.position + ".weight", {c.max_position_embeddings, E}, true, ParamInit::Normal});
   if (c.type_vocab_size > 0)
     specs.push_back({p + layout.token_type + ".weight", {c.type_vocab_size, E}, true, ParamInit::Normal});
   layer_norm(p + layout.embeddings_norm, E);
   if (has_embeddings_projection(c)) linear(p + layout.projection, H, E);
+  const int64_t embeddings_end = static_cast<int64_t>(specs.size());
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const int64_t qkv = static_cast<int64_t>(specs.size());
     linear(layout.layer_name(l, layout.query), H, H);
@@ -49,6 +51,22 @@ std::vector<ParamSpec> bert_parameter_specs(const ModelConfig& c, const BertLayo
     linear(layout.layer_name(l, layout.output), H, I);
     layer_norm(layout.layer_name(l, layout.output_norm), H);
   }
+  // DeBERTa's relative embeddings and their LayerNorm come after the layers in
+  // Hugging Face's order, and in the embeddings' unit in the flat layout: their
+  // slots go before the layers'.
+  const int64_t relative_begin = static_cast<int64_t>(specs.size());
+  if (layout.relative_attention) {
+    ANATOMY_CHECK(c.relative.enabled(), "{}: a relative-attention layout without relative positions",
+                  layout.architecture);
+    specs.push_back({p + layout.relative_embeddings + ".weight", {c.relative.rows(), H}, true, ParamInit::Normal});
+    if (c.relative.layer_norm) layer_norm(p + layout.relative_norm, H);
+  }
+  const int64_t relative_count = static_cast<int64_t>(specs.size()) - relative_begin;
+  for (int64_t i = 0; i < relative_begin; ++i)
+    if (specs[static_cast<size_t>(i)].slot < 0) specs[static_cast<size_t>(i)].slot = i;
+  for (int64_t i = embeddings_end; i < relative_begin; ++i) specs[static_cast<size_t>(i)].slot += relative_count;
+  for (int64_t i = 0; i < relative_count; ++i)
+    specs[static_cast<size_t>(relative_begin + i)].slot = embeddings_end + i;
   if (layout.masked_lm()) {
     // dense (H -> E), its LayerNorm, the decoder's bias; the decoder's weight is the word embeddings.
     linear(layout.head_dense, E, H);
@@ -78,7 +96,11 @@ void BertTensors::bind_unit(int64_t unit, const ModelConfig& c, const BertLayout
   const std::string& p = layout.prefix;
   if (unit == 0) {
     word = get(p + layout.word + ".weight");
-    position = get(p + layout.position + ".weight");
+    position = layout.has_position_table() ? get(p + layout.position + ".weight") : Tensor();
+    rel_embeddings = layout.relative_attention ? get(p + layout.relative_embeddings + ".weight") : Tensor();
+    const bool rel_norm = layout.relative_attention && c.relative.layer_norm;
+    rel_norm_w = rel_norm ? get(p + layout.relative_norm + ".weight") : Tensor();
+    rel_norm_b = rel_norm ? get(p + layout.relative_norm + ".bias") : Tensor();
     token_type = c.type_vocab_size > 0 ? get(p + layout.token_type + ".weight") : Tensor();
     emb_ln_w = get(p + layout.embeddings_norm + ".weight");
     emb_ln_b = get(p + layout.embeddings_norm + ".bias");

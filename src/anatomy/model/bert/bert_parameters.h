@@ -31,6 +31,8 @@ struct EncoderLayerTensors {
 struct BertTensors {
   Tensor word, position, token_type, emb_ln_w, emb_ln_b;  // token_type undefined without token types
   Tensor projection_w, projection_b;                      // ELECTRA's embeddings projection, or undefined
+  // DeBERTa's relative embeddings and their LayerNorm (unit 0), or undefined.
+  Tensor rel_embeddings, rel_norm_w, rel_norm_b;
   std::vector<EncoderLayerTensors> layers;
   // The head: its dense layer (BERT's pooler, RoBERTa's classifier.dense,
   // DistilBERT's pre_classifier; undefined for a head without one) and the classifier.
