@@ -149,6 +149,10 @@ std::string format_estimate(const EstimateRequest& r, const Estimate& e) {
   line(fmt::format("  total                     {:>9} {:>12.2f}", textbook_total, weights + optimizer + gradients));
   line("  (textbook, the seed: AdamW 8, 8-bit AdamW 2, SGD with momentum 4 bytes of optimizer state; "
        "mixed-precision inference 6 bytes)");
+  if (!p.peak_buffers.largest.empty()) {
+    line("");
+    out += format_peak_buffers(p.peak_buffers);
+  }
   if (r.nproc > 1) {
     // The ZeRO paper's model states per GPU beside this engine's plan for rank 0.
     const double psi = static_cast<double>(p.parameters);
@@ -208,6 +212,7 @@ std::string estimate_json(const Estimate& e) {
       {"context_bytes", p.context_bytes},
       {"ledger", ledger_json(p.ledger)},
       {"timeline", timeline_json(p.timeline)},
+      {"peak_buffers", peak_buffers_json(p.peak_buffers)},
       {"device_fits", e.fits},
       {"capacity", e.capacity},
       {"largest_batch", e.largest_batch},
