@@ -251,6 +251,44 @@ TEST(PeakBuffers, EstimatePrintsThePlansPeakBuffers) {
   EXPECT_EQ(sum, j["ledger"]["peak_total"].get<int64_t>());
 }
 
+// `estimate --json` prints the figures of the terminal plan: each read back
+// from the table's own text and compared.
+TEST(EstimateJson, HoldsTheTablesFigures) {
+  const std::string flags = "estimate --model bert-mini --dummy-seq-len 128 --gpu-memory 1GiB";
+  const auto table = test::run_anatomy(flags);
+  const auto json = test::run_anatomy(flags + " --json");
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const nlohmann::json j = nlohmann::json::parse(json.output);  // nothing but the document on stdout
+  auto table_has = [&](const std::string& text) {
+    EXPECT_NE(table.output.find(text), std::string::npos) << "'" << text << "' not in\n" << table.output;
+  };
+  for (const auto& row : j["at_peak"]) {
+    const std::string name = row["category"];
+    const int64_t bytes = row["bytes"];
+    if (bytes == 0 && (name == "weights_half" || name == "communication" || name == "workspace")) continue;
+    table_has(fmt::format("  {:<34} {:>12} {:>10.2f}", name, format_bytes(bytes), row["per_parameter"].get<double>()));
+  }
+  table_has(fmt::format("  {:<34} {:>12}", "ledger total (peak)", format_bytes(j["peak_total"].get<int64_t>())));
+  table_has(fmt::format("  {:<34} {:>12}", "pool segments (peak)", format_bytes(j["reserved_peak"].get<int64_t>())));
+  table_has(fmt::format("  {:<34} {:>12}", "predicted NVML use", format_bytes(j["predicted_nvml"].get<int64_t>())));
+  table_has(fmt::format("the peak: \"{}\"", j["ledger"]["peak_phase"].get<std::string>()));
+  table_has(fmt::format("Largest batch that fits: {} plain, {} with --gradient-checkpointing.",
+                        j["largest_plain"].get<int64_t>(), j["largest_checkpointed"].get<int64_t>()));
+  table_has(fmt::format("{}: predicted", j["device_fits"].get<bool>() ? "Fits" : "Does NOT fit"));
+  EXPECT_EQ(j["model"], "bert-mini");
+  EXPECT_EQ(j["batch_size"], 4);
+  EXPECT_EQ(j["sequence_length"], 128);
+  EXPECT_EQ(j["device"]["total"].get<int64_t>(), int64_t{1} << 30);
+  EXPECT_EQ(j["bytes_per_parameter"]["textbook"]["optimizer"], 8);
+  // The peak's largest buffer, as the table names it.
+  table_has(j["peak_buffers"]["buffers"][0]["name"].get<std::string>());
+
+  const auto bad = test::run_anatomy("estimate --json --gpu no-such-gpu");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--gpu no-such-gpu: unknown GPU"), std::string::npos) << bad.output;
+}
+
 // The trace carries the ledger's live bytes as counters, at each op's start.
 TEST(TraceCounters, FollowTheLedgerAtEachOp) {
   StepTiming step;
