@@ -296,9 +296,10 @@ std::string trace_json(const std::vector<StepTiming>& steps) {
       total += live[c];
       if (used[c]) by_category[std::string(category_name(static_cast<Category>(c)))] = live[c];
     }
-    events.push_back({{"name", "ledger bytes by category"}, {"ph", "C"}, {"ts", ts}, {"pid", 1},
+    // Counters belong to the process; tid 0 is its metadata track, as every event carries one.
+    events.push_back({{"name", "ledger bytes by category"}, {"ph", "C"}, {"ts", ts}, {"pid", 1}, {"tid", 0},
                       {"args", by_category}});
-    events.push_back({{"name", "ledger bytes live"}, {"ph", "C"}, {"ts", ts}, {"pid", 1},
+    events.push_back({{"name", "ledger bytes live"}, {"ph", "C"}, {"ts", ts}, {"pid", 1}, {"tid", 0},
                       {"args", {{"live", total}}}});
   };
   double offset_us = 0.0;
