@@ -156,6 +156,37 @@ TEST(StepTimeline, AFlatRunSaysNoGrowth) {
   EXPECT_EQ(text.find("grew"), std::string::npos) << text;
 }
 
+// report.html's whole-run chart: 10 MiB of growth on top of 1 GiB is drawn
+// over most of the plot's height (the axis starts near the lowest value),
+// not as a slope of two pixels.
+TEST(StepTimeline, TheReportDrawsSmallGrowthVisibly) {
+  MemoryAnatomy m;
+  m.device = "cpu";
+  constexpr int64_t MiB = 1 << 20;
+  for (int64_t step = 0; step < 100; ++step) {
+    StepSample s;
+    s.first_step = s.last_step = step;
+    s.end = 1024 * MiB + step * MiB / 10;
+    s.peak = s.end + MiB;
+    m.steps.push_back(s);
+  }
+  m.ledger.peak_total = m.steps.back().peak;
+  const std::string html = memory_report_html(m);
+  const size_t at = html.find("<path class=\"series-step-end\"");
+  ASSERT_NE(at, std::string::npos);
+  const size_t d = html.find(" d=\"", at) + 4;
+  const std::string path = html.substr(d, html.find('"', d) - d);
+  // "M x,y H x L x,y H x ...": the first and last y.
+  std::vector<double> ys;
+  for (size_t i = 0; (i = path.find(',', i)) != std::string::npos; ++i) ys.push_back(std::stod(path.substr(i + 1)));
+  ASSERT_EQ(ys.size(), 100u);
+  EXPECT_GT(ys.front() - ys.back(), 100.0) << "the growth spans less than 100 of the plot's 220 units: " << path.substr(0, 200);
+  // The axis says where it starts: a round figure at or below the lowest value, 1 GiB.
+  const size_t starts = html.find("the axis starts at ");
+  ASSERT_NE(starts, std::string::npos);
+  EXPECT_EQ(html.substr(starts, 29), "the axis starts at 1020.0 MiB") << "1 GiB rounded down to the 5 MiB ticks";
+}
+
 // A real training loop with a buffer planted by the step hook that grows by
 // one allocation a step: the whole-run series sees it in every step.
 TEST(StepTimeline, ATrainingRunShowsAPlantedLeakOverEveryStep) {

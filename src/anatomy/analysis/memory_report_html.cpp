@@ -4,6 +4,7 @@
 // Every drawn series carries the class series-<key> so tests can find it.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include <fmt/format.h>
@@ -440,20 +441,34 @@ std::string steps_chart(const std::vector<StepSample>& steps) {
       "<svg id=\"steps-chart\" viewBox=\"0 0 {} {}\" role=\"img\" "
       "aria-label=\"memory at each step's highest point and end, over the whole run\">\n",
       kChartWidth, kHeight);
-  int64_t highest = 1;
-  for (const StepSample& s : steps) highest = std::max({highest, s.peak, s.end});
-  const ByteAxis axis(highest);
+  int64_t highest = 1, lowest = std::numeric_limits<int64_t>::max();
+  for (const StepSample& s : steps) {
+    highest = std::max({highest, s.peak, s.end});
+    lowest = std::min({lowest, s.peak, s.end});
+  }
+  // When everything lies in the upper half, the axis starts near the lowest
+  // value (a round figure below it), so that growth small against the whole,
+  // a leak, still shows as a slope.
+  int64_t base = 0;
+  if (lowest > highest / 2 && lowest < highest) {
+    const ByteAxis span_axis(highest - lowest);
+    const auto tick = static_cast<int64_t>(span_axis.step * span_axis.unit);
+    base = lowest / tick * tick;
+  }
+  const ByteAxis axis(highest - base);
   const int64_t first = steps.front().first_step, last = steps.back().last_step;
   const double span = static_cast<double>(std::max<int64_t>(1, last - first + 1));
   auto x_at = [&](int64_t step) { return kLeft + kPlotWidth * static_cast<double>(step - first) / span; };
   auto y_at = [&](int64_t bytes) {
-    return kTop + kPlotHeight - kPlotHeight * static_cast<double>(bytes) / static_cast<double>(axis.top);
+    return kTop + kPlotHeight - kPlotHeight * static_cast<double>(bytes - base) / static_cast<double>(axis.top);
   };
   for (double v = 0; v * axis.unit <= axis.top * 1.0000001; v += axis.step) {
-    const double y = y_at(static_cast<int64_t>(v * axis.unit));
+    const auto bytes = base + static_cast<int64_t>(v * axis.unit);
+    const double y = y_at(bytes);
     svg += fmt::format("<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>"
                        "<text class=\"tick\" x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n",
-                       kLeft, kLeft + kPlotWidth, y, y, kLeft - 6, y + 4, axis.label(v));
+                       kLeft, kLeft + kPlotWidth, y, y, kLeft - 6, y + 4,
+                       base == 0 ? axis.label(v) : escape_html(format_bytes(bytes)));
   }
   // A sample covers steps [first_step, last_step]: drawn as a plateau over them.
   auto series = [&](const char* key, const char* colour, const char* title, auto bytes_of) {
@@ -484,8 +499,9 @@ std::string steps_chart(const std::vector<StepSample>& steps) {
                      "y=\"{}\" text-anchor=\"end\">step {}</text>\n",
                      kLeft, kTop + kPlotHeight + 16, first + 1, kLeft + kPlotWidth, kTop + kPlotHeight + 16, last + 1);
   svg += fmt::format("<text class=\"axis-title\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">every step of the run "
-                     "({} sample{}; red: each step's highest point, blue: live at its end)</text>\n",
-                     kLeft + kPlotWidth / 2, kHeight - 12, steps.size(), steps.size() == 1 ? "" : "s");
+                     "({} sample{}; red: each step's highest point, blue: live at its end{})</text>\n",
+                     kLeft + kPlotWidth / 2, kHeight - 12, steps.size(), steps.size() == 1 ? "" : "s",
+                     base > 0 ? "; the axis starts at " + escape_html(format_bytes(base)) : "");
   return svg + "</svg>\n";
 }
 
