@@ -27,7 +27,7 @@ MFU = samples/s x training FLOPs per sample (matrix products only, BASELINES.md'
 
 Before its measured run, each configuration trains anatomy for 2 steps at the same shapes (unless
 --no-warm-up): that first run times cuBLASLt's candidate algorithms for every product shape and
-caches the choices (~/.cache/anatomy/gemm_algos.json, README: ANATOMY_GEMM_TUNING), and builds
+caches the choices (~/.cache/anatomy/gemm_algos.json, docs/training.md: ANATOMY_GEMM_TUNING), and builds
 cuDNN's attention plans and keeps them (~/.cache/anatomy/cudnn_plans/), as any earlier run on the
 machine would have. The measured run then reads both: a one-time cost per machine, like a
 compiled-kernel cache, kept out of the figure. Trainer gets a 2-step warm-up run too: its first

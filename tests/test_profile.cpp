@@ -136,7 +136,7 @@ TEST(Profile, TraceIsChromeTraceEventFormat) {
   ASSERT_TRUE(trace.is_object());
   ASSERT_TRUE(trace.contains("traceEvents") && trace["traceEvents"].is_array());
   std::map<int, double> step_end;
-  int complete = 0, metadata = 0;
+  int complete = 0, metadata = 0, counters = 0;
   for (const auto& e : trace["traceEvents"]) {
     ASSERT_TRUE(e.contains("ph") && e["ph"].is_string());
     ASSERT_TRUE(e.contains("pid") && e["pid"].is_number_integer());
@@ -149,6 +149,12 @@ TEST(Profile, TraceIsChromeTraceEventFormat) {
       EXPECT_TRUE(e["args"].contains("name"));
       continue;
     }
+    if (ph == "C") {  // the ledger's memory counters: numbers at a time within the run
+      ++counters;
+      ASSERT_TRUE(e["ts"].is_number() && e["args"].is_object() && !e["args"].empty());
+      for (const auto& [key, value] : e["args"].items()) EXPECT_TRUE(value.is_number_integer()) << key;
+      continue;
+    }
     ASSERT_EQ(ph, "X");
     ++complete;
     ASSERT_TRUE(e["ts"].is_number() && e["dur"].is_number());
@@ -159,6 +165,7 @@ TEST(Profile, TraceIsChromeTraceEventFormat) {
   }
   EXPECT_EQ(metadata, 1 + static_cast<int>(p.steps.size()));
   EXPECT_EQ(complete, static_cast<int>(p.steps.size() + p.steps[0].ops.size() + p.steps[1].ops.size()));
+  EXPECT_GT(counters, 0);
 }
 
 TEST(Profile, CommandWritesTheSummaryAndTraceButNoModel) {

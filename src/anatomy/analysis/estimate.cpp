@@ -149,6 +149,10 @@ std::string format_estimate(const EstimateRequest& r, const Estimate& e) {
   line(fmt::format("  total                     {:>9} {:>12.2f}", textbook_total, weights + optimizer + gradients));
   line("  (textbook, the seed: AdamW 8, 8-bit AdamW 2, SGD with momentum 4 bytes of optimizer state; "
        "mixed-precision inference 6 bytes)");
+  if (!p.peak_buffers.largest.empty()) {
+    line("");
+    out += format_peak_buffers(p.peak_buffers);
+  }
   if (r.nproc > 1) {
     // The ZeRO paper's model states per GPU beside this engine's plan for rank 0.
     const double psi = static_cast<double>(p.parameters);
@@ -199,15 +203,69 @@ std::string format_estimate(const EstimateRequest& r, const Estimate& e) {
   return out;
 }
 
-std::string estimate_json(const Estimate& e) {
+std::string estimate_json(const EstimateRequest& r, const Estimate& e) {
+  using nlohmann::ordered_json;
   const MemoryPlan& p = e.plan;
-  const nlohmann::ordered_json j = {
+  const LedgerSnapshot& m = p.ledger;
+  ordered_json at_peak = ordered_json::array();
+  for (size_t c = 0; c < kCategoryCount; ++c)
+    at_peak.push_back({{"category", category_name(static_cast<Category>(c))},
+                       {"bytes", m.at_peak[c]},
+                       {"per_parameter", per_param(m.at_peak[c], p.parameters)}});
+  const TextbookBytes t = textbook_bytes_per_parameter(r.args);
+  const double weights = per_param(m.at_peak[cat(Category::Weights)] + m.at_peak[cat(Category::WeightsHalf)],
+                                   p.parameters);
+  const double optimizer = per_param(m.at_peak[cat(Category::OptimizerStates)], p.parameters);
+  const double gradients = per_param(m.at_peak[cat(Category::Gradients)], p.parameters);
+  ordered_json zero = nullptr;
+  if (r.nproc > 1) {
+    ordered_json paper = ordered_json::array();
+    for (int stage = 0; stage <= 3; ++stage)
+      paper.push_back(static_cast<int64_t>(zero_paper_bytes(stage, static_cast<double>(p.parameters), r.nproc)));
+    zero = {{"ranks", r.nproc},
+            {"stage", r.args.zero_stage},
+            {"paper_model_state_bytes", paper},
+            {"engine_model_state_bytes", m.at_peak[cat(Category::Weights)] + m.at_peak[cat(Category::WeightsHalf)] +
+                                             m.at_peak[cat(Category::OptimizerStates)] +
+                                             m.at_peak[cat(Category::Gradients)]}};
+  }
+  const ordered_json j = {
+      {"model", r.model_name},
+      {"precision", precision_name(r.args, r.fp32_products)},
+      {"optimizer", r.args.optim},
+      {"batch_size", r.args.per_device_train_batch_size},
+      {"sequence_length", r.shape.seq_len},
+      {"gradient_accumulation_steps", r.args.gradient_accumulation_steps},
+      {"gradient_checkpointing", r.args.gradient_checkpointing},
+      {"device",
+       {{"gpu", r.gpu},
+        {"name", r.device_name},
+        {"total", r.device_total},
+        {"other_processes", r.other_processes},
+        {"context_bytes", r.gpu ? r.context_bytes : 0},
+        {"context_source", r.gpu ? r.context_source : ""},
+        {"nccl_bytes", r.nccl_bytes},
+        {"nccl_source", r.nccl_source}}},
+      {"at_peak", at_peak},
+      {"peak_total", m.peak_total},
+      {"pool_free", r.gpu ? m.reserved_at_peak - m.peak_total : 0},
+      {"reserved_peak", m.reserved_peak},
+      {"predicted_nvml", r.gpu ? p.nvml_total() : 0},
+      {"bytes_per_parameter",
+       {{"textbook",
+         {{"weights", t.weights},
+          {"optimizer", t.optimizer >= 0 ? ordered_json(t.optimizer) : ordered_json(nullptr)},
+          {"gradients", t.gradients},
+          {"optimizer_name", t.optimizer_name}}},
+        {"engine", {{"weights", weights}, {"optimizer", optimizer}, {"gradients", gradients}}}}},
+      {"zero", zero},
       {"parameters", p.parameters},
       {"fits", p.fits},
       {"out_of_memory", p.out_of_memory},
       {"context_bytes", p.context_bytes},
       {"ledger", ledger_json(p.ledger)},
       {"timeline", timeline_json(p.timeline)},
+      {"peak_buffers", peak_buffers_json(p.peak_buffers)},
       {"device_fits", e.fits},
       {"capacity", e.capacity},
       {"largest_batch", e.largest_batch},

@@ -44,9 +44,14 @@ struct Estimate {
 
 Estimate estimate_training(const EstimateRequest& request);
 std::string format_estimate(const EstimateRequest& request, const Estimate& estimate);
-// The whole estimate as JSON, every figure in bytes: the plan's ledger (peaks,
-// composition at the peak), its timeline phase by phase, and the batch search.
-std::string estimate_json(const Estimate& estimate);
+// The whole estimate as JSON, every figure in bytes: what format_estimate
+// prints (the run, the device, each category at the peak in bytes and per
+// parameter, the pool, the context, predicted NVML use, the textbook's bytes
+// per parameter, the ZeRO comparison, whether it fits and the batch search),
+// the plan's ledger (peaks, composition at the peak), its timeline phase by
+// phase and the buffers alive at its peak. `estimate --json` prints it,
+// `--plan-json` writes it.
+std::string estimate_json(const EstimateRequest& request, const Estimate& estimate);
 
 // The seed's "Anatomy of Model's Memory" figures, bytes per parameter
 // (optimizer: a negative figure when the seed gives none, as for Adafactor,

@@ -155,7 +155,97 @@ std::string format_memory_table(const MemoryAnatomy& m) {
   if (m.timeline_dropped > 0)
     out += fmt::format("Timeline: {} phase samples kept, {} dropped\n", m.timeline.size(), m.timeline_dropped);
   for (const std::string& note : m.notes) out += note + "\n";
+  if (!m.peak_buffers.largest.empty()) out += "\n" + format_peak_buffers(m.peak_buffers);
+  if (m.steps.size() >= 2) out += "\n" + format_step_timeline(m.steps);
   return out;
+}
+
+namespace {
+std::string allocated_during(const LedgerEntry& e) {
+  return e.step >= 0 ? fmt::format("{}, step {}", e.phase, e.step + 1) : e.phase;
+}
+std::string steps_phrase(const StepSample& s) {
+  return s.first_step == s.last_step ? fmt::format("step {}", s.last_step + 1)
+                                     : fmt::format("steps {}-{}", s.first_step + 1, s.last_step + 1);
+}
+}  // namespace
+
+std::string format_peak_buffers(const PeakBuffers& b, size_t shown) {
+  int64_t total = b.other_bytes;
+  for (const LedgerEntry& e : b.largest) total += e.bytes;
+  const size_t listed = std::min(shown, b.largest.size());
+  int64_t other_bytes = b.other_bytes;
+  int64_t other_count = b.other_count;
+  for (size_t i = listed; i < b.largest.size(); ++i) {
+    other_bytes += b.largest[i].bytes;
+    ++other_count;
+  }
+  std::string out = "Largest buffers live at the peak:\n";
+  out += fmt::format("  {:>10}  {:<17} {:<28} {}\n", "bytes", "category", "allocated during", "buffer");
+  for (size_t i = 0; i < listed; ++i) {
+    const LedgerEntry& e = b.largest[i];
+    out += fmt::format("  {:>10}  {:<17} {:<28} {}\n", format_bytes(e.bytes), category_name(e.category),
+                       allocated_during(e), e.name);
+  }
+  if (other_count > 0)
+    out += fmt::format("  {:>10}  {} other buffer{}\n", format_bytes(other_bytes), other_count,
+                       other_count == 1 ? "" : "s");
+  out += fmt::format("  {:>10}  in all: the ledger's peak\n", format_bytes(total));
+  return out;
+}
+
+std::string format_step_timeline(const std::vector<StepSample>& steps) {
+  if (steps.size() < 2) return "";
+  const StepSample& first = steps.front();
+  const StepSample& last = steps.back();
+  int64_t low = first.peak, high = first.peak;
+  for (const StepSample& s : steps) {
+    low = std::min(low, s.peak);
+    high = std::max(high, s.peak);
+  }
+  const int64_t count = last.last_step - first.first_step + 1;
+  std::string out = fmt::format("Over the whole run ({} steps, {} samples):\n", count, steps.size());
+  const int64_t growth = last.end - first.end;
+  out += fmt::format("  live at the end of {}: {}; at the end of {}: {} ({}{})\n", steps_phrase(first),
+                     format_bytes(first.end), steps_phrase(last), format_bytes(last.end), growth > 0 ? "+" : "",
+                     format_bytes(growth));
+  out += fmt::format("  the highest point of a step: from {} to {}\n", format_bytes(low), format_bytes(high));
+  if (growth > 0) {
+    // The categories that grew, largest first.
+    std::vector<std::pair<int64_t, size_t>> grown;
+    for (size_t c = 0; c < kCategoryCount; ++c)
+      if (last.end_live[c] > first.end_live[c]) grown.emplace_back(last.end_live[c] - first.end_live[c], c);
+    std::sort(grown.rbegin(), grown.rend());
+    std::string which;
+    for (const auto& [bytes, c] : grown)
+      which += fmt::format("{}{} +{}", which.empty() ? "" : ", ", category_name(static_cast<Category>(c)),
+                           format_bytes(bytes));
+    out += fmt::format("  memory held between steps grew over the run: {}\n", which);
+  }
+  return out;
+}
+
+nlohmann::ordered_json step_timeline_json(const std::vector<StepSample>& steps) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const StepSample& s : steps)
+    out.push_back({{"first_step", s.first_step}, {"last_step", s.last_step}, {"peak", s.peak}, {"end", s.end},
+                   {"reserved", s.reserved}, {"end_live", by_category(s.end_live)}});
+  return out;
+}
+
+nlohmann::ordered_json peak_buffers_json(const PeakBuffers& b) {
+  nlohmann::ordered_json buffers = nlohmann::ordered_json::array();
+  int64_t total = b.other_bytes;
+  for (const LedgerEntry& e : b.largest) {
+    buffers.push_back({{"name", e.name}, {"category", category_name(e.category)}, {"bytes", e.bytes},
+                       {"phase", e.phase}, {"step", e.step}});
+    total += e.bytes;
+  }
+  return {{"buffers", buffers},
+          {"other_count", b.other_count},
+          {"other_bytes", b.other_bytes},
+          {"other_by_category", by_category(b.other_by_category)},
+          {"total", total}};
 }
 
 nlohmann::ordered_json ledger_json(const LedgerSnapshot& l) {
@@ -199,6 +289,8 @@ std::string memory_anatomy_json(const MemoryAnatomy& m) {
   j["ledger"] = ledger_json(m.ledger);
   j["timeline"] = timeline_json(m.timeline);
   j["timeline_dropped"] = m.timeline_dropped;
+  j["peak_buffers"] = peak_buffers_json(m.peak_buffers);
+  j["step_timeline"] = step_timeline_json(m.steps);
   j["context_bytes"] = m.context_bytes;
   j["nvml_used"] = m.nvml_used;
   j["engine_options"] = ordered_json::object();

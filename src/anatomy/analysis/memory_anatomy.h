@@ -36,6 +36,8 @@ struct MemoryAnatomy {
   LedgerSnapshot ledger;        // live now, peaks, composition at the peak
   std::vector<PhaseSample> timeline;
   int64_t timeline_dropped = 0;
+  PeakBuffers peak_buffers;          // the buffers alive at the ledger's peak, the largest listed
+  std::vector<StepSample> steps;     // the whole run, a sample per step or group of steps
   // GPU only; -1 when unknown (CPU runs, or NVML unavailable).
   int64_t context_bytes = -1;   // CUDA context and kernels (NVML, before the first allocation)
   int64_t nvml_used = -1;       // NVML: this process's use when the anatomy was taken
@@ -49,6 +51,11 @@ struct MemoryAnatomy {
   // masked-LM head's logits kept whole against its chunked loss), a line each.
   std::vector<std::string> notes;
 };
+
+// How many of the peak's buffers anatomy.json, report.html and the plan's
+// JSON list by name (the terminal shows the first kPeakBuffersShown).
+inline constexpr size_t kPeakBuffersListed = 25;
+inline constexpr size_t kPeakBuffersShown = 10;
 
 // One row of the anatomy: a ledger category or one of the device-level rows
 // ("context", "pool_free", "unattributed").
@@ -73,6 +80,18 @@ std::string format_memory_table(const MemoryAnatomy& m);
 // category_name(): the parts anatomy.json and `estimate --plan-json` share.
 nlohmann::ordered_json ledger_json(const LedgerSnapshot& ledger);
 nlohmann::ordered_json timeline_json(const std::vector<PhaseSample>& timeline);
+nlohmann::ordered_json step_timeline_json(const std::vector<StepSample>& steps);
+// {"buffers": [{name, category, bytes, phase, step}], "other_count", "other_bytes", "total"};
+// total = the listed bytes + other_bytes (the ledger's peak).
+nlohmann::ordered_json peak_buffers_json(const PeakBuffers& buffers);
+
+// "Largest buffers live at the peak": the `shown` largest, a line each (name,
+// category, bytes, the phase and step that allocated it), then "other N
+// buffers" and the total, which is the ledger's peak.
+std::string format_peak_buffers(const PeakBuffers& buffers, size_t shown = kPeakBuffersShown);
+// The whole run in a few lines: live at the first and last step's end, the
+// steps' highest points, and the growth between (empty with fewer than two steps).
+std::string format_step_timeline(const std::vector<StepSample>& steps);
 
 // anatomy.json: everything above, bytes as integers.
 std::string memory_anatomy_json(const MemoryAnatomy& m);

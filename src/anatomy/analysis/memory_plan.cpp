@@ -145,6 +145,7 @@ MemoryPlan plan_training(const ModelConfig& config, const TrainingArguments& arg
   if (backend) {
     plan.ledger = backend->ledger().snapshot();
     plan.timeline = backend->ledger().timeline();
+    plan.peak_buffers = backend->ledger().peak_buffers(kPeakBuffersListed);
   }
   if (plan.parameters == 0)  // the model itself did not fit
     for (const ParamSpec& spec : model_parameter_specs(config)) plan.parameters += shape_numel(spec.shape);

@@ -51,6 +51,7 @@ struct PlanTarget {
 struct MemoryPlan {
   LedgerSnapshot ledger;              // the simulated run's ledger: peaks, composition at the peak
   std::vector<PhaseSample> timeline;  // per phase of the simulated steps
+  PeakBuffers peak_buffers;           // the buffers alive at the plan's peak, kPeakBuffersListed listed
   int64_t parameters = 0;
   int64_t context_bytes = 0;
   bool fits = true;                   // false: the simulated device ran out

@@ -4,6 +4,7 @@
 // Every drawn series carries the class series-<key> so tests can find it.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include <fmt/format.h>
@@ -406,6 +407,104 @@ std::string rows_table(const MemoryAnatomy& m, const std::vector<MemoryRow>& row
   return out + "</tbody>\n</table>\n";
 }
 
+// ---- (e) the peak's buffers and the whole run ------------------------------
+
+std::string peak_buffers_table(const PeakBuffers& b) {
+  std::string out =
+      "<table id=\"peak-buffers\">\n<thead><tr><th></th><th>Buffer</th><th>Category</th><th>Bytes</th>"
+      "<th>Allocated during</th></tr></thead>\n<tbody>\n";
+  int64_t total = b.other_bytes;
+  for (const LedgerEntry& e : b.largest) {
+    const std::string key(category_name(e.category));
+    out += fmt::format("<tr class=\"buffer\"><td><i style=\"background:{}\"></i></td><td>{}</td><td>{}</td>"
+                       "<td data-bytes=\"{}\">{}</td><td>{}</td></tr>\n",
+                       colour_of(key), escape_html(e.name), escape_html(key), e.bytes,
+                       escape_html(format_bytes(e.bytes)),
+                       escape_html(e.step >= 0 ? fmt::format("{}, step {}", e.phase, e.step + 1) : e.phase));
+    total += e.bytes;
+  }
+  if (b.other_count > 0)
+    out += fmt::format("<tr class=\"other\"><td></td><td>{} other buffer{}</td><td></td><td data-bytes=\"{}\">{}</td>"
+                       "<td></td></tr>\n",
+                       b.other_count, b.other_count == 1 ? "" : "s", b.other_bytes,
+                       escape_html(format_bytes(b.other_bytes)));
+  out += fmt::format("<tr class=\"total\"><td></td><td>In all: the ledger's peak</td><td></td><td data-bytes=\"{}\">"
+                     "{}</td><td></td></tr>\n",
+                     total, escape_html(format_bytes(total)));
+  return out + "</tbody>\n</table>\n";
+}
+
+// Each step's highest point and what it left live, over every step of the run.
+std::string steps_chart(const std::vector<StepSample>& steps) {
+  constexpr int kLeft = 72, kTop = 20, kPlotWidth = 1000, kPlotHeight = 220, kHeight = 290;
+  std::string svg = fmt::format(
+      "<svg id=\"steps-chart\" viewBox=\"0 0 {} {}\" role=\"img\" "
+      "aria-label=\"memory at each step's highest point and end, over the whole run\">\n",
+      kChartWidth, kHeight);
+  int64_t highest = 1, lowest = std::numeric_limits<int64_t>::max();
+  for (const StepSample& s : steps) {
+    highest = std::max({highest, s.peak, s.end});
+    lowest = std::min({lowest, s.peak, s.end});
+  }
+  // When everything lies in the upper half, the axis starts near the lowest
+  // value (a round figure below it), so that growth small against the whole,
+  // a leak, still shows as a slope.
+  int64_t base = 0;
+  if (lowest > highest / 2 && lowest < highest) {
+    const ByteAxis span_axis(highest - lowest);
+    const auto tick = static_cast<int64_t>(span_axis.step * span_axis.unit);
+    base = lowest / tick * tick;
+  }
+  const ByteAxis axis(highest - base);
+  const int64_t first = steps.front().first_step, last = steps.back().last_step;
+  const double span = static_cast<double>(std::max<int64_t>(1, last - first + 1));
+  auto x_at = [&](int64_t step) { return kLeft + kPlotWidth * static_cast<double>(step - first) / span; };
+  auto y_at = [&](int64_t bytes) {
+    return kTop + kPlotHeight - kPlotHeight * static_cast<double>(bytes - base) / static_cast<double>(axis.top);
+  };
+  for (double v = 0; v * axis.unit <= axis.top * 1.0000001; v += axis.step) {
+    const auto bytes = base + static_cast<int64_t>(v * axis.unit);
+    const double y = y_at(bytes);
+    svg += fmt::format("<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>"
+                       "<text class=\"tick\" x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n",
+                       kLeft, kLeft + kPlotWidth, y, y, kLeft - 6, y + 4,
+                       base == 0 ? axis.label(v) : escape_html(format_bytes(bytes)));
+  }
+  // A sample covers steps [first_step, last_step]: drawn as a plateau over them.
+  auto series = [&](const char* key, const char* colour, const char* title, auto bytes_of) {
+    std::string d;
+    for (const StepSample& s : steps) {
+      d += fmt::format("{}{:.1f},{:.1f}H{:.1f}", d.empty() ? "M" : "L", x_at(s.first_step), y_at(bytes_of(s)),
+                       x_at(s.last_step + 1));
+    }
+    svg += fmt::format("<path class=\"series-{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\" d=\"{}\">"
+                       "<title>{}</title></path>\n",
+                       key, colour, d, title);
+  };
+  series("step-peak", "#e15759", "each step's highest point", [](const StepSample& s) { return s.peak; });
+  series("step-end", "#4e79a7", "live at each step's end", [](const StepSample& s) { return s.end; });
+  for (const StepSample& s : steps) {
+    const std::string which = s.first_step == s.last_step
+                                  ? fmt::format("step {}", s.last_step + 1)
+                                  : fmt::format("steps {}-{}", s.first_step + 1, s.last_step + 1);
+    svg += fmt::format("<rect class=\"hover\" x=\"{:.1f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\"><title>{}: "
+                       "highest {}, at the end {}</title></rect>\n",
+                       x_at(s.first_step), kTop, x_at(s.last_step + 1) - x_at(s.first_step), kPlotHeight,
+                       escape_html(which), escape_html(format_bytes(s.peak)), escape_html(format_bytes(s.end)));
+  }
+  svg += fmt::format("<line class=\"axis\" x1=\"{0}\" x2=\"{0}\" y1=\"{1}\" y2=\"{2}\"/>"
+                     "<line class=\"axis\" x1=\"{0}\" x2=\"{3}\" y1=\"{2}\" y2=\"{2}\"/>\n",
+                     kLeft, kTop, kTop + kPlotHeight, kLeft + kPlotWidth);
+  svg += fmt::format("<text class=\"tick\" x=\"{}\" y=\"{}\">step {}</text><text class=\"tick\" x=\"{}\" "
+                     "y=\"{}\" text-anchor=\"end\">step {}</text>\n",
+                     kLeft, kTop + kPlotHeight + 16, first + 1, kLeft + kPlotWidth, kTop + kPlotHeight + 16, last + 1);
+  svg += fmt::format("<text class=\"axis-title\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">every step of the run "
+                     "({} sample{}; red: each step's highest point, blue: live at its end{})</text>\n",
+                     kLeft + kPlotWidth / 2, kHeight - 12, steps.size(), steps.size() == 1 ? "" : "s",
+                     base > 0 ? "; the axis starts at " + escape_html(format_bytes(base)) : "");
+  return svg + "</svg>\n";
+}
+
 constexpr const char* kStyle = R"(
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px auto; max-width: 1140px;
        color: #1d1d1d; padding: 0 16px; }
@@ -468,12 +567,15 @@ std::string memory_report_html(const MemoryAnatomy& m, const std::string& extra_
                         m.timeline_dropped);
   html += "</p>\n";
 
-  html += "<h2>Memory over the run, by category</h2>\n" + timeline_chart(m) + legend(m, rows, pooled);
+  html += "<h2>Memory phase by phase (the first steps), by category</h2>\n" + timeline_chart(m) + legend(m, rows, pooled);
   html += "<h2>Composition at the ledger's peak</h2>\n" + peak_composition_chart(m, rows) + composition_legend(rows);
   html += "<h2>Predicted and measured</h2>\n";
   html += m.predicted ? prediction_chart(m, rows)
                       : "<p class=\"summary\">No prediction was made for this run.</p>\n";
   html += "<h2>The rows</h2>\n" + rows_table(m, rows);
+  if (!m.peak_buffers.largest.empty())
+    html += "<h2>Largest buffers live at the peak</h2>\n" + peak_buffers_table(m.peak_buffers);
+  if (!m.steps.empty()) html += "<h2>The whole run, step by step</h2>\n" + steps_chart(m.steps);
   html += extra_sections;
   html += "</body>\n</html>\n";
   return html;

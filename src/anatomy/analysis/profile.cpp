@@ -279,6 +279,29 @@ std::string profile_json(const ProfileSummary& s) {
 std::string trace_json(const std::vector<StepTiming>& steps) {
   nlohmann::json events = nlohmann::json::array();
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 0}, {"args", {{"name", "anatomy"}}}});
+  // Memory counters: the ledger's live bytes when each op began, by category
+  // (the categories that hold anything in the profiled steps) and in all, an
+  // event each time they change.
+  std::array<bool, kCategoryCount> used{};
+  for (const StepTiming& t : steps)
+    for (const OpRecord& r : t.ops)
+      for (size_t c = 0; c < kCategoryCount; ++c) used[c] = used[c] || r.live[c] != 0;
+  std::optional<CategoryBytes> last_live;
+  auto counters = [&](const CategoryBytes& live, double ts) {
+    if (last_live && *last_live == live) return;
+    last_live = live;
+    nlohmann::json by_category = nlohmann::json::object();
+    int64_t total = 0;
+    for (size_t c = 0; c < kCategoryCount; ++c) {
+      total += live[c];
+      if (used[c]) by_category[std::string(category_name(static_cast<Category>(c)))] = live[c];
+    }
+    // Counters belong to the process; tid 0 is its metadata track, as every event carries one.
+    events.push_back({{"name", "ledger bytes by category"}, {"ph", "C"}, {"ts", ts}, {"pid", 1}, {"tid", 0},
+                      {"args", by_category}});
+    events.push_back({{"name", "ledger bytes live"}, {"ph", "C"}, {"ts", ts}, {"pid", 1}, {"tid", 0},
+                      {"args", {{"live", total}}}});
+  };
   double offset_us = 0.0;
   for (size_t i = 0; i < steps.size(); ++i) {
     const int tid = static_cast<int>(i) + 1;
@@ -294,7 +317,8 @@ std::string trace_json(const std::vector<StepTiming>& steps) {
                       {"dur", steps[i].step_ms * 1e3},
                       {"pid", 1},
                       {"tid", tid}});
-    for (const OpRecord& r : steps[i].ops)
+    for (const OpRecord& r : steps[i].ops) {
+      counters(r.live, offset_us + r.start_ms * 1e3);
       events.push_back({{"name", r.operand.empty() ? r.op : fmt::format("{} {}", r.op, r.operand)},
                         {"cat", op_class_name(r.op_class)},
                         {"ph", "X"},
@@ -303,6 +327,7 @@ std::string trace_json(const std::vector<StepTiming>& steps) {
                         {"pid", 1},
                         {"tid", tid},
                         {"args", {{"phase", r.phase}, {"flops", r.flops}, {"bytes", r.bytes}}}});
+    }
     offset_us += steps[i].step_ms * 1e3;
   }
   nlohmann::json trace = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};

@@ -28,6 +28,7 @@ struct EstimateFlags {
   std::string nccl_memory;
   int nproc = 1;
   std::string plan_json;
+  bool json = false;
 };
 
 // The data's shape from the flags, without generating dummy data.
@@ -155,8 +156,11 @@ int run_estimate(const EstimateFlags& flags, const CLI::App& app) {
     r.device_name = "the CPU";
   }
   const Estimate e = estimate_training(r);
-  fmt::print("{}", format_estimate(r, e));
-  if (!flags.plan_json.empty()) io::write_text_file_atomic(flags.plan_json, estimate_json(e));
+  if (flags.json)
+    fmt::print("{}", estimate_json(r, e));
+  else
+    fmt::print("{}", format_estimate(r, e));
+  if (!flags.plan_json.empty()) io::write_text_file_atomic(flags.plan_json, estimate_json(r, e));
   return 0;
 }
 
@@ -168,6 +172,9 @@ Command add_estimate_command(CLI::App& app) {
   app.add_option("--plan-json", flags->plan_json,
                  "Also write the whole plan as JSON to this file: every phase's bytes by category, the peaks, "
                  "the batch search");
+  app.add_flag("--json", flags->json,
+               "Print the plan as JSON instead of the table: the same figures, in bytes (the Python package's "
+               "anatomy.estimate() reads it)");
   app.add_option("--gpu", flags->gpu, "A GPU by name: v100-16gb, t4, a100-40gb, a100-80gb, h100-80gb, h200, ... "
                                       "(default: this machine's GPU)");
   app.add_option("--gpu-memory", flags->gpu_memory, "The GPU's memory, e.g. 16GiB or 24GB (instead of --gpu)");

@@ -12,6 +12,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -89,6 +90,28 @@ struct LedgerEntry {
   std::string name;
   Category category;
   int64_t bytes;
+  std::string phase;   // the phase that allocated it ("forward layer 3")
+  int64_t step = -1;   // the step that allocated it (-1: before the first)
+};
+
+// The buffers alive when the ledger's total peaked: the largest whole, the
+// rest counted, so that largest + other_bytes = the peak total.
+struct PeakBuffers {
+  std::vector<LedgerEntry> largest;  // largest first (ties: the earlier allocation first)
+  int64_t other_count = 0;           // buffers alive at the peak and not listed
+  int64_t other_bytes = 0;
+  CategoryBytes other_by_category{};  // other_bytes by category
+};
+
+// The memory of one step, or of consecutive steps merged when the whole-run
+// series is full: the highest live total within them and what was live when
+// the last of them ended.
+struct StepSample {
+  int64_t first_step = 0, last_step = 0;  // inclusive, 0-based
+  int64_t peak = 0;                       // the highest live total within the steps
+  int64_t end = 0;                        // the live total when the last one ended
+  int64_t reserved = 0;                   // the allocator's bytes when the last one ended
+  CategoryBytes end_live{};               // `end` by category
 };
 
 class Ledger;
@@ -155,6 +178,9 @@ class Ledger {
   const std::string& phase() const { return phase_; }
   // The training step now running (0-based); -1 outside the steps.
   void set_step(int64_t step);
+  // The running step has ended (its sample in the whole-run series takes
+  // what is live now); the step number stays until the next set_step.
+  void end_step();
 
   // Keeps a sample per phase (at most `max_samples`; later phases are
   // dropped, and counted) for steps [first_step, first_step + steps). Setup
@@ -163,8 +189,19 @@ class Ledger {
   std::vector<PhaseSample> timeline() const;
   int64_t timeline_dropped() const;
 
+  // The whole run, a sample per step (always kept, whatever record_timeline
+  // says): when `max_samples` are held, neighbours merge in pairs and each
+  // later sample covers twice as many steps, so the series stays bounded and
+  // spans every step. The step still running is the last sample.
+  std::vector<StepSample> step_timeline() const;
+  void set_step_timeline_limit(size_t max_samples);  // at least 2; default 512
+
   LedgerSnapshot snapshot() const;
+  CategoryBytes live() const;  // the bytes held now by category (cheaper than a snapshot)
   std::vector<LedgerEntry> live_entries() const;
+  // The buffers alive at the peak of snapshot().peak_total, the `top` largest
+  // listed (0: all).
+  PeakBuffers peak_buffers(size_t top) const;
   // Forgets the peaks, keeping what is live (e.g. to measure one step).
   void reset_peaks();
   // Gives the allocator's free memory back to the device (after a detour,
@@ -176,7 +213,8 @@ class Ledger {
   void release(uint64_t id, void* ptr, size_t bytes, Category category);
 
   void close_phase_locked();  // ends the current phase's sample
-  void note_live_locked();    // updates peaks and the phase's high point
+  void close_step_locked();   // ends the current step's sample in the whole-run series
+  void note_live_locked(uint64_t id);  // updates peaks (`id`: the allocation) and the high points
 
   Device device_;
   std::unique_ptr<DeviceAllocator> allocator_;
@@ -190,8 +228,31 @@ class Ledger {
   size_t timeline_max_ = 0;
   int64_t timeline_dropped_ = 0;
   std::vector<PhaseSample> timeline_;
+  // The step series: closed samples, the open group of steps and its size.
+  std::vector<StepSample> steps_;
+  StepSample open_steps_;
+  int64_t open_count_ = 0;   // steps folded into open_steps_
+  int64_t stride_ = 1;       // steps per sample
+  size_t steps_max_ = 512;
+  int64_t step_high_ = 0;    // the highest live total in the running step
+  bool step_ended_ = false;  // end_step() closed the running step's sample
+
+  // A live buffer; the phase is shared between the buffers of one phase.
+  struct Entry {
+    std::string name;
+    Category category;
+    int64_t bytes;
+    std::shared_ptr<const std::string> phase;
+    int64_t step;
+    LedgerEntry listed() const;
+  };
+  std::shared_ptr<const std::string> phase_name_;
   uint64_t next_id_ = 1;
-  std::vector<std::pair<uint64_t, LedgerEntry>> entries_;
+  std::map<uint64_t, Entry> entries_;  // by allocation id: allocation order
+  // The peak's buffers: those live with id <= peak_id_, and those released
+  // since the peak that were allocated before it.
+  uint64_t peak_id_ = 0;
+  std::vector<std::pair<uint64_t, Entry>> released_since_peak_;
 };
 
 // "12.3 MiB" style rendering used by reports and errors.

@@ -19,6 +19,7 @@ void Profiler::begin(OpInfo info) {
   open_.record.op = info.op;
   open_.record.operand = std::move(info.operand);
   open_.record.phase = backend_.ledger().phase();
+  open_.record.live = backend_.ledger().live();
   open_.record.op_class = info.op_class;
   open_.record.flops = info.flops;
   open_.record.bytes = info.bytes;

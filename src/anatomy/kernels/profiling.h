@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "anatomy/core/ledger.h"
 #include "anatomy/kernels/backend.h"
 
 namespace anatomy {
@@ -26,6 +27,7 @@ struct OpRecord {
   double bytes = 0.0;   // bytes read + written, counted from the shapes
   double start_ms = 0.0;  // from the start of the step
   double ms = 0.0;
+  CategoryBytes live{};   // the ledger's live bytes by category when the op began
 };
 
 struct StepTiming {

@@ -75,7 +75,7 @@ ModelSource resolve_model(const std::string& spec, bool need_weights) {
     source.preset = spec;
     return source;
   }
-  // The smallest preset as the example (README.md's "Model families" lists them all).
+  // The smallest preset as the example (docs/models.md's "Model families" lists them all).
   std::string smallest;
   int64_t fewest = 0;
   const std::vector<std::string> presets = model_preset_names();
@@ -84,7 +84,7 @@ ModelSource resolve_model(const std::string& spec, bool need_weights) {
     for (const ParamSpec& spec : model_parameter_specs(*model_preset(name))) count += shape_numel(spec.shape);
     if (smallest.empty() || count < fewest) smallest = name, fewest = count;
   }
-  const std::string names = fmt::format("there are {}, such as {}; README.md lists them", presets.size(), smallest);
+  const std::string names = fmt::format("there are {}, such as {}; docs/models.md lists them", presets.size(), smallest);
   if (io::is_hub_model_id(spec)) {
     std::string folder = "models--";
     for (char c : spec) folder += c == '/' ? std::string("--") : std::string(1, c);

@@ -36,6 +36,8 @@ MemoryAnatomy take_memory_anatomy(Backend& backend, const DeviceFacts& facts, in
   m.ledger = ledger.snapshot();
   m.timeline = ledger.timeline();
   m.timeline_dropped = ledger.timeline_dropped();
+  m.peak_buffers = ledger.peak_buffers(kPeakBuffersListed);
+  m.steps = ledger.step_timeline();
   m.context_bytes = context_bytes;
   m.nvml_used = nvml_used;
   if (plan) m.predicted = plan->prediction();

@@ -386,6 +386,7 @@ TrainResult Trainer::train(const std::function<void(const StepLog&)>& on_log) {
     if (hooks_.after) hooks_.after(step);
     record(run, step, update, on_log);
     evaluate_and_save(run, step);
+    backend_.ledger().end_step();  // the whole-run memory series: what the step left live
   }
   return finish(run);
 }
