@@ -107,7 +107,7 @@ def losses(log_path):
         for line in f:
             j = json.loads(line)
             if "loss" in j:
-                out[j["step"]] = (j["loss"], j["grad_norm"])
+                out[j["step"]] = (j.get("step_loss", j["loss"]), j["grad_norm"])  # the step's own loss
     return out
 
 

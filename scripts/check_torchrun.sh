@@ -54,7 +54,7 @@ def losses(name):
     for line in open(f"{out}/{name}/log.jsonl"):
         r = json.loads(line)
         if "loss" in r:
-            rows[r["step"]] = r["loss"]
+            rows[r["step"]] = r.get("step_loss", r["loss"])  # the step's own loss
     return rows
 base = losses("launch")
 worst = 0.0

@@ -41,6 +41,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
+# The tensorboard package in .venv-tests (PyPI), for test_tensorboard.cpp's check with TensorBoard's reader.
+"$(dirname "$0")/install-test-python.sh"
 # With the CUDA toolkit: the cuDNN frontend's headers, for cuDNN's fused attention.
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   python3 "$(dirname "$0")/fetch_cudnn_frontend.py"

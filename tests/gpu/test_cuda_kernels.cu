@@ -484,6 +484,44 @@ TEST(CudaKernels, CrossEntropyMatchesCpuWithIgnoredLabels) {
   }
 }
 
+// --label-smoothing-factor: the target (1 − ε)·one-hot + ε/C; the CPU backend's
+// loss and dlogits (themselves checked against PyTorch's LabelSmoother in
+// tests/test_label_smoothing.cpp), over every register-tiling of the row (K = 1,
+// 4, 16, 32 and the loop), with ignored rows; ε = 0 gives the plain kernel's bits.
+TEST(CudaKernels, CrossEntropyWithLabelSmoothingMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  Cpu cpu;
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 2}, {7, 3}, {9, 100}, {5, 300}, {513, 1000}, {3, 1500}};
+  for (auto [B, C] : shapes) {
+    std::mt19937 gen(static_cast<uint32_t>(B * 7 + C));
+    std::vector<int64_t> labels(B);
+    for (auto& y : labels) y = std::uniform_int_distribution<int64_t>(0, C - 1)(gen);
+    for (int64_t b = 1; b < B; b += 3) labels[b] = -100;  // ignored rows
+    const auto logits = random_floats(B * C, 29, -8.0f, 8.0f);
+    DeviceArray<float> dl(logits), dd(B * C);
+    DeviceArray<int64_t> dy(labels);
+    DeviceArray<double> loss(1);
+    cu::cross_entropy(nullptr, dl.get(), dy.get(), dd.get(), loss.get(), B, C);
+    const double plain = read_double(loss);
+    const std::vector<float> plain_grad = dd.download();
+    for (double eps : {0.0, 0.1, 0.3, 1.0}) {
+      Tensor tl = cpu.f32({B, C}, logits), ty = cpu.i64({B}, labels);
+      Tensor td = cpu.f32({B, C}, std::vector<float>(B * C));
+      const double want = cpu->cross_entropy(tl, ty, td, eps);
+      cu::cross_entropy(nullptr, dl.get(), dy.get(), dd.get(), loss.get(), B, C, eps);
+      const double got = read_double(loss);
+      const std::vector<float> grad = dd.download();
+      const std::string tag = label("cross_entropy", B, C) + " eps " + std::to_string(eps);
+      expect_close(got, want, tag + " loss");
+      expect_close(grad, Cpu::values(td), tag + " dlogits");
+      if (eps == 0.0) {
+        expect_same_bits(got, plain, tag + " (eps 0 is the plain loss)");
+        expect_same_bits(grad, plain_grad, tag + " (eps 0 is the plain loss)");
+      }
+    }
+  }
+}
+
 TEST(CudaKernels, MseAndBceWithLogitsMatchCpu) {
   SKIP_WITHOUT_GPU();
   Cpu cpu;

@@ -94,6 +94,7 @@ MemoryPlan plan_training(const ModelConfig& config, const TrainingArguments& arg
   TrainingArguments simulated = args;
   simulated.max_steps = steps;
   simulated.output_dir.clear();
+  simulated.report_to = "none";  // no event files from a simulation
   // Saving and resuming move data between host and device buffers the run already holds: no device memory.
   simulated.save_strategy = "no";
   simulated.resume_from_checkpoint.clear();

@@ -40,6 +40,8 @@ Command add_dist_check_command(CLI::App& app);
 // Line-buffers stdout in a child of `anatomy launch`, so that its lines reach
 // the launcher's "[rank k] " prefixes as they are printed. First thing in main().
 void line_buffer_if_launched();
+// `anatomy --version`: the program, its backends, and the library versions built in (cli/version.cpp).
+std::string version_text();
 
 // Checks of number flags with messages that say what was expected
 // ("--learning-rate: expected a non-negative number, got -1").

@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"anatomy: train and run BERT, and see where every byte and millisecond goes"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "anatomy 0.1.0");
+  app.set_version_flag("--version", std::function<std::string()>(anatomy::cli::version_text));
   std::vector<std::pair<CLI::App*, anatomy::cli::Command>> commands;
   {
     auto* train = app.add_subcommand(

@@ -104,7 +104,7 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
   app.add_option("--lr-scheduler-type", flags.scheduler, schedule_kind_names())
       ->capture_default_str()
       ->check(CLI::IsMember({"linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
-                             "constant_with_warmup", "inverse_sqrt"}));
+                             "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau"}));
   app.add_option("--max-grad-norm", a.max_grad_norm, "Clip the global gradient norm to this (0: no clipping)")
       ->capture_default_str()->check(non_negative_number());
   app.add_option("--seed", a.seed, "Seed of initialisation, data, shuffling and dropout")
@@ -148,8 +148,16 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_flag("--no-progress,--disable-tqdm", flags.no_progress, "No progress bar (Trainer's --disable_tqdm)");
   app.add_flag_callback("--use-cpu", [&flags] { flags.device = "cpu"; }, "Trainer's name for --device cpu");
-  app.add_option("--report-to", flags.report_to, "Where Trainer reports: only none (log.jsonl is always written)")
-      ->check(CLI::IsMember({"none"}));
+  app.add_option("--report-to", a.report_to,
+                 "none, or tensorboard: TensorBoard event files in --logging-dir (log.jsonl is always written)")
+      ->capture_default_str()->check(CLI::IsMember({"none", "tensorboard"}));
+  app.add_option("--logging-dir", a.logging_dir,
+                 "Where --report-to tensorboard writes (default: OUTPUT_DIR/runs/<Mon DD_HH-MM-SS>_<host>, "
+                 "Trainer's)");
+  app.add_option("--label-smoothing-factor", a.label_smoothing_factor,
+                 "Trainer's label smoothing: the loss (1 - f)·nll + f·mean over the classes of -log_softmax "
+                 "(single-label and token classification, multiple choice)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   app.add_flag("--do-train", flags.do_train, "Accepted for run_glue command lines: train trains");
   app.add_flag("--tf32", flags.tf32, "TensorFloat-32 matrix products on the GPU (float32 storage)");
   app.add_flag("--split-tf32", flags.split_tf32,

@@ -26,7 +26,6 @@ struct TrainFlags {
   bool no_shuffle = false;
   bool no_progress = false;
   bool do_train = false;            // run_glue's --do_train, accepted
-  std::string report_to = "none";
   bool tf32 = false;
   bool split_tf32 = false;
   EngineFlags engine;

@@ -596,13 +596,16 @@ void Backend::attention_first_query_backward(const Tensor& dctx0, const Tensor& 
       [&] { do_attention_first_query_backward(dctx0, q0, k, v, probs, heads, scale, dropout, dq0, dk, dv); });
 }
 
-double Backend::cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) {
+double Backend::cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits,
+                              double label_smoothing) {
+  ANATOMY_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, "cross_entropy: label smoothing {} outside [0, 1]",
+                label_smoothing);
   return run_op(
       [&] {
         return OpInfo{"cross_entropy", "loss", OpClass::Normalization, 6.0 * numel_of(logits),
                       bytes_of(logits) + bytes_of(labels) + bytes_of(dlogits)};
       },
-      [&] { return do_cross_entropy(logits, labels, dlogits); });
+      [&] { return do_cross_entropy(logits, labels, dlogits, label_smoothing); });
 }
 double Backend::cross_entropy_sum(const Tensor& logits, const Tensor& labels, const Tensor& dlogits, double scale) {
   ANATOMY_CHECK(logits.rank() == 2 && labels.dtype() == DType::I64 && labels.numel() == logits.dim(0),

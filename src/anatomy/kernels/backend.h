@@ -395,7 +395,11 @@ class Backend {
 
   // --- losses: return the mean loss and write dlogits = ∂loss/∂logits ---
   // Cross-entropy over classes; labels int64 [B]; label -100 is ignored, as torch does.
-  double cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits);
+  // label_smoothing ε (Trainer's LabelSmoother): each row's loss is
+  // (1 − ε)·(−log p_y) + ε·mean_c(−log p_c), its gradient softmax − ((1 − ε)·one-hot + ε/C);
+  // the mean over the counted rows as before.
+  double cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits,
+                       double label_smoothing = 0.0);
   // The cross-entropy's SUM over the rows of logits [N, C] (float32, or the
   // compute dtype: read as float, as torch's float32 loss under autocast reads
   // 16-bit logits) whose int64 label is not -100; with dlogits defined (the
@@ -576,7 +580,8 @@ class Backend {
                                                  const Tensor& v, const Tensor& probs, int64_t heads, double scale,
                                                  const DropoutSpec& dropout, const Tensor& dq0, const Tensor& dk,
                                                  const Tensor& dv) = 0;
-  virtual double do_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) = 0;
+  virtual double do_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits,
+                                  double label_smoothing) = 0;
   virtual double do_cross_entropy_sum(const Tensor& logits, const Tensor& labels, const Tensor& dlogits,
                                       double scale) = 0;
   virtual double do_mse(const Tensor& logits, const Tensor& targets, const Tensor& dlogits) = 0;

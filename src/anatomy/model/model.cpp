@@ -12,13 +12,15 @@ ProblemType resolve_problem_type(const ModelConfig& config, DType labels_dtype) 
 }
 
 double sequence_classification_loss(Backend& backend, const Tensor& logits, const Tensor& labels, ProblemType type,
-                                   const Tensor& dlogits) {
+                                   const Tensor& dlogits, double label_smoothing) {
   const int64_t B = logits.dim(0), C = logits.dim(1);
+  ANATOMY_CHECK(label_smoothing == 0.0 || type == ProblemType::SingleLabel,
+                "label smoothing applies to single-label classification only");
   switch (type) {
     case ProblemType::SingleLabel:
       ANATOMY_CHECK(labels.dtype() == DType::I64 && labels.numel() == B,
                     "single-label classification needs int64 labels [{}]", B);
-      return backend.cross_entropy(logits, labels, dlogits);
+      return backend.cross_entropy(logits, labels, dlogits, label_smoothing);
     case ProblemType::Regression:
       // Hugging Face squeezes both sides when num_labels == 1, else compares [B, C] with [B, C].
       ANATOMY_CHECK(labels.dtype() == DType::F32 && labels.numel() == B * C,

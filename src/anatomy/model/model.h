@@ -50,6 +50,9 @@ struct ForwardOptions {
   bool selective_checkpointing = false;
   uint64_t seed = 42;              // dropout masks are a function of (seed, step, site)
   uint64_t step = 0;
+  // With labels: Trainer's label smoothing ε of a single-label cross-entropy
+  // (sequence and token classification, multiple choice); 0 otherwise.
+  double label_smoothing = 0.0;
 };
 
 struct ForwardOutput {
@@ -96,9 +99,10 @@ ProblemType resolve_problem_type(const ModelConfig& config, DType labels_dtype);
 
 // The mean loss of logits [B, C] against `labels` for the problem type
 // (cross-entropy, MSE, binary cross-entropy with logits), its gradient into
-// `dlogits`; labels as ModelInputs holds them.
+// `dlogits`; labels as ModelInputs holds them. `label_smoothing` (Trainer's
+// LabelSmoother) applies to the single-label cross-entropy only.
 double sequence_classification_loss(Backend& backend, const Tensor& logits, const Tensor& labels, ProblemType type,
-                                    const Tensor& dlogits);
+                                    const Tensor& dlogits, double label_smoothing = 0.0);
 
 class Model {
  public:

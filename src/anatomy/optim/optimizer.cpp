@@ -150,12 +150,14 @@ bool parse_schedule_kind(const std::string& name, ScheduleKind* out) {
   else if (name == "cosine_with_restarts") *out = ScheduleKind::CosineWithRestarts;
   else if (name == "polynomial") *out = ScheduleKind::Polynomial;
   else if (name == "inverse_sqrt") *out = ScheduleKind::InverseSqrt;
+  else if (name == "reduce_lr_on_plateau") *out = ScheduleKind::ReduceLROnPlateau;
   else return false;
   return true;
 }
 
 const char* schedule_kind_names() {
-  return "linear, cosine, cosine_with_restarts, polynomial, constant, constant_with_warmup or inverse_sqrt";
+  return "linear, cosine, cosine_with_restarts, polynomial, constant, constant_with_warmup, inverse_sqrt or "
+         "reduce_lr_on_plateau";
 }
 
 void check_schedule(ScheduleKind kind, double base_lr) {
@@ -169,7 +171,8 @@ int64_t warmup_steps_of_ratio(double ratio, int64_t total_steps) {
 }
 
 double scheduled_lr(ScheduleKind kind, double base_lr, int64_t step, int64_t warmup, int64_t total) {
-  if (kind == ScheduleKind::Constant) return base_lr;
+  // ReduceLROnPlateau: no warmup, and its rate moves with the evaluations (the trainer's PlateauSchedule).
+  if (kind == ScheduleKind::Constant || kind == ScheduleKind::ReduceLROnPlateau) return base_lr;
   // Every other schedule warms up linearly: LambdaLR multiplies base_lr by the factor.
   if (step < warmup) return base_lr * (static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, warmup)));
   const double progress =
@@ -177,6 +180,7 @@ double scheduled_lr(ScheduleKind kind, double base_lr, int64_t step, int64_t war
   double factor = 1.0;
   switch (kind) {
     case ScheduleKind::Constant:
+    case ScheduleKind::ReduceLROnPlateau:
     case ScheduleKind::ConstantWithWarmup: factor = 1.0; break;
     case ScheduleKind::Linear:
       factor = std::max(0.0, static_cast<double>(total - step) / static_cast<double>(std::max<int64_t>(1, total - warmup)));

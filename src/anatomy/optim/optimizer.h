@@ -122,7 +122,17 @@ double clip_grad_norm(Backend& backend, const ParameterSet& grads, double max_no
 // transformers' SchedulerType names (get_scheduler with its default keyword arguments): cosine with half a
 // cycle, cosine_with_restarts with one, polynomial to 1e-7 with power 1, inverse_sqrt with the warmup steps
 // (or 10000) as timescale.
-enum class ScheduleKind { Linear, Constant, ConstantWithWarmup, Cosine, CosineWithRestarts, Polynomial, InverseSqrt };
+// ReduceLROnPlateau: the base rate until an evaluation steps it (optim/plateau.h; the trainer holds it).
+enum class ScheduleKind {
+  Linear,
+  Constant,
+  ConstantWithWarmup,
+  Cosine,
+  CosineWithRestarts,
+  Polynomial,
+  InverseSqrt,
+  ReduceLROnPlateau
+};
 bool parse_schedule_kind(const std::string& name, ScheduleKind* out);
 // The names parse_schedule_kind takes, for messages: "linear, cosine, ...".
 const char* schedule_kind_names();

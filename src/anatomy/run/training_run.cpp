@@ -33,6 +33,7 @@
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/model/registry.h"
 #include "anatomy/train/trainer.h"
+#include "anatomy/train/trainer_output.h"
 #include "anatomy/train/training_data.h"
 
 #ifdef ANATOMY_HAVE_NCCL
@@ -232,6 +233,13 @@ void train_once(const TrainingRequest& flags, const TrainingArguments& args, Run
     fmt::print(flags.out, "Samples/second after the first step: {:.2f}\n", result.steady_samples_per_second);
   fmt::print(flags.out, "Data wait: {:.3f} s ({:.1f}% of the time; --dataloader-num-workers {})\n", result.data_wait_seconds,
              100.0 * result.data_wait_seconds / std::max(result.seconds, 1e-9), args.dataloader_num_workers);
+  if (writer && !result.train_metrics.empty()) {
+    // As run_glue prints them (Trainer.log_metrics): train_samples beside Trainer's final record.
+    std::map<std::string, double> train = result.train_metrics;
+    train["train_samples"] = static_cast<double>(run.data.size);
+    fmt::print(flags.out, "{}", format_metrics("train", train));
+    if (!result.eval_metrics.empty()) fmt::print(flags.out, "{}", format_metrics("eval", result.eval_metrics));
+  }
   if (on_gpu)
     print_gpu_memory(backend, flags.out);
   else

@@ -68,6 +68,11 @@ struct TrainingArguments {
   bool progress = true;                      // progress bar when stderr is a terminal
   bool bf16 = false;                         // mixed precision: bf16 compute, float32 masters and gradients
   bool fp16 = false;                         // mixed precision with dynamic loss scaling (GradScaler)
+  std::string report_to = "none";            // "none" or "tensorboard" (event files in logging_dir)
+  std::string logging_dir;                   // empty: output_dir/runs/<Mon DD_HH-MM-SS>_<host>, Trainer's default
+  // Trainer's LabelSmoother: (1 - eps)·nll + eps·mean over the classes of -log_softmax, positions labelled
+  // -100 left out; single-label classification, token classification and multiple choice.
+  double label_smoothing_factor = 0.0;
 };
 
 }  // namespace anatomy

@@ -91,7 +91,10 @@ std::string hash_text(const io::FileDigest& d) { return fmt::format("{:016x}", d
 }  // namespace
 
 nlohmann::json trainer_state_json(const TrainerState& s) {
-  return {{"global_step", s.global_step},
+  nlohmann::json j = s.trainer_fields.is_object() ? s.trainer_fields : nlohmann::json::object();
+  j["log_history"] = s.log_history;
+  if (!s.lr_scheduler.empty()) j["lr_scheduler"] = s.lr_scheduler;
+  j.update(nlohmann::json{{"global_step", s.global_step},
           {"updates", s.updates},
           {"micro_batches", s.micro_batches},
           {"loss_scale", s.loss_scale},
@@ -107,7 +110,8 @@ nlohmann::json trainer_state_json(const TrainerState& s) {
           {"group_by_length", s.group_by_length},
           {"precision", s.precision},
           {"world_size", s.world_size},
-          {"zero_stage", s.zero_stage}};
+          {"zero_stage", s.zero_stage}});
+  return j;
 }
 
 TrainerState read_trainer_state(const std::string& dir) {
@@ -116,7 +120,15 @@ TrainerState read_trainer_state(const std::string& dir) {
   const nlohmann::json j = io::parse_json(io::read_text_file(path), path);
   if (!j.is_object()) fail("{}: expected a JSON object", path);
   const StateFields f(j, path);
+  if (!j.contains("updates") && j.contains("log_history"))
+    fail("{}: a Hugging Face Trainer state without this engine's counters (an output directory's, not a "
+         "checkpoint-N's); resume from a checkpoint-N directory", path);
   TrainerState s;
+  if (const nlohmann::json* history = f.find("log_history"); history && history->is_array()) s.log_history = *history;
+  if (const nlohmann::json* scheduler = f.find("lr_scheduler")) {
+    if (!scheduler->is_object()) f.wrong("lr_scheduler", "an object");
+    s.lr_scheduler = *scheduler;
+  }
   s.global_step = f.integer("global_step");
   s.updates = f.integer("updates");
   s.micro_batches = f.integer("micro_batches");

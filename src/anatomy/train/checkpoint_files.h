@@ -41,9 +41,19 @@ struct TrainerState {
   // counts the batches of each rank's shard (the same on every rank).
   int64_t world_size = 1;
   int64_t zero_stage = 0;
+  // Hugging Face TrainerState's own fields (epoch, max_steps, log_history,
+  // best_metric, ...), written beside the counters above so that Trainer's
+  // tools read the file; a resume takes back only log_history (absent or not a
+  // list in an older checkpoint: empty).
+  nlohmann::json trainer_fields = nlohmann::json::object();
+  nlohmann::json log_history = nlohmann::json::array();
+  // --lr-scheduler-type reduce_lr_on_plateau: its state (lr, best, num_bad_epochs,
+  // cooldown_counter), which a resume continues; empty otherwise.
+  nlohmann::json lr_scheduler = nlohmann::json::object();
 };
 
-// trainer_state.json's object, as save_checkpoint writes it.
+// trainer_state.json's object, as save_checkpoint writes it: Trainer's
+// fields (trainer_fields, log_history) and the counters.
 nlohmann::json trainer_state_json(const TrainerState& state);
 
 // The trainer state of a checkpoint directory (errors name the file): every

@@ -10,8 +10,21 @@
 
 namespace anatomy {
 
+namespace {
+// A row's cross-entropy from its log-sum-exp; with label smoothing ε, Trainer's
+// LabelSmoother's (1 − ε)·(lse − x_y) + ε·mean_c(lse − x_c).
+double row_loss(const float* x, int64_t C, int64_t label, double lse, double eps) {
+  const double nll = lse - x[label];
+  if (eps == 0.0) return nll;
+  double mean = 0.0;
+  for (int64_t c = 0; c < C; ++c) mean += x[c];
+  mean /= static_cast<double>(C);
+  return (1.0 - eps) * nll + eps * (lse - mean);
+}
+}  // namespace
+
 std::map<std::string, double> classification_metrics(const std::vector<float>& logits, int64_t C, ProblemType type,
-                                                     const Dataset& data) {
+                                                     const Dataset& data, double label_smoothing) {
   ANATOMY_CHECK(static_cast<int64_t>(logits.size()) == data.size * C, "metrics: {} logits for {} examples of {}",
                 logits.size(), data.size, C);
   ANATOMY_CHECK(data.has_labels(), "{}: metrics need labels", data.source);
@@ -28,7 +41,7 @@ std::map<std::string, double> classification_metrics(const std::vector<float>& l
         const float max = *std::max_element(x, x + C);
         double sum = 0.0;
         for (int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(x[c]) - max);
-        loss += std::log(sum) + max - x[label];
+        loss += row_loss(x, C, label, std::log(sum) + max, label_smoothing);
         truth.push_back(label);
         predicted.push_back(std::max_element(x, x + C) - x);
         ++counted;
@@ -97,7 +110,7 @@ std::map<std::string, double> classification_metrics(const std::vector<float>& l
 
 std::map<std::string, double> token_classification_metrics(const std::vector<float>& logits, int64_t C,
                                                            const Dataset& data, const std::vector<std::string>& names,
-                                                           int64_t batch_size) {
+                                                           int64_t batch_size, double label_smoothing) {
   const int64_t L = data.seq_len;
   ANATOMY_CHECK(data.token_labels && static_cast<int64_t>(logits.size()) == data.size * L * C &&
                     static_cast<int64_t>(names.size()) == C && batch_size > 0,
@@ -118,7 +131,7 @@ std::map<std::string, double> token_classification_metrics(const std::vector<flo
         const float max = *std::max_element(x, x + C);
         double sum = 0.0;
         for (int64_t c = 0; c < C; ++c) sum += std::exp(static_cast<double>(x[c]) - max);
-        loss += std::log(sum) + max - x[label];
+        loss += row_loss(x, C, label, std::log(sum) + max, label_smoothing);
         ++counted;
         t.push_back(names[static_cast<size_t>(label)]);
         p.push_back(names[static_cast<size_t>(std::max_element(x, x + C) - x)]);

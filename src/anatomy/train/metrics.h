@@ -21,8 +21,11 @@ namespace anatomy {
 // - regression: eval_mse and, with a single output, eval_pearson;
 // - multi-label: eval_accuracy as exact match of every label at 0.5.
 // `logits` holds data.size × num_labels values, example after example.
+// `label_smoothing` (--label-smoothing-factor): eval_loss is Trainer's smoothed
+// loss, as its evaluation computes it with the LabelSmoother (single-label).
 std::map<std::string, double> classification_metrics(const std::vector<float>& logits, int64_t num_labels,
-                                                     ProblemType type, const Dataset& data);
+                                                     ProblemType type, const Dataset& data,
+                                                     double label_smoothing = 0.0);
 
 // Token classification, as run_ner.py's compute_metrics and Trainer report it:
 // - eval_loss: each evaluation batch's mean cross-entropy over its labelled
@@ -34,7 +37,7 @@ std::map<std::string, double> classification_metrics(const std::vector<float>& l
 // `logits` holds data.size × data.seq_len × num_labels values (token labels).
 std::map<std::string, double> token_classification_metrics(const std::vector<float>& logits, int64_t num_labels,
                                                            const Dataset& data, const std::vector<std::string>& names,
-                                                           int64_t batch_size);
+                                                           int64_t batch_size, double label_smoothing = 0.0);
 
 // Whether a larger value of the metric is better (loss and mse: smaller);
 // false with an error naming the flag for a metric of no problem type.

@@ -23,8 +23,10 @@
 #include "anatomy/optim/optimizer.h"
 #include "anatomy/train/checkpointing.h"
 #include "anatomy/train/metrics.h"
+#include "anatomy/train/trainer_output.h"
 #include "anatomy/train/training_data.h"
 #include "anatomy/io/files.h"
+#include "anatomy/io/tensorboard.h"
 
 namespace anatomy {
 
@@ -39,29 +41,6 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
-
-// A one-line progress bar on stderr, redrawn in place; only on a terminal.
-class ProgressBar {
- public:
-  ProgressBar(int64_t total, bool enabled) : total_(total), enabled_(enabled && isatty(STDERR_FILENO)) {}
-  void update(int64_t done, double loss, double elapsed) {
-    if (!enabled_) return;
-    const int width = 30;
-    const int filled = static_cast<int>(width * done / std::max<int64_t>(total_, 1));
-    const double rate = elapsed > 0 ? done / elapsed : 0.0;
-    const double eta = rate > 0 ? (total_ - done) / rate : 0.0;
-    fmt::print(stderr, "\r[{}{}] {}/{} loss {:.4f} {:.2f} it/s eta {:.0f}s  ", std::string(filled, '#'),
-               std::string(width - filled, '.'), done, total_, loss, rate, eta);
-    std::fflush(stderr);
-  }
-  ~ProgressBar() {
-    if (enabled_) fmt::print(stderr, "\n");
-  }
-
- private:
-  int64_t total_;
-  bool enabled_;
-};
 
 }  // namespace
 
@@ -211,7 +190,41 @@ Trainer::Trainer(Backend& backend, Model& model, const Dataset& data, TrainingAr
     fail("--save-steps must be positive, got {}", args_.save_steps);
   if (args_.gradient_accumulation_steps <= 0)
     fail("--gradient-accumulation-steps must be positive, got {}", args_.gradient_accumulation_steps);
+  if (args_.report_to != "none" && args_.report_to != "tensorboard")
+    fail("--report-to {}: expected none or tensorboard", args_.report_to);
+  if (args_.report_to == "tensorboard" && args_.output_dir.empty() && args_.logging_dir.empty())
+    fail("--report-to tensorboard: needs --output-dir or --logging-dir, where the event files go");
+  if (args_.lr_scheduler_type == ScheduleKind::ReduceLROnPlateau) {
+    // TrainingArguments: "lr_scheduler_type reduce_lr_on_plateau requires an eval strategy".
+    if (args_.eval_strategy == "no")
+      fail("--lr-scheduler-type reduce_lr_on_plateau: needs an evaluation (--eval-strategy steps or epoch), as "
+           "Trainer's; it steps at each evaluation with --metric-for-best-model");
+    metric_greater_is_better(args_.metric_for_best_model);  // a bad name fails here
+  }
+  check_label_smoothing();
   plan_epochs();
+}
+
+// Trainer smooths the labels of a model given `labels` (LabelSmoother over its logits): the single-label
+// cross-entropies here. It cannot smooth regression or multi-label targets (float labels; LabelSmoother
+// gathers by them and fails) and gives question answering no `labels` (start and end positions), so it
+// smooths nothing there: both are refused by name. The masked-LM head's chunked loss does not take it.
+void Trainer::check_label_smoothing() const {
+  const double eps = args_.label_smoothing_factor;
+  if (eps == 0.0) return;
+  if (!(eps >= 0.0 && eps <= 1.0)) fail("--label-smoothing-factor {}: expected a value in [0, 1]", eps);
+  const std::string& task = model_.task();
+  if (task == kQuestionAnswering)
+    fail("--label-smoothing-factor: question answering has no class labels (start and end positions, which "
+         "Trainer does not smooth)");
+  if (task == kMaskedLm)
+    fail("--label-smoothing-factor: not implemented for the masked-LM head (its chunked loss); use 0");
+  if (task == kTokenClassification || task == kMultipleChoice || data_.choices > 0) return;
+  const ProblemType type = resolve_problem_type(model_.config(), data_.label_dtype);
+  if (type != ProblemType::SingleLabel)
+    fail("--label-smoothing-factor: {} labels are not classes to smooth (Trainer's LabelSmoother takes class "
+         "indices: single-label classification, token classification, multiple choice)",
+         type == ProblemType::Regression ? "regression" : "multi-label");
 }
 
 void Trainer::set_communicator(distributed::Communicator* communicator) {
@@ -314,10 +327,12 @@ std::map<std::string, double> Trainer::evaluate() {
   }
   // Question answering on tensors (no contexts to extract answers from): the loss, as Trainer's mean over examples.
   if (spans) return {{"eval_loss", span_loss / static_cast<double>(eval.size)}};
-  if (per_token) return token_classification_metrics(logits, C, eval, model_label_names(model_.config()), B);
+  if (per_token)
+    return token_classification_metrics(logits, C, eval, model_label_names(model_.config()), B,
+                                        args_.label_smoothing_factor);
   return classification_metrics(
       logits, C, eval.choices > 0 ? ProblemType::SingleLabel : resolve_problem_type(model_.config(), eval.label_dtype),
-      eval);
+      eval, args_.label_smoothing_factor);
 }
 
 // What one call of train() holds, from setup to finish. The members are
@@ -342,7 +357,11 @@ struct Trainer::Run {
   std::optional<TokenizerSettings> tokenizer;
   std::ofstream log;
   TrainResult result;
-  std::optional<ProgressBar> bar;
+  std::optional<Progress> bar;
+  nlohmann::json log_history = nlohmann::json::array();  // Trainer's (trainer_state.json)
+  std::optional<io::EventFileWriter> tensorboard;  // --report-to tensorboard (rank 0)
+  std::optional<PlateauSchedule> plateau;           // --lr-scheduler-type reduce_lr_on_plateau
+  double total_loss = 0.0;  // the sum of this run's step losses: Trainer's train_loss over the steps
   std::optional<BatchLoader> loader;
   std::optional<InputSlots> slots;
   // Data parallelism: each update's last backward all-reduces the gradients in buckets as they become final.
@@ -470,6 +489,22 @@ void Trainer::resume(Run& run) {
   if (run.masters_sharded && model_.weights().allocated()) run.zero->shard_model_weights();  // resumed
   model_.set_parameter_units(run.grads_sharded ? run.zero.get() : nullptr);
   run.first_step = run.state.global_step;
+  run.log_history = run.state.log_history;  // Trainer's records up to the checkpoint, continued
+  if (args_.lr_scheduler_type == ScheduleKind::ReduceLROnPlateau) {
+    run.plateau.emplace(args_.learning_rate);
+    const nlohmann::json& saved = run.state.lr_scheduler;
+    if (!saved.empty()) {
+      const auto number = [&](const char* key) {
+        if (!saved.contains(key) || !saved[key].is_number())
+          fail("--resume-from-checkpoint: trainer_state.json's lr_scheduler has no number '{}'", key);
+        return saved[key];
+      };
+      run.plateau->lr = number("lr").get<double>();
+      if (saved.contains("best") && !saved["best"].is_null()) run.plateau->best = number("best").get<double>();
+      run.plateau->num_bad_epochs = number("num_bad_epochs").get<int64_t>();
+      run.plateau->cooldown_counter = number("cooldown_counter").get<int64_t>();
+    }
+  }
   run.tokenizer = tokenizer_;
   if (!run.tokenizer && args_.save_strategy != "no" && io::is_directory(args_.model))
     run.tokenizer = read_tokenizer_settings(args_.model);
@@ -478,6 +513,8 @@ void Trainer::resume(Run& run) {
 // output_dir/log.jsonl (rank 0): a resumed run keeps the records up to its checkpoint and continues the file.
 void Trainer::open_log(Run& run) {
   namespace fs = std::filesystem;
+  if (writer_ && args_.report_to == "tensorboard")  // Trainer's TensorBoardCallback, on rank 0
+    run.tensorboard.emplace(args_.logging_dir.empty() ? io::default_logging_dir(args_.output_dir) : args_.logging_dir);
   if (args_.output_dir.empty() || !writer_) return;
   std::error_code ec;
   fs::create_directories(args_.output_dir, ec);
@@ -509,7 +546,7 @@ int64_t Trainer::window_of(int64_t step) const {
 // batch's upload, the clocks and the loss scaler.
 void Trainer::start_loop(Run& run) {
   Ledger& ledger = backend_.ledger();
-  run.bar.emplace(total_steps_ - run.first_step, args_.progress);
+  run.bar.emplace(total_steps_, run.first_step, args_.progress && writer_, isatty(STDERR_FILENO) != 0);
   const int64_t B = args_.per_device_train_batch_size;
   LoaderOptions loader_options;
   loader_options.batch_size = B;
@@ -565,6 +602,7 @@ Trainer::Update Trainer::update_once(Run& run, int64_t step) {
     options.seed = args_.seed;
     // Dropout masks are a function of (seed, step, site, element): each rank draws its own.
     options.step = static_cast<uint64_t>(run.micro * world_ + (comm_ ? comm_->rank() : 0));
+    options.label_smoothing = args_.label_smoothing_factor;
     const ForwardOutput out = model_.forward(inputs, options);
     u.loss += *out.loss / static_cast<double>(count);
     // Each batch's loss counts 1/count: count batches of b make one batch of count·b;
@@ -603,7 +641,9 @@ Trainer::Update Trainer::update_once(Run& run, int64_t step) {
   const double grad_scale = clip_coefficient(u.grad_norm, args_.max_grad_norm);
   // The schedule advances with the updates made, as Hugging Face's does when GradScaler skips one.
   u.learning_rate =
-      scheduled_lr(args_.lr_scheduler_type, args_.learning_rate, run.updates, args_.warmup_steps, total_steps_);
+      run.plateau ? run.plateau->lr
+                  : scheduled_lr(args_.lr_scheduler_type, args_.learning_rate, run.updates, args_.warmup_steps,
+                                 total_steps_);
   // Outside fp16's scaler a non-finite loss or gradient would end in NaN
   // weights saved as a trained model: the run stops before the update takes it.
   if (!args_.fp16 && !(std::isfinite(u.loss) && std::isfinite(u.grad_norm)))
@@ -650,13 +690,16 @@ void Trainer::record(Run& run, int64_t step, const Update& u, const std::functio
   run.window_loss += u.loss;
   run.window_steps += 1;
   run.window_samples += u.samples;
-  run.bar->update(step + 1 - run.first_step, u.loss, seconds_since(run.start));
+  run.total_loss += u.loss;
+  run.bar->step(step + 1, u.loss, seconds_since(run.start));
   if ((step + 1) % args_.logging_steps != 0 && step + 1 != total_steps_) return;
   backend_.synchronize();
+  // Trainer's logged loss: the mean of the step losses since the previous
+  // record (each step's the mean of its batches, and of the ranks).
   const StepLog record{step + 1,
                        static_cast<double>(step + 1) / steps_per_epoch_,
-                       u.loss,
                        run.window_loss / run.window_steps,
+                       u.loss,
                        u.learning_rate,
                        u.grad_norm,
                        run.window_samples / std::max(seconds_since(run.window_start), 1e-9),
@@ -665,7 +708,7 @@ void Trainer::record(Run& run, int64_t step, const Update& u, const std::functio
   if (run.log.is_open()) {
     const LedgerSnapshot memory = backend_.ledger().snapshot();
     nlohmann::json j = {{"step", record.step},          {"epoch", record.epoch},
-                        {"loss", record.loss},          {"mean_loss", record.mean_loss},
+                        {"loss", record.loss},          {"step_loss", record.step_loss},
                         {"learning_rate", record.learning_rate}, {"grad_norm", record.grad_norm},
                         {"samples_per_second", record.samples_per_second},
                         {"data_wait_seconds", run.loader->wait_seconds()},  // so far in the run
@@ -680,10 +723,83 @@ void Trainer::record(Run& run, int64_t step, const Update& u, const std::functio
     }
     run.log << j.dump() << "\n" << std::flush;
   }
+  if (writer_)
+    add_history(run, {{"loss", record.loss},
+                      {"grad_norm", record.grad_norm},
+                      {"learning_rate", record.learning_rate},
+                      {"epoch", record.epoch},
+                      {"step", record.step}});
+  ProgressRecord line;
+  line.step = record.step;
+  line.total = total_steps_;
+  line.epoch = record.epoch;
+  line.loss = record.loss;
+  line.learning_rate = record.learning_rate;
+  line.grad_norm = record.grad_norm;
+  line.samples_per_second = record.samples_per_second;
+  line.elapsed = seconds_since(run.start);
+  line.done = step + 1 - run.first_step;
+  run.bar->record(line);
   if (on_log) on_log(record);
   run.window_loss = 0.0;
   run.window_steps = run.window_samples = 0;
   run.window_start = Clock::now();
+}
+
+std::map<std::string, double> Trainer::eval_speed_metrics(double seconds) const {
+  // speed_metrics("eval", ...): the examples and the batches of every rank.
+  const int64_t n = eval_data_ ? eval_data_->size : 0;
+  const int64_t batch = args_.per_device_eval_batch_size * world_;
+  std::map<std::string, double> m{{"eval_runtime", round_to(seconds, 4)}};
+  if (seconds > 0) {
+    m["eval_samples_per_second"] = round_to(static_cast<double>(n) / seconds, 3);
+    m["eval_steps_per_second"] = round_to(static_cast<double>((n + batch - 1) / batch) / seconds, 3);
+  }
+  return m;
+}
+
+void Trainer::add_history(Run& run, nlohmann::json record) {
+  if (run.tensorboard) {
+    // Trainer's TensorBoardCallback.on_log: rewrite_logs (eval_* under eval/, the rest under train/), every
+    // number but the step, at the global step.
+    const int64_t step = record["step"].get<int64_t>();
+    for (const auto& [key, value] : record.items()) {
+      if (key == "step" || !value.is_number()) continue;
+      const std::string tag = key.rfind("eval_", 0) == 0 ? "eval/" + key.substr(5) : "train/" + key;
+      run.tensorboard->add_scalar(tag, value.get<double>(), step);
+    }
+    run.tensorboard->flush();
+  }
+  run.log_history.push_back(std::move(record));
+}
+
+nlohmann::json Trainer::trainer_fields(const Run& run, int64_t global_step) const {
+  (void)run;
+  const nlohmann::json none;  // null
+  nlohmann::json j = {
+      {"epoch", static_cast<double>(global_step) / steps_per_epoch_},
+      {"global_step", global_step},
+      {"max_steps", total_steps_},
+      {"logging_steps", args_.logging_steps},
+      {"eval_steps", args_.eval_steps},
+      {"save_steps", args_.save_steps},
+      {"train_batch_size", args_.per_device_train_batch_size},
+      {"num_train_epochs", (total_steps_ + steps_per_epoch_ - 1) / steps_per_epoch_},
+      {"num_input_tokens_seen", 0},
+      {"total_flos", 0},
+      {"best_metric", best_step_ > 0 ? nlohmann::json(best_value_) : none},
+      {"best_global_step", best_step_ > 0 ? nlohmann::json(best_step_) : none},
+      {"best_model_checkpoint",
+       best_step_ > 0
+           ? nlohmann::json((std::filesystem::path(args_.output_dir) / fmt::format("checkpoint-{}", best_step_)).string())
+           : none},
+      {"is_local_process_zero", writer_},
+      {"is_world_process_zero", writer_},
+      {"is_hyper_param_search", false},
+      {"trial_name", none},
+      {"trial_params", none},
+      {"stateful_callbacks", nlohmann::json::object()}};
+  return j;
 }
 
 // --eval-strategy and --save-strategy after update `step`: the metrics (and
@@ -694,16 +810,35 @@ void Trainer::evaluate_and_save(Run& run, int64_t step) {
   const bool evaluate_now = (args_.eval_strategy == "steps" && (step + 1) % args_.eval_steps == 0) ||
                             (args_.eval_strategy == "epoch" && (step + 1) % steps_per_epoch_ == 0);
   if (evaluate_now) {
+    const Clock::time_point eval_start = Clock::now();
     result.last_evaluation = evaluate();
-    nlohmann::json j = {{"step", step + 1}, {"epoch", static_cast<double>(step + 1) / steps_per_epoch_}};
+    const std::map<std::string, double> speed = eval_speed_metrics(seconds_since(eval_start));
+    const double epoch = static_cast<double>(step + 1) / steps_per_epoch_;
+    nlohmann::json j = {{"step", step + 1}, {"epoch", epoch}};
+    nlohmann::json history = nlohmann::json::object();  // Trainer's record: eval_* metrics, speed, epoch, step
     std::vector<std::string> shown;
     for (const auto& [name, value] : result.last_evaluation) {
       j[name] = value;
+      if (name.rfind("eval_", 0) == 0) history[name] = value;  // run_mlm's perplexity is no Trainer metric
       shown.push_back(fmt::format("{} {:.6g}", name, value));
     }
+    for (const auto& [name, value] : speed) j[name] = history[name] = value;
+    history["epoch"] = epoch;
+    history["step"] = step + 1;
     if (run.log.is_open()) run.log << j.dump() << "\n" << std::flush;
+    if (writer_) add_history(run, std::move(history));
+    if (run.plateau) {
+      // Trainer steps ReduceLROnPlateau with metric_for_best_model after each evaluation.
+      const std::string key = args_.metric_for_best_model.rfind("eval_", 0) == 0 ? args_.metric_for_best_model
+                                                                                 : "eval_" + args_.metric_for_best_model;
+      const auto it = result.last_evaluation.find(key);
+      if (it == result.last_evaluation.end())
+        fail("--metric-for-best-model {}: this problem type's evaluation has no {}, which "
+             "--lr-scheduler-type reduce_lr_on_plateau steps with", args_.metric_for_best_model, key);
+      run.plateau->step(it->second);
+    }
     if (args_.print_evaluations) {
-      if (args_.progress) fmt::print(stderr, "\n");
+      run.bar->break_line();
       fmt::print("Evaluation at step {}: {}\n", step + 1, fmt::join(shown, ", "));
       std::fflush(stdout);
     }
@@ -734,6 +869,13 @@ void Trainer::evaluate_and_save(Run& run, int64_t step) {
   state.loss_scale = run.loss_scale;
   state.clean_steps = run.clean_steps;
   state.skipped_steps = result.skipped_steps;
+  state.trainer_fields = trainer_fields(run, step + 1);
+  state.log_history = run.log_history;
+  if (run.plateau)
+    state.lr_scheduler = {{"lr", run.plateau->lr},
+                          {"best", std::isfinite(run.plateau->best) ? nlohmann::json(run.plateau->best) : nlohmann::json()},
+                          {"num_bad_epochs", run.plateau->num_bad_epochs},
+                          {"cooldown_counter", run.plateau->cooldown_counter}};
   // The masters sharded: the whole model gathered, unit by unit, to rank 0's host memory.
   std::vector<float> gathered;
   if (run.masters_sharded) gathered = run.zero->gather_weights_to_host();
@@ -768,6 +910,55 @@ TrainResult Trainer::finish(Run& run) {
   }
   result.steps = total_steps_ - run.first_step;
   result.samples_per_second = result.samples / std::max(result.seconds, 1e-9);
+  // Trainer's final record: speed_metrics("train", ...) over this run's steps,
+  // train_loss the mean of their losses, and the epoch.
+  const double epoch = static_cast<double>(total_steps_) / steps_per_epoch_;
+  std::map<std::string, double>& m = result.train_metrics;
+  m["train_runtime"] = round_to(result.seconds, 4);
+  if (result.seconds > 0) {
+    m["train_samples_per_second"] = round_to(static_cast<double>(result.samples) / result.seconds, 3);
+    m["train_steps_per_second"] = round_to(static_cast<double>(result.steps) / result.seconds, 3);
+  }
+  m["train_loss"] = run.total_loss / std::max(static_cast<double>(result.steps), 0.001);
+  m["epoch"] = epoch;
+  if (writer_) {
+    nlohmann::json last = metrics_json(m);
+    last["step"] = total_steps_;
+    add_history(run, std::move(last));
+  }
+  // run_glue's do_eval: the final model on the validation set (the last
+  // evaluation's figures when it was of this very model).
+  if (eval_data_ && writer_ && args_.print_evaluations) {
+    const bool fresh = !result.last_evaluation.empty() && !result.best_step &&
+                       ((args_.eval_strategy == "steps" && total_steps_ % args_.eval_steps == 0) ||
+                        (args_.eval_strategy == "epoch" && total_steps_ % steps_per_epoch_ == 0));
+    const Clock::time_point eval_start = Clock::now();
+    result.eval_metrics = fresh ? result.last_evaluation : evaluate();
+    if (!fresh)
+      for (const auto& [name, value] : eval_speed_metrics(seconds_since(eval_start))) result.eval_metrics[name] = value;
+    else {
+      // The speed of that evaluation: its record's.
+      for (auto it = run.log_history.rbegin(); it != run.log_history.rend(); ++it)
+        if (it->contains("eval_runtime")) {
+          for (const char* key : {"eval_runtime", "eval_samples_per_second", "eval_steps_per_second"})
+            if (it->contains(key)) result.eval_metrics[key] = (*it)[key].get<double>();
+          break;
+        }
+    }
+    result.eval_metrics["epoch"] = epoch;
+    result.eval_metrics["eval_samples"] = static_cast<double>(eval_data_->size);
+  }
+  if (!args_.output_dir.empty() && writer_) {
+    // Trainer.save_state() and save_metrics() as run_glue calls them after training.
+    nlohmann::json state = trainer_fields(run, total_steps_);
+    state["log_history"] = run.log_history;
+    io::write_text_file_atomic((std::filesystem::path(args_.output_dir) / kTrainerStateFile).string(),
+                               state.dump(2) + "\n");
+    std::map<std::string, double> train = m;
+    train["train_samples"] = static_cast<double>(data_.size);
+    save_metrics(args_.output_dir, "train", train);
+    if (!result.eval_metrics.empty()) save_metrics(args_.output_dir, "eval", result.eval_metrics);
+  }
   if (run.steady_from >= 0)
     result.steady_samples_per_second =
         static_cast<double>(result.samples - run.steady_from) / std::max(steady_seconds, 1e-9);

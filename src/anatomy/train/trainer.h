@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "anatomy/core/ledger.h"
 #include "anatomy/data/dataset.h"
 #include "anatomy/distributed/communicator.h"
@@ -16,6 +18,7 @@
 #include "anatomy/kernels/backend.h"
 #include "anatomy/model/model.h"
 #include "anatomy/optim/optimizer.h"
+#include "anatomy/optim/plateau.h"
 #include "anatomy/train/arguments.h"
 
 namespace anatomy {
@@ -23,8 +26,8 @@ namespace anatomy {
 struct StepLog {
   int64_t step;  // 1-based, as Hugging Face counts global steps
   double epoch;
-  double loss;   // the loss of this step, computed before its update
-  double mean_loss;  // mean over the steps since the previous record
+  double loss;   // Trainer's: the mean of the step losses since the previous record
+  double step_loss;  // this step's own loss, computed before its update
   double learning_rate;  // the rate this step's update used
   double grad_norm;      // before clipping
   double samples_per_second;
@@ -42,6 +45,14 @@ struct TrainResult {
   // plans and growing the memory pool, left out). 0 when one step ran.
   double steady_samples_per_second = 0.0;
   std::vector<double> losses;  // every step's loss
+  // Trainer's final metrics (its log_history's last record): train_runtime,
+  // train_samples_per_second, train_steps_per_second (rounded as
+  // speed_metrics rounds them), train_loss (the mean step loss of this run),
+  // epoch.
+  std::map<std::string, double> train_metrics;
+  // run_glue's final evaluation (a validation set given): the metrics, with
+  // Trainer's speed figures, epoch and eval_samples; empty without one.
+  std::map<std::string, double> eval_metrics;
   int64_t skipped_steps = 0;   // fp16 steps whose update was skipped (overflow)
   double data_wait_seconds = 0.0;  // the loop's wait for batches the loader had not built yet
   std::map<std::string, double> last_evaluation;  // the metrics of the last evaluation (none: empty)
@@ -84,6 +95,7 @@ class Trainer {
 
  private:
   void plan_epochs();  // batches and updates per epoch, for this rank's shard
+  void check_label_smoothing() const;  // --label-smoothing-factor: refused by name where Trainer does not smooth
   // train(), in its parts (trainer.cpp): setup, resume, the log, the loop's
   // start; per update its computation, its record, evaluation and saving; the end.
   struct Run;
@@ -96,6 +108,12 @@ class Trainer {
   Update update_once(Run& run, int64_t step);
   void record(Run& run, int64_t step, const Update& update, const std::function<void(const StepLog&)>& on_log);
   void evaluate_and_save(Run& run, int64_t step);
+  // A record of Trainer's log_history (trainer_state.json), also sent to TensorBoard.
+  void add_history(Run& run, nlohmann::json record);
+  // Trainer's eval_runtime, eval_samples_per_second, eval_steps_per_second of an evaluation that took `seconds`.
+  std::map<std::string, double> eval_speed_metrics(double seconds) const;
+  // Trainer's TrainerState fields (all but log_history) after `global_step`.
+  nlohmann::json trainer_fields(const Run& run, int64_t global_step) const;
   TrainResult finish(Run& run);
   Backend& backend_;
   Model& model_;

@@ -664,7 +664,8 @@ class CpuBackend final : public Backend {
 
  public:
 
-  double do_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) override {
+  double do_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits,
+                          double label_smoothing) override {
     const int64_t B = logits.dim(0), C = logits.dim(1);
     const float* x = logits.data<float>();
     const int64_t* y = labels.data<int64_t>();
@@ -677,7 +678,7 @@ class CpuBackend final : public Backend {
         std::fill(d + b * C, d + (b + 1) * C, 0.0f);
         continue;
       }
-      total += cross_entropy_row(x + b * C, C, y[b], d + b * C, [&](double g) { return g / counted; });
+      total += cross_entropy_row(x + b * C, C, y[b], d + b * C, [&](double g) { return g / counted; }, label_smoothing);
     }
     return counted ? total / counted : NAN;
   }
@@ -685,18 +686,29 @@ class CpuBackend final : public Backend {
   // The cross-entropy of one row of C logits against label y (in [0, C)):
   // returns log-sum-exp − row[y] and writes gradient(softmax − one-hot) into
   // d (when not null; d may be the row itself: each value is read before it is written).
+  // With label smoothing ε the target is (1 − ε)·one-hot + ε/C (Trainer's
+  // LabelSmoother): the loss (1 − ε)·(lse − row[y]) + ε·mean_c(lse − row[c]).
   template <typename Gradient>
-  static double cross_entropy_row(const float* row, int64_t C, int64_t y, float* d, Gradient gradient) {
+  static double cross_entropy_row(const float* row, int64_t C, int64_t y, float* d, Gradient gradient,
+                                  double label_smoothing = 0.0) {
     ANATOMY_CHECK(y >= 0 && y < C, "cross_entropy: label {} outside [0, {})", y, C);
     double mx = row[0];
     for (int64_t c = 1; c < C; ++c) mx = std::max(mx, static_cast<double>(row[c]));
     double sum = 0.0;
     for (int64_t c = 0; c < C; ++c) sum += std::exp(row[c] - mx);
     const double lse = mx + std::log(sum);
-    const double loss = lse - row[y];
+    const double eps = label_smoothing;
+    double loss = lse - row[y];
+    if (eps > 0.0) {
+      double mean = 0.0;
+      for (int64_t c = 0; c < C; ++c) mean += row[c];
+      mean /= static_cast<double>(C);
+      loss = (1.0 - eps) * loss + eps * (lse - mean);
+    }
+    const double spread = eps / static_cast<double>(C);
     if (d)
       for (int64_t c = 0; c < C; ++c)
-        d[c] = static_cast<float>(gradient(std::exp(row[c] - lse) - (c == y ? 1.0 : 0.0)));
+        d[c] = static_cast<float>(gradient(std::exp(row[c] - lse) - ((c == y ? 1.0 - eps : 0.0) + spread)));
     return loss;
   }
 

@@ -917,9 +917,10 @@ class CudaBackend final : public Backend {
     return s;
   }
 
-  double do_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits) override {
+  double do_cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& dlogits,
+                          double label_smoothing) override {
     cuda::cross_entropy(stream_, logits.data<float>(), labels.data<int64_t>(), dlogits.data<float>(), result_slot(),
-                        logits.dim(0), logits.dim(1));
+                        logits.dim(0), logits.dim(1), label_smoothing);
     return read_result();
   }
   double do_cross_entropy_sum(const Tensor& logits, const Tensor& labels, const Tensor& dlogits,

@@ -66,8 +66,10 @@ void layernorm_backward(cudaStream_t s, const float* dy, const float* x, const f
                         void* scratch);
 
 // ---- losses (loss.cu): write dlogits and the mean loss (one double on the device) ----
+// labels -100 ignored; loss NaN when all are ignored. label_smoothing ε: the
+// target (1 − ε)·one-hot + ε/C (Trainer's LabelSmoother), as Backend::cross_entropy.
 void cross_entropy(cudaStream_t s, const float* logits, const int64_t* labels, float* dlogits, double* loss,
-                   int64_t B, int64_t C);  // labels -100 ignored; loss NaN when all are ignored
+                   int64_t B, int64_t C, double label_smoothing = 0.0);
 // The SUM of the counted rows' losses into *loss; dlogits (nullptr: none; may
 // be logits) = scale · (softmax − one-hot). logits and dlogits float32 or
 // 16-bit (`in`, `out`). `scratch`: cross_entropy_sum_scratch_bytes(N) bytes.

@@ -57,14 +57,16 @@ __device__ T block_sum_of_warps(T warp_value, T* shared /* [kWarps + 1] */) {
 }
 
 // One row of the cross-entropy by one warp: writes the row's dlogits and
-// returns its log-sum-exp (the same value in every lane). With K > 0 the row is
+// returns its log-sum-exp (the same value in every lane). With label smoothing
+// ε > 0 the target is (1 − ε)·one-hot + ε/C and *row_sum gets the sum of the
+// row's logits (every lane), for the smoothed loss. With K > 0 the row is
 // loaded once into registers, K values per lane (C <= 32·K), so that all its
 // loads are in flight together; K == 0 serves any C by reading the row in each
 // pass. Each lane sums its values in the same order either way (columns lane,
 // lane + 32, ...), so K changes the speed and never the bits.
 template <int K>
 __device__ double cross_entropy_row(const float* row, float* d, int64_t C, int64_t y, double inv_counted,
-                                    int lane) {
+                                    int lane, double eps = 0.0, double* row_sum = nullptr) {
   constexpr int kHeld = K > 0 ? K : 1;
   float held[kHeld];
   if constexpr (K > 0) {
@@ -95,6 +97,17 @@ __device__ double cross_entropy_row(const float* row, float* d, int64_t C, int64
     if (c < C) sum += expf(value(k, c) - mx);
   }
   const double lse = static_cast<double>(mx) + log(warp_sum(sum));
+  if (eps > 0.0) {
+    double xs = 0.0;
+#pragma unroll
+    for (int k = 0; k < (K > 0 ? K : steps); ++k) {
+      const int64_t c = lane + static_cast<int64_t>(k) * kWarp;
+      if (c < C) xs += value(k, c);
+    }
+    *row_sum = warp_sum(xs);
+  }
+  // ε = 0: the target is exactly 1 at y and 0 elsewhere, the bits of the plain loss.
+  const double spread = eps / static_cast<double>(C);
 #pragma unroll
   for (int k = 0; k < (K > 0 ? K : steps); ++k) {
     const int64_t c = lane + static_cast<int64_t>(k) * kWarp;
@@ -103,7 +116,7 @@ __device__ double cross_entropy_row(const float* row, float* d, int64_t C, int64
       // A multiply by 1/counted rather than the CPU's division: a double
       // division per element would dominate this single-block kernel, and the
       // two differ by at most one double ulp before the rounding to float.
-      d[c] = static_cast<float>((softmax - (c == y ? 1.0 : 0.0)) * inv_counted);
+      d[c] = static_cast<float>((softmax - ((c == y ? 1.0 - eps : 0.0) + spread)) * inv_counted);
     }
   }
   return lse;
@@ -112,7 +125,7 @@ __device__ double cross_entropy_row(const float* row, float* d, int64_t C, int64
 template <int K>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_kernel(const float* logits, const int64_t* labels, float* dlogits, double* loss, int64_t B,
-                         int64_t C) {
+                         int64_t C, double eps) {
   __shared__ long long shared_count[kWarps + 1];
   __shared__ double shared_loss[kWarps + 1];
   __shared__ int bad_label;
@@ -139,8 +152,11 @@ __global__ void __launch_bounds__(kThreads)
     // becomes NaN (and the row's gradient is the softmax alone).
     const bool valid = y >= 0 && y < C;
     if (!valid) bad_label = 1;
-    const double lse = cross_entropy_row<K>(row, d, C, y, inv_counted, lane);
-    if (valid) warp_total += lse - row[y];
+    double row_sum = 0.0;
+    const double lse = cross_entropy_row<K>(row, d, C, y, inv_counted, lane, eps, &row_sum);
+    if (valid)
+      warp_total += eps > 0.0 ? (1.0 - eps) * (lse - row[y]) + eps * (lse - row_sum / static_cast<double>(C))
+                              : lse - row[y];
   }
   const double total = block_sum_of_warps(warp_total, shared_loss);
   if (threadIdx.x == 0) *loss = (counted > 0.0 && !bad_label) ? total / counted : NAN;
@@ -262,18 +278,19 @@ namespace {
 }  // namespace
 
 void cross_entropy(cudaStream_t s, const float* logits, const int64_t* labels, float* dlogits, double* loss,
-                   int64_t B, int64_t C) {
+                   int64_t B, int64_t C, double label_smoothing) {
+  const double eps = label_smoothing;
   // Rows of up to 32·K classes are held in registers (K values per lane).
   if (C <= 1 * kWarp)
-    cross_entropy_kernel<1><<<1, kThreads, 0, s>>>(logits, labels, dlogits, loss, B, C);
+    cross_entropy_kernel<1><<<1, kThreads, 0, s>>>(logits, labels, dlogits, loss, B, C, eps);
   else if (C <= 4 * kWarp)
-    cross_entropy_kernel<4><<<1, kThreads, 0, s>>>(logits, labels, dlogits, loss, B, C);
+    cross_entropy_kernel<4><<<1, kThreads, 0, s>>>(logits, labels, dlogits, loss, B, C, eps);
   else if (C <= 16 * kWarp)
-    cross_entropy_kernel<16><<<1, kThreads, 0, s>>>(logits, labels, dlogits, loss, B, C);
+    cross_entropy_kernel<16><<<1, kThreads, 0, s>>>(logits, labels, dlogits, loss, B, C, eps);
   else if (C <= 32 * kWarp)
-    cross_entropy_kernel<32><<<1, kThreads, 0, s>>>(logits, labels, dlogits, loss, B, C);
+    cross_entropy_kernel<32><<<1, kThreads, 0, s>>>(logits, labels, dlogits, loss, B, C, eps);
   else
-    cross_entropy_kernel<0><<<1, kThreads, 0, s>>>(logits, labels, dlogits, loss, B, C);
+    cross_entropy_kernel<0><<<1, kThreads, 0, s>>>(logits, labels, dlogits, loss, B, C, eps);
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 

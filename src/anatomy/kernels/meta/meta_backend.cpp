@@ -322,7 +322,7 @@ class MetaBackend final : public Backend {
   }
 
   // --- losses: 0, with nothing read ---
-  double do_cross_entropy(const Tensor&, const Tensor&, const Tensor&) override { return 0.0; }
+  double do_cross_entropy(const Tensor&, const Tensor&, const Tensor&, double) override { return 0.0; }
   double do_mse(const Tensor&, const Tensor&, const Tensor&) override { return 0.0; }
   double do_bce_with_logits(const Tensor&, const Tensor&, const Tensor&) override { return 0.0; }
   double do_cross_entropy_sum(const Tensor& logits, const Tensor&, const Tensor&, double) override {

@@ -179,7 +179,7 @@ ForwardOutput BertStyleModel::forward(const ModelInputs& given, const ForwardOpt
     } else {
       step->dlogits = Tensor::empty(ledger, out.logits.shape(), DType::F32, Category::Temporary, "dlogits");
       ledger.set_phase("loss");
-      out.loss = head_->loss(out.logits, inputs.labels, out.problem_type, step->dlogits);
+      out.loss = head_->loss(out.logits, inputs.labels, out.problem_type, step->dlogits, options.label_smoothing);
     }
     step->has_loss = true;
   }

@@ -51,8 +51,8 @@ ProblemType BertClassificationHead::problem_type(DType labels_dtype) const {
 }
 
 double BertClassificationHead::loss(const Tensor& logits, const Tensor& labels, ProblemType type,
-                                    const Tensor& dlogits) {
-  return sequence_classification_loss(backend_, logits, labels, type, dlogits);
+                                    const Tensor& dlogits, double label_smoothing) {
+  return sequence_classification_loss(backend_, logits, labels, type, dlogits, label_smoothing);
 }
 
 BertHead::Gradients BertClassificationHead::backward(const SavedTensors& head, const Tensor& dlogits, double) {

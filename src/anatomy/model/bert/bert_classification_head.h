@@ -26,7 +26,8 @@ class BertClassificationHead : public BertHead {
   void forward(const Tensor& hidden, const Tensor& labels, const SavedTensors& s) override;
   // resolve_problem_type's rule.
   ProblemType problem_type(DType labels_dtype) const override;
-  double loss(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits) override;
+  double loss(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits,
+              double label_smoothing) override;
   // d_hidden is zero but for the first token; the gradients of the pooled
   // and first-token vectors are held.
   Gradients backward(const SavedTensors& s, const Tensor& dlogits, double loss_scale) override;

@@ -39,8 +39,10 @@ class BertHead {
   virtual Tensor logits(const SavedTensors& s) const { return s["logits"]; }
   // The problem type of labels of `labels_dtype`.
   virtual ProblemType problem_type(DType labels_dtype) const = 0;
-  // The mean loss of `logits` against `labels`, its gradient into `dlogits`.
-  virtual double loss(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits) = 0;
+  // The mean loss of `logits` against `labels`, its gradient into `dlogits`
+  // (`label_smoothing`: ForwardOptions', where the head takes it).
+  virtual double loss(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits,
+              double label_smoothing) = 0;
   // From the (scaled) loss gradient: the head's parameter gradients, and the
   // gradient of the encoder's output, d_hidden [B, rows of its last layer, H]
   // in the compute dtype. `held`: temporaries the model keeps to the end of

@@ -138,7 +138,7 @@ void BertMaskedLmHead::forward(const Tensor& hidden, const Tensor& labels, const
   loss_ = total / static_cast<double>(masked_);
 }
 
-double BertMaskedLmHead::loss(const Tensor&, const Tensor&, ProblemType, const Tensor&) {
+double BertMaskedLmHead::loss(const Tensor&, const Tensor&, ProblemType, const Tensor&, double) {
   fail("{}: the masked-LM loss is computed in forward", layout_.architecture);
 }
 

@@ -44,7 +44,8 @@ class BertMaskedLmHead : public BertHead {
   ProblemType problem_type(DType labels_dtype) const override { return ProblemType::SingleLabel; }
   std::optional<double> forward_loss() const override { return loss_; }
   Tensor logits(const SavedTensors& s) const override { return logits_; }
-  double loss(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits) override;
+  double loss(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits,
+              double label_smoothing) override;
   Gradients backward(const SavedTensors& s, const Tensor& dlogits, double loss_scale) override;
 
  private:

@@ -48,7 +48,7 @@ double question_answering_loss(Backend& backend, const Tensor& logits, const Ten
 }
 
 double BertQuestionAnsweringHead::loss(const Tensor& logits, const Tensor& labels, ProblemType type,
-                                       const Tensor& dlogits) {
+                                       const Tensor& dlogits, double) {
   return question_answering_loss(backend_, logits, labels, dlogits);
 }
 

@@ -27,7 +27,8 @@ class BertQuestionAnsweringHead : public BertHead {
   bool first_token_only() const override { return false; }
   void forward(const Tensor& hidden, const Tensor& labels, const SavedTensors& s) override;
   ProblemType problem_type(DType labels_dtype) const override { return ProblemType::SingleLabel; }
-  double loss(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits) override;
+  double loss(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits,
+              double label_smoothing) override;
   Gradients backward(const SavedTensors& s, const Tensor& dlogits, double loss_scale) override;
   std::vector<std::pair<std::string, Tensor>> named_outputs(const Tensor& logits) const override;
 

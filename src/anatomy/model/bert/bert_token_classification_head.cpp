@@ -26,17 +26,18 @@ void BertTokenClassificationHead::forward(const Tensor& hidden, const Tensor& la
 ProblemType BertTokenClassificationHead::problem_type(DType labels_dtype) const { return ProblemType::SingleLabel; }
 
 double token_classification_loss(Backend& backend, const Tensor& logits, const Tensor& labels,
-                                 const Tensor& dlogits) {
+                                 const Tensor& dlogits, double label_smoothing) {
   ANATOMY_CHECK(logits.rank() == 3, "token classification logits must be [batch, seq, labels]");
   const int64_t B = logits.dim(0), L = logits.dim(1), C = logits.dim(2);
   ANATOMY_CHECK(labels.dtype() == DType::I64 && labels.numel() == B * L,
                 "token classification needs int64 labels [{}, {}]", B, L);
-  return backend.cross_entropy(logits.reshape({B * L, C}), labels.reshape({B * L}), dlogits.reshape({B * L, C}));
+  return backend.cross_entropy(logits.reshape({B * L, C}), labels.reshape({B * L}), dlogits.reshape({B * L, C}),
+                               label_smoothing);
 }
 
 double BertTokenClassificationHead::loss(const Tensor& logits, const Tensor& labels, ProblemType type,
-                                         const Tensor& dlogits) {
-  return token_classification_loss(backend_, logits, labels, dlogits);
+                                         const Tensor& dlogits, double label_smoothing) {
+  return token_classification_loss(backend_, logits, labels, dlogits, label_smoothing);
 }
 
 BertHead::Gradients BertTokenClassificationHead::backward(const SavedTensors& s, const Tensor& dlogits, double) {

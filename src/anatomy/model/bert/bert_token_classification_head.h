@@ -21,7 +21,8 @@ class BertTokenClassificationHead : public BertHead {
   bool first_token_only() const override { return false; }
   void forward(const Tensor& hidden, const Tensor& labels, const SavedTensors& s) override;
   ProblemType problem_type(DType labels_dtype) const override;
-  double loss(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits) override;
+  double loss(const Tensor& logits, const Tensor& labels, ProblemType type, const Tensor& dlogits,
+              double label_smoothing) override;
   Gradients backward(const SavedTensors& s, const Tensor& dlogits, double loss_scale) override;
 
  private:
@@ -37,6 +38,7 @@ class BertTokenClassificationHead : public BertHead {
 // Token classification's loss: cross-entropy of logits [B, L, C] against
 // int64 labels [B, L], -100 ignored, the mean over the others; its gradient
 // into `dlogits`. Errors name the shapes.
-double token_classification_loss(Backend& backend, const Tensor& logits, const Tensor& labels, const Tensor& dlogits);
+double token_classification_loss(Backend& backend, const Tensor& logits, const Tensor& labels, const Tensor& dlogits,
+                                 double label_smoothing = 0.0);
 
 }  // namespace anatomy

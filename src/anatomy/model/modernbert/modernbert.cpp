@@ -539,7 +539,8 @@ ForwardOutput ModernBertForSequenceClassification::forward(const ModelInputs& in
     out.problem_type = resolve_problem_type(config_, inputs.labels.dtype());
     step->dlogits = Tensor::empty(ledger, out.logits.shape(), DType::F32, Category::Temporary, "dlogits");
     ledger.set_phase("loss");
-    out.loss = sequence_classification_loss(backend_, out.logits, inputs.labels, out.problem_type, step->dlogits);
+    out.loss = sequence_classification_loss(backend_, out.logits, inputs.labels, out.problem_type, step->dlogits,
+                                            options.label_smoothing);
   }
   if (options.save_for_backward) step_ = std::move(step);
   else step_.reset();
