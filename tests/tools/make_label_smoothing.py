@@ -1,6 +1,7 @@
 """Makes tests/fixtures/label-smoothing/reference.json: logits, labels (some
 -100), and the loss and d loss / d logits of transformers' LabelSmoother
-(Trainer's --label_smoothing_factor) computed by torch autograd in float64, for
+(Trainer's --label_smoothing_factor) computed by torch autograd in float64 (its formula
+written out: LabelSmoother sums in float32; the script checks it agrees to that rounding), for
 the shapes the engine smooths: sequence classification [B, C], token
 classification [B, L, C] and multiple choice [B, choices].
 
@@ -34,8 +35,18 @@ for name, shape, classes, epsilon in [
         "labels": [int(v) for v in labels.view(-1)],
     })
     # ... and the reference computed from those values in float64 (LabelSmoother reads model_output["logits"]).
+    # LabelSmoother sums each row's -log_softmax in float32 (sum(..., dtype=torch.float32)) even from
+    # float64 logits, so the float64 reference is its formula written out; LabelSmoother itself must agree
+    # to float32's rounding.
     x = torch.tensor(cases[-1]["logits"], dtype=torch.float64).view(*shape, classes).requires_grad_()
-    loss = LabelSmoother(epsilon=epsilon)({"logits": x}, labels)
+    neg = -torch.log_softmax(x, dim=-1)
+    active = labels != -100
+    n = int(active.sum())
+    nll = neg.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)[active].sum() / n
+    smooth = neg.sum(dim=-1)[active].sum() / (n * classes)
+    loss = (1 - epsilon) * nll + epsilon * smooth
+    theirs = LabelSmoother(epsilon=epsilon)({"logits": x.detach()}, labels).item()
+    assert abs(theirs - loss.item()) <= 1e-6 * abs(loss.item()), (name, theirs, loss.item())
     loss.backward()
     cases[-1]["loss"] = loss.item()
     cases[-1]["grad"] = [float(v) for v in x.grad.view(-1)]
