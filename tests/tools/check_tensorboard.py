@@ -15,7 +15,16 @@ except ImportError as e:  # the test skips, naming the reason
     print(f"tensorboard is not installed: {e}")
     sys.exit(2)
 
-acc = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0})
-acc.Reload()
-out = {tag: [[s.step, s.value] for s in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+import os
+
+# A logging directory holds one directory per run (Trainer's runs/<date>_<host>), as TensorBoard's
+# multiplexer reads it: each directory with event files is a run. The test's holds one.
+out = {}
+for path, _, files in sorted(os.walk(sys.argv[1])):
+    if not any(f.startswith("events.out.tfevents.") for f in files):
+        continue
+    acc = EventAccumulator(path, size_guidance={"scalars": 0})
+    acc.Reload()
+    for tag in acc.Tags()["scalars"]:
+        out.setdefault(tag, []).extend([s.step, s.value] for s in acc.Scalars(tag))
 print(json.dumps(out, sort_keys=True))
