@@ -151,7 +151,9 @@ TEST_P(LabelSmoothingRun, FirstStepLossIsTheSmoothedLossOfTheFixturesLogits) {
   const double want = label_smoother(logits, labels, C, eps);
   // The fixtures' tolerance for the float32 forward's loss against float64 PyTorch (test_fixtures.cpp).
   EXPECT_NEAR(got, want, 1e-5 * want);
-  EXPECT_GT(std::abs(want - ref.read_f64("loss")[0]), 1e-3) << "the smoothed loss is not the plain one";
+  // The check tells the smoothed loss from the plain one: they differ by far more than its tolerance
+  // (the tiny models' logits are near uniform, so by little in absolute terms: 3.6e-4 to 5.5e-4).
+  EXPECT_GT(std::abs(want - ref.read_f64("loss")[0]), 10 * 1e-5 * want) << "the smoothed loss is not the plain one";
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, LabelSmoothingRun, ::testing::Values("bert-tiny-cls", "bert-tiny-token", "bert-tiny-mc"),

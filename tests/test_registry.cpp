@@ -54,7 +54,7 @@ TEST(Registry, AConfigWithoutModelTypeIsBert) {
 TEST(Registry, AnUnknownFamilyOrTaskNamesWhatIsSupported) {
   const std::string family = error_of([] { parse_model_config(R"({"model_type": "gpt2"})", "dir/config.json"); });
   EXPECT_EQ(family, "dir/config.json: model_type \"gpt2\" is not supported (supported: \"bert\", \"roberta\", "
-                    "\"xlm-roberta\", \"camembert\", \"electra\", \"distilbert\", \"modernbert\")");
+                    "\"xlm-roberta\", \"camembert\", \"electra\", \"distilbert\", \"deberta-v2\", \"modernbert\")");
   const std::string type = error_of([] { parse_model_config(R"({"model_type": 7})", "config.json"); });
   EXPECT_EQ(type, "config.json: 'model_type' must be a string, got 7");
   const ModelConfig bert = *model_preset("bert-tiny");
@@ -107,11 +107,13 @@ TEST(Registry, PresetsComeFromTheFamilies) {
     const std::optional<ModelConfig> c = model_preset(name);
     ASSERT_TRUE(c.has_value()) << name;
     EXPECT_NO_THROW(model_architecture(*c)) << name;
-    // The preset's name says its family (a RoBERTa-family preset may be xlm-roberta or camembert).
-    EXPECT_NE(name.find(c->model_type == "xlm-roberta" ? "xlm-roberta" : c->model_type), std::string::npos) << name;
+    // The preset's name says its family (a RoBERTa-family preset may be xlm-roberta or camembert;
+    // DeBERTa-v3's model_type is deberta-v2).
+    const std::string family = c->model_type == "deberta-v2" ? "deberta-v3" : c->model_type;
+    EXPECT_NE(name.find(family), std::string::npos) << name;
   }
   EXPECT_EQ(model_preset("roberta-base")->model_type, "roberta");
-  EXPECT_FALSE(model_preset("deberta-v3-large").has_value());
+  EXPECT_FALSE(model_preset("gpt2-medium").has_value());
 }
 
 TEST(Registry, TheOutputsCarryHuggingFacesNames) {
