@@ -175,6 +175,18 @@ StepSample merge(const StepSample& a, const StepSample& b) {
   m.peak = std::max(a.peak, b.peak);
   return m;
 }
+
+// Step `step`'s sample as the ledger stands: its highest point and what is live and reserved now.
+StepSample step_sample(int64_t step, int64_t high, const LedgerSnapshot& stats) {
+  StepSample s;
+  s.first_step = s.last_step = step;
+  s.peak = high;
+  s.end = stats.live_total;
+  s.reserved = stats.reserved;
+  s.end_live = stats.live;
+  return s;
+}
+
 }  // namespace
 
 void Ledger::end_step() {
@@ -185,12 +197,7 @@ void Ledger::end_step() {
 
 void Ledger::close_step_locked() {
   if (step_ < 0 || step_ended_) return;  // setup, or a step already ended: nothing open
-  StepSample s;
-  s.first_step = s.last_step = step_;
-  s.peak = step_high_;
-  s.end = stats_.live_total;
-  s.reserved = stats_.reserved;
-  s.end_live = stats_.live;
+  const StepSample s = step_sample(step_, step_high_, stats_);
   open_steps_ = open_count_ == 0 ? s : merge(open_steps_, s);
   if (++open_count_ < stride_) return;
   steps_.push_back(open_steps_);
@@ -217,12 +224,7 @@ std::vector<StepSample> Ledger::step_timeline() const {
   StepSample open = open_steps_;
   bool have_open = open_count_ > 0;
   if (step_ >= 0 && !step_ended_) {  // the running step, as it stands
-    StepSample s;
-    s.first_step = s.last_step = step_;
-    s.peak = step_high_;
-    s.end = stats_.live_total;
-    s.reserved = stats_.reserved;
-    s.end_live = stats_.live;
+    const StepSample s = step_sample(step_, step_high_, stats_);
     open = have_open ? merge(open, s) : s;
     have_open = true;
   }
