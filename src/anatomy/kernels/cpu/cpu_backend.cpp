@@ -469,20 +469,16 @@ class CpuBackend final : public Backend {
     attention_backward_into(dctx, q, k, v, probs, heads, scale, dropout, dq.data<float>(), dk.data<float>(),
                             dv.data<float>(), H, [&](int64_t b, int64_t h, const float* ds) {
       const int64_t off = b * L * H + h * D;
-      if (pos_k.defined()) {  // dQ += d_c2p·pos_k; d_pos_k += d_c2pᵀ·Q
-        sum_by_distance(ds, false);
+      // A term: its gradient by (token, index), then dx += d_term·pos and d_pos += d_termᵀ·x.
+      const auto term = [&](const Tensor& pos, bool by_key, const Tensor& x, const Tensor& dx, const Tensor& dpos) {
+        sum_by_distance(ds, by_key);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, D, P, 1.0f, grad.data(), P,
-                    pos_k.data<float>() + h * D, H, 1.0f, dq.data<float>() + off, H);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, P, D, L, 1.0f, grad.data(), P, q.data<float>() + off, H,
-                    1.0f, dpos_k.data<float>() + h * D, H);
-      }
-      if (pos_q.defined()) {  // dK += d_p2c·pos_q; d_pos_q += d_p2cᵀ·K
-        sum_by_distance(ds, true);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, D, P, 1.0f, grad.data(), P,
-                    pos_q.data<float>() + h * D, H, 1.0f, dk.data<float>() + off, H);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, P, D, L, 1.0f, grad.data(), P, k.data<float>() + off, H,
-                    1.0f, dpos_q.data<float>() + h * D, H);
-      }
+                    pos.data<float>() + h * D, H, 1.0f, dx.data<float>() + off, H);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, P, D, L, 1.0f, grad.data(), P, x.data<float>() + off, H,
+                    1.0f, dpos.data<float>() + h * D, H);
+      };
+      if (pos_k.defined()) term(pos_k, false, q, dq, dpos_k);  // content-to-position: dQ, d_pos_k
+      if (pos_q.defined()) term(pos_q, true, k, dk, dpos_q);   // position-to-content: dK, d_pos_q
     });
   }
 

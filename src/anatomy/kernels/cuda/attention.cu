@@ -421,19 +421,15 @@ void attention_backward_impl(cudaStream_t s, cublasHandle_t cublas, const float*
   if (rel == nullptr) return;
   // The relative terms' gradients, summed from dS by distance, then through
   // the position products: into dq and dpos_k (c2p), dk and dpos_q (p2c).
-  const int64_t terms = B * heads * L * rel->P;
-  if (rel->pos_k) {
-    relative_gradients_kernel<<<blocks_for(terms), kThreads, 0, s>>>(buffer, rel->ranges, rel->d_c2p, B, heads, L, rel->P,
-                                                                 false);
+  // A term: its gradient by (token, index) into d_term, then dx += d_term·pos and dpos = d_termᵀ·x.
+  const auto term = [&](const float* pos, bool by_key, float* d_term, const float* x, float* dx, float* dpos) {
+    relative_gradients_kernel<<<blocks_for(B * heads * L * rel->P), kThreads, 0, s>>>(buffer, rel->ranges, d_term, B,
+                                                                                   heads, L, rel->P, by_key);
     ANATOMY_CUDA_CHECK(cudaGetLastError());
-    position_gradients(cublas, rel->d_c2p, q, rel->pos_k, dq, rel->dpos_k, B * L, rel->P, heads, D);
-  }
-  if (rel->pos_q) {
-    relative_gradients_kernel<<<blocks_for(terms), kThreads, 0, s>>>(buffer, rel->ranges, rel->d_p2c, B, heads, L, rel->P,
-                                                                 true);
-    ANATOMY_CUDA_CHECK(cudaGetLastError());
-    position_gradients(cublas, rel->d_p2c, k, rel->pos_q, dk, rel->dpos_q, B * L, rel->P, heads, D);
-  }
+    position_gradients(cublas, d_term, x, pos, dx, dpos, B * L, rel->P, heads, D);
+  };
+  if (rel->pos_k) term(rel->pos_k, false, rel->d_c2p, q, dq, rel->dpos_k);
+  if (rel->pos_q) term(rel->pos_q, true, rel->d_p2c, k, dk, rel->dpos_q);
 }
 
 }  // namespace

@@ -221,8 +221,7 @@ void BertEncoder::embeddings_forward(const SavedTensors& s) {
   }
 }
 
-Tensor BertEncoder::relative_embeddings_of(int64_t l, const DropoutSpec& dropout) {
-  (void)l;
+Tensor BertEncoder::relative_embeddings_of(const DropoutSpec& dropout) {
   if (dropout.p <= 0.0f) return rel_;
   Tensor dropped = temporary(rel_.shape(), "rel_dropped", compute_);
   backend_.dropout(rel_, dropped, dropout);
@@ -239,7 +238,7 @@ void BertEncoder::relative_attention_part(int64_t l, const Tensor& x, const Save
   backend_.linear_forward_n(x, {w.query_w, w.key_w, w.value_w}, {w.query_b, w.key_b, w.value_b}, {q, k, v});
   const auto [pos_q, pos_k] = split_positions(s["pos_qk"]);
   {
-    const Tensor rel = relative_embeddings_of(l, relative_dropout(l));
+    const Tensor rel = relative_embeddings_of(relative_dropout(l));
     if (r.p2c) backend_.linear_forward(rel, w.query_w, &w.query_b, pos_q);
     if (r.c2p) backend_.linear_forward(rel, w.key_w, &w.key_b, pos_k);
   }
@@ -273,7 +272,7 @@ Tensor BertEncoder::relative_attention_backward(int64_t l, const Tensor& x, cons
   // The position products' share of the query and key projections' gradients,
   // and the relative embeddings' gradient, summed over the layers in float32.
   const DropoutSpec dropout = relative_dropout(l);
-  const Tensor rel = relative_embeddings_of(l, dropout);
+  const Tensor rel = relative_embeddings_of(dropout);
   Tensor d_rel = temporary({r.rows(), H}, "d_rel", t);
   if (r.p2c) backend_.linear_backward(dpos_q, rel, w.query_w, &d_rel, g.query_w, &g.query_b);
   if (r.c2p) backend_.linear_backward(dpos_k, rel, w.key_w, &d_rel, g.key_w, &g.key_b, /*accumulate_dx=*/r.p2c);

@@ -79,9 +79,9 @@ class BertEncoder {
 
   // DeBERTa: the layer's relative attention (its position products in s["pos_qk"]).
   void relative_attention_part(int64_t layer, const Tensor& x, const SavedTensors& s);
-  // The relative embeddings layer l's products read: the table (LayerNorm'd)
-  // after the layer's own dropout, or the table itself without dropout.
-  Tensor relative_embeddings_of(int64_t layer, const DropoutSpec& dropout);
+  // The relative embeddings a layer's products read: the table (LayerNorm'd)
+  // after that layer's dropout (relative_dropout(layer)), or the table itself without dropout.
+  Tensor relative_embeddings_of(const DropoutSpec& dropout);
   DropoutSpec relative_dropout(int64_t layer) const;
   double attention_scale() const;
   // The layer's backward from its attention's context gradient (relative attention); returns d_x.

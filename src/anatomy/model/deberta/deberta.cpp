@@ -57,19 +57,25 @@ std::string trimmed(const std::string& s) {
   return s.substr(first, s.find_last_not_of(" \t") - first + 1);
 }
 
+// "a|b | c" as DebertaV2Config splits pos_att_type and norm_rel_ebd: lower-cased, each part trimmed.
+std::vector<std::string> bar_separated(const std::string& value) {
+  const std::string text = lower(value);
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t bar = text.find('|', start);
+    parts.push_back(trimmed(text.substr(start, bar == std::string::npos ? std::string::npos : bar - start)));
+    if (bar == std::string::npos) return parts;
+    start = bar + 1;
+  }
+}
+
 // "p2c|c2p" or ["p2c", "c2p"], as DebertaV2Config reads it.
 std::vector<std::string> pos_att_types(const json& value, const std::string& source) {
   std::vector<std::string> types;
   if (value.is_null()) return types;
   if (value.is_string()) {
-    std::string text = lower(value.get<std::string>());
-    size_t start = 0;
-    while (true) {
-      const size_t bar = text.find('|', start);
-      types.push_back(trimmed(text.substr(start, bar == std::string::npos ? std::string::npos : bar - start)));
-      if (bar == std::string::npos) break;
-      start = bar + 1;
-    }
+    types = bar_separated(value.get<std::string>());
   } else if (value.is_array()) {
     for (const json& item : value) {
       if (!item.is_string()) fail("{}: 'pos_att_type' must hold strings, got {}", source, short_dump(item));
@@ -173,15 +179,9 @@ ModelConfig parse_deberta_config(const json& j, const std::string& source) {
   if (j.contains("norm_rel_ebd") && !j["norm_rel_ebd"].is_null()) {
     if (!j["norm_rel_ebd"].is_string())
       fail("{}: 'norm_rel_ebd' must be a string, got {}", source, short_dump(j["norm_rel_ebd"]));
-    const std::string text = lower(j["norm_rel_ebd"].get<std::string>());
-    size_t start = 0;
-    while (true) {
-      const size_t bar = text.find('|', start);
-      const std::string part = trimmed(text.substr(start, bar == std::string::npos ? std::string::npos : bar - start));
+    for (const std::string& part : bar_separated(j["norm_rel_ebd"].get<std::string>())) {
       if (part == "layer_norm") r.layer_norm = true;
       else if (part != "none") fail("{}: norm_rel_ebd \"{}\" is not supported (layer_norm, none)", source, part);
-      if (bar == std::string::npos) break;
-      start = bar + 1;
     }
   }
 
