@@ -144,7 +144,7 @@ inline int64_t write_reference_train_file(const std::string& reference, const st
 inline const std::vector<std::string> kHuggingFaceFixtures = {
     "bert-tiny-cls", "bert-tiny-cls-padded", "bert-regression-gelu-new", "bert-multilabel-relu", "bert-cls5-wide",
     "roberta-tiny-padded", "xlm-roberta-regression", "electra-tiny-padded", "distilbert-tiny-multilabel",
-    "modernbert-tiny-padded", "modernbert-biases", "deberta-tiny-padded", "deberta-c2p-regression",
+    "modernbert-tiny-padded", "modernbert-biases", "modernbert-head64", "deberta-tiny-padded", "deberta-c2p-regression",
     "deberta-tiny-token", "bert-tiny-token", "roberta-tiny-token", "electra-tiny-token",
     "distilbert-tiny-token", "bert-tiny-qa", "roberta-tiny-qa", "electra-tiny-qa", "distilbert-tiny-qa",
     "bert-tiny-mlm", "roberta-tiny-mlm", "electra-tiny-mlm", "distilbert-tiny-mlm",

@@ -5,7 +5,9 @@
 // comparison measures only the kernels' own rounding. Cases cover no mask,
 // padding of different lengths per batch entry, a batch entry with every key
 // masked, dropout on and off, odd and BERT sizes, D of 32, 64 and 128, both
-// 16-bit types. Each case runs twice on outputs poisoned with NaN beforehand
+// 16-bit types; and the kernels with a window (ModernBERT's local layers)
+// against the CPU backend's windowed attention, padded far enough that some
+// queries have no kept key within their window (they attend uniformly). Each case runs twice on outputs poisoned with NaN beforehand
 // and checks that the two runs give the same bits. Every test skips itself on
 // a machine without a CUDA device.
 #include <cuda_runtime.h>
@@ -54,13 +56,15 @@ struct FlashCase {
   float p;
   AttnType type;
   bool negative_scale = false;  // scale −1/√D instead of 1/√D
+  int64_t window = -1;          // >= 0: attention within the window (flash kernels only, no dropout)
 };
 
 std::string case_name(const FlashCase& c) {
   const char* mask = c.mask == MaskKind::None ? "NoMask" : c.mask == MaskKind::Padding ? "Padding" : "PaddingAndEmpty";
   return std::string(c.type == AttnType::BF16 ? "BF16" : "F16") + "_B" + std::to_string(c.B) + "_L" +
          std::to_string(c.L) + "_H" + std::to_string(c.heads) + "_D" + std::to_string(c.D) + "_" + mask +
-         (c.p > 0.0f ? "_Dropout" : "_NoDropout") + (c.negative_scale ? "_NegativeScale" : "");
+         (c.p > 0.0f ? "_Dropout" : "_NoDropout") + (c.negative_scale ? "_NegativeScale" : "") +
+         (c.window >= 0 ? "_Window" + std::to_string(c.window) : "");
 }
 
 void PrintTo(const FlashCase& c, std::ostream* os) { *os << case_name(c); }
@@ -148,8 +152,14 @@ Outputs run_cpu(const FlashCase& c, const Inputs& in) {
     mask = tensor({c.B, c.L}, DType::I64, "mask");
     backend->copy_from_host(mask, in.mask.data());
   }
-  backend->attention_forward(q, k, v, mask, c.heads, in.scale, in.dropout, probs, ctx);
-  backend->attention_backward(dctx, q, k, v, ctx, probs, mask, c.heads, in.scale, in.dropout, dq, dk, dv);
+  if (c.window >= 0) {
+    backend->attention_window_forward(q, k, v, mask, c.heads, in.scale, c.window, in.dropout, probs, ctx);
+    backend->attention_window_backward(dctx, q, k, v, ctx, probs, mask, c.heads, in.scale, c.window, in.dropout, dq,
+                                       dk, dv);
+  } else {
+    backend->attention_forward(q, k, v, mask, c.heads, in.scale, in.dropout, probs, ctx);
+    backend->attention_backward(dctx, q, k, v, ctx, probs, mask, c.heads, in.scale, in.dropout, dq, dk, dv);
+  }
 
   auto host = [&](const Tensor& t) {
     std::vector<float> out(static_cast<size_t>(t.numel()));
@@ -185,8 +195,9 @@ class GpuFlash {
         lse_(static_cast<size_t>(c.B * c.heads * c.L) * sizeof(float)),
         mask_(in.mask.size() * sizeof(int64_t)),
         bits_(static_cast<size_t>(c.B * c.heads * c.L * anatomy::cuda::attention_keep_words(c.L)) * sizeof(uint32_t)),
-        scratch_(std::max(anatomy::cuda::flash_attention_scratch_bytes(c.B, c.L, c.heads, c.D),
-                          anatomy::cuda::hopper_attention_scratch_bytes(c.B, c.L, c.heads))) {
+        scratch_(std::max({anatomy::cuda::flash_attention_scratch_bytes(c.B, c.L, c.heads, c.D),
+                           anatomy::cuda::flash_window_scratch_bytes(c.B, c.L, c.heads, c.D),
+                           anatomy::cuda::hopper_attention_scratch_bytes(c.B, c.L, c.heads)})) {
     ANATOMY_CUDA_CHECK(cudaStreamCreate(&stream_));
     q_.upload(in.q.bits);
     k_.upload(in.k.bits);
@@ -210,7 +221,7 @@ class GpuFlash {
     }
     anatomy::cuda::flash_attention_forward(stream_, c_.type, q_.as<void>(), k_.as<void>(), v_.as<void>(), mask(), c_.B,
                                            c_.L, c_.heads, c_.D, in_.scale, in_.dropout, ctx_.as<void>(),
-                                           lse_.as<float>());
+                                           lse_.as<float>(), c_.window);
   }
   void backward() {
     if (kernels_ == Kernels::Hopper) {
@@ -223,7 +234,7 @@ class GpuFlash {
     anatomy::cuda::flash_attention_backward(stream_, c_.type, dctx_.as<void>(), q_.as<void>(), k_.as<void>(),
                                             v_.as<void>(), ctx_.as<void>(), lse_.as<float>(), mask(), c_.B, c_.L,
                                             c_.heads, c_.D, in_.scale, in_.dropout, dq_.as<void>(), dk_.as<void>(),
-                                            dv_.as<void>(), scratch_.as<void>());
+                                            dv_.as<void>(), scratch_.as<void>(), c_.window);
   }
 
   // Raw 16-bit outputs (for the bit comparison) and the log-sum-exp.
@@ -357,12 +368,33 @@ void check_against_cpu(const FlashCase& c, Kernels kernels) {
   // The observed errors (norm/max), so that the tolerances can be judged against them.
   std::printf("%s relative error%s\n", case_name(c).c_str(), observed.c_str());
 
-  // Every log-sum-exp written and finite (a row has at least one key).
-  for (float x : first.lse) ASSERT_TRUE(std::isfinite(x)) << "lse";
+  // Every log-sum-exp written and finite (a row has at least one key); with a
+  // window, +inf exactly for the rows without a kept key within it.
+  if (c.window < 0) {
+    for (float x : first.lse) ASSERT_TRUE(std::isfinite(x)) << "lse";
+  } else {
+    int64_t uniform = 0;
+    for (int64_t b = 0; b < c.B; ++b)
+      for (int64_t i = 0; i < c.L; ++i) {
+        bool kept = false;
+        for (int64_t j = std::max<int64_t>(0, i - c.window); j <= std::min(c.L - 1, i + c.window); ++j)
+          kept |= in.mask.empty() || in.mask[static_cast<size_t>(b * c.L + j)] != 0;
+        uniform += kept ? 0 : c.heads;
+        for (int64_t h = 0; h < c.heads; ++h) {
+          const float x = first.lse[static_cast<size_t>((b * c.heads + h) * c.L + i)];
+          if (kept)
+            ASSERT_TRUE(std::isfinite(x)) << "lse of row " << i << " of entry " << b;
+          else
+            ASSERT_EQ(x, INFINITY) << "lse of row " << i << " of entry " << b << " (no kept key in its window)";
+        }
+      }
+    std::printf("%s: %lld (row, head) pairs attend uniformly\n", case_name(c).c_str(), static_cast<long long>(uniform));
+  }
 
   // Masked keys of a batch entry that keeps some keys get probability exactly
-  // 0, hence exactly zero dk and dv rows, as in the reference.
-  if (!in.mask.empty()) {
+  // 0, hence exactly zero dk and dv rows, as in the reference (with a window,
+  // the rows that attend uniformly give masked keys probability 1/L).
+  if (!in.mask.empty() && c.window < 0) {
     for (int64_t b = 0; b < c.B; ++b) {
       bool any = false;
       for (int64_t j = 0; j < c.L; ++j) any |= in.mask[static_cast<size_t>(b * c.L + j)] != 0;
@@ -423,6 +455,19 @@ std::vector<FlashCase> all_cases() {
     // A negative scale (the kernels flip q's signs rather than the scale's).
     cases.push_back({2, 33, 2, 64, MaskKind::Padding, 0.1f, t, true});
     cases.push_back({8, 128, 16, 64, MaskKind::None, 0.0f, t, true});
+    // Windows (no dropout): ModernBERT's 64 each side at L 1024 and an odd L,
+    // padded so that rows far past an entry's end have no key in their window;
+    // a window of 1 (three keys a row: with 0, a row's only key gives dS = 0
+    // exactly, dq and dk are rounding noise, and relative errors mean
+    // nothing); one wider than L (every key); D = 32 and 128; B·heads = 128
+    // (dq in shared memory); a negative scale.
+    const int64_t windows[][5] = {{2, 1024, 2, 64, 64}, {3, 301, 2, 64, 64}, {2, 257, 3, 64, 1},
+                                  {2, 200, 2, 64, 500}, {1, 333, 2, 32, 17}, {2, 190, 2, 128, 40},
+                                  {8, 512, 16, 64, 64}, {2, 700, 2, 32, 130}};
+    for (const auto& w : windows)
+      for (MaskKind m : {MaskKind::None, MaskKind::Padding, MaskKind::PaddingAndEmpty})
+        cases.push_back({w[0], w[1], w[2], w[3], m, 0.0f, t, false, w[4]});
+    cases.push_back({3, 301, 2, 64, MaskKind::Padding, 0.0f, t, true, 64});
   }
   return cases;
 }
@@ -433,7 +478,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaFlashAttention, ::testing::ValuesIn(all_cas
 std::vector<FlashCase> head64_cases() {
   std::vector<FlashCase> cases;
   for (const FlashCase& c : all_cases())
-    if (c.D == 64) cases.push_back(c);
+    if (c.D == 64 && c.window < 0) cases.push_back(c);
   return cases;
 }
 

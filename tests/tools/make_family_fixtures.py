@@ -57,6 +57,14 @@ CASES = {
                                     vocab_size=300, max_position_embeddings=64, local_attention=12,
                                     global_attn_every_n_layers=3, pad_token_id=0, bos_token_id=1, cls_token_id=1,
                                     eos_token_id=2, sep_token_id=2, num_labels=3), 3, 20, "single", 0),
+    # ModernBERT at head size 64 (one head: the GPU's fused attention, windowed on the local layer 1): a window of ±8
+    # over 80 tokens, two key tiles of 64 with the window's edge inside them; padding within the window.
+    "modernbert-head64": (ModernBertConfig, ModernBertForSequenceClassification,
+                          dict(hidden_size=64, num_attention_heads=1, num_hidden_layers=2, intermediate_size=64,
+                               vocab_size=100, max_position_embeddings=128, local_attention=16,
+                               global_attn_every_n_layers=2, pad_token_id=0, bos_token_id=1, cls_token_id=1,
+                               eos_token_id=2, sep_token_id=2, num_labels=2),
+                          3, 80, "single", 0),
     # every bias on, gelu_pytorch_tanh, other thetas. (As a regression task this configuration's tenth-step
     # losses were ill-conditioned: PyTorch's own float32 run missed its float64 reference by 2.3e-5 at step 9.)
     "modernbert-biases": (ModernBertConfig, ModernBertForSequenceClassification,

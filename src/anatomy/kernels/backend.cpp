@@ -443,40 +443,51 @@ void Backend::attention_backward_interleaved(const Tensor& dctx, const Tensor& q
       [&] { do_attention_backward_interleaved(dctx, q, k, v, ctx, saved, key_mask, heads, scale, dropout, dqkv); });
 }
 
-// The first query's attention: scores and context, 2·B·L·H each; backward
-// dP, dQ, dK and dV, four more.
+// The (query, key) pairs within a window, times the hidden size: what the
+// windowed attention's products cost (Σ over rows of the keys within the window).
+static double window_score_count(const Tensor& q, int64_t window) {
+  const int64_t L = q.dim(1);
+  double pairs = 0.0;
+  for (int64_t i = 0; i < L; ++i)
+    pairs += static_cast<double>(std::min(L - 1, i + window) - std::max<int64_t>(0, i - window) + 1);
+  return static_cast<double>(q.dim(0)) * pairs * static_cast<double>(q.dim(2));
+}
 void Backend::attention_window_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                        int64_t heads, double scale, int64_t window, const DropoutSpec& dropout,
-                                       const Tensor& probs, const Tensor& ctx) {
+                                       const Tensor& saved, const Tensor& ctx) {
   ANATOMY_CHECK(q.rank() == 3 && heads > 0 && q.dim(2) % heads == 0 && k.shape() == q.shape() &&
                     v.shape() == q.shape() && ctx.shape() == q.shape() && window >= 0,
                 "attention_window_forward: q, k, v, ctx must be [B, L, heads*d] alike (window {})", window);
-  ANATOMY_CHECK(probs.dtype() == DType::F32 && probs.numel() == q.dim(0) * heads * q.dim(1) * q.dim(1),
-                "attention_window_forward: {} must be float32 [B, heads, L, L]", probs.name());
+  const bool probabilities = attention_window_saves_probabilities(q.dtype(), q.dim(2) / heads, dropout.p);
+  const int64_t rows = q.dim(0) * heads * q.dim(1);
+  ANATOMY_CHECK(saved.dtype() == DType::F32 && saved.numel() == (probabilities ? rows * q.dim(1) : rows),
+                "attention_window_forward: {} must be float32 [B, heads, L{}]", saved.name(),
+                probabilities ? ", L" : "");
   run_op(
       [&] {
-        const double B = static_cast<double>(q.dim(0)), L = static_cast<double>(q.dim(1)),
-                     hd = static_cast<double>(q.dim(2));
-        return OpInfo{"attention_forward", "attention", OpClass::Contraction, 4.0 * B * L * L * hd,
-                      bytes_of(q) + bytes_of(k) + bytes_of(v) + bytes_of(key_mask) + bytes_of(probs) + bytes_of(ctx)};
+        return OpInfo{"attention_forward", "attention", OpClass::Contraction, 4.0 * window_score_count(q, window),
+                      bytes_of(q) + bytes_of(k) + bytes_of(v) + bytes_of(key_mask) + bytes_of(saved) + bytes_of(ctx)};
       },
-      [&] { do_attention_window_forward(q, k, v, key_mask, heads, scale, window, dropout, probs, ctx); });
+      [&] { do_attention_window_forward(q, k, v, key_mask, heads, scale, window, dropout, saved, ctx); });
 }
 void Backend::attention_window_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                        const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
-                                        const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                                        const Tensor& ctx, const Tensor& saved, const Tensor& key_mask, int64_t heads,
+                                        double scale, int64_t window, const DropoutSpec& dropout, const Tensor& dq,
+                                        const Tensor& dk, const Tensor& dv) {
   ANATOMY_CHECK(dq.shape() == q.shape() && dk.shape() == q.shape() && dv.shape() == q.shape() &&
-                    dctx.shape() == q.shape() && probs.dtype() == DType::F32,
-                "attention_window_backward: gradients must be shaped as q, probabilities float32");
+                    dctx.shape() == q.shape() && ctx.shape() == q.shape() && saved.dtype() == DType::F32 &&
+                    window >= 0,
+                "attention_window_backward: gradients and ctx must be shaped as q, {} float32 (window {})",
+                saved.name(), window);
   run_op(
       [&] {
-        const double B = static_cast<double>(q.dim(0)), L = static_cast<double>(q.dim(1)),
-                     hd = static_cast<double>(q.dim(2));
-        return OpInfo{"attention_backward", "attention", OpClass::Contraction, 8.0 * B * L * L * hd,
-                      bytes_of(dctx) + bytes_of(q) + bytes_of(k) + bytes_of(v) + bytes_of(probs) + bytes_of(dq) +
-                          bytes_of(dk) + bytes_of(dv)};
+        return OpInfo{"attention_backward", "attention", OpClass::Contraction, 8.0 * window_score_count(q, window),
+                      bytes_of(dctx) + bytes_of(q) + bytes_of(k) + bytes_of(v) + bytes_of(ctx) + bytes_of(saved) +
+                          bytes_of(key_mask) + bytes_of(dq) + bytes_of(dk) + bytes_of(dv)};
       },
-      [&] { do_attention_window_backward(dctx, q, k, v, probs, heads, scale, dropout, dq, dk, dv); });
+      [&] {
+        do_attention_window_backward(dctx, q, k, v, ctx, saved, key_mask, heads, scale, window, dropout, dq, dk, dv);
+      });
 }
 // DeBERTa's attention: the plain attention's four products per head, and the
 // content-to-position and position-to-content products of each term it has
@@ -573,6 +584,8 @@ void Backend::gated_activation_backward(ActivationKind kind, const Tensor& u, co
       },
       [&] { do_gated_activation_backward(kind, u, dy, du); });
 }
+// The first query's attention: scores and context, 2·B·L·H each; backward
+// dP, dQ, dK and dV, four more.
 void Backend::attention_first_query_forward(const Tensor& q0, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                             int64_t heads, double scale, const DropoutSpec& dropout,
                                             const Tensor& probs, const Tensor& ctx0) {

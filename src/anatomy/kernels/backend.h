@@ -320,16 +320,30 @@ class Backend {
 
   // Attention within a window (ModernBERT's local layers): query i attends to
   // the keys j with |i − j| ≤ window that the key mask keeps, as Hugging
-  // Face's bidirectional sliding-window mask. The probabilities [B, heads, L, L]
-  // (float32, before dropout) are always materialised in `probs`; q, k, v and
-  // ctx as attention_forward's (float32, or 16-bit computed through float32 copies).
+  // Face's bidirectional sliding-window mask; a query with no such key
+  // attends uniformly to all L keys (as attention_forward's all-masked rows).
+  // `saved` (float32) is the probabilities [B, heads, L, L] before dropout
+  // when attention_window_saves_probabilities(dtype, head_dim, dropout p),
+  // else the row log-sum-exp [B, heads, L] of a fused kernel that visits only
+  // the key tiles within the window (+inf marks a query that attends
+  // uniformly). q, k, v and ctx as attention_forward's (float32, or 16-bit,
+  // computed through float32 copies where not fused).
+  virtual bool attention_window_saves_probabilities(DType dtype, int64_t head_dim, float dropout_p) const {
+    (void)dtype;
+    (void)head_dim;
+    (void)dropout_p;
+    return true;
+  }
   void attention_window_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                 int64_t heads, double scale, int64_t window, const DropoutSpec& dropout,
-                                const Tensor& probs, const Tensor& ctx);
-  // Its backward from the saved probabilities (the window and mask are in their zeros); dq, dk, dv written.
+                                const Tensor& saved, const Tensor& ctx);
+  // Its backward from what the forward saved (the probabilities hold the
+  // window and mask in their zeros; the fused path reads ctx, the key mask
+  // and the window); dq, dk, dv written.
   void attention_window_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
-                                 const Tensor& dq, const Tensor& dk, const Tensor& dv);
+                                 const Tensor& ctx, const Tensor& saved, const Tensor& key_mask, int64_t heads,
+                                 double scale, int64_t window, const DropoutSpec& dropout, const Tensor& dq,
+                                 const Tensor& dk, const Tensor& dv);
 
   // DeBERTa's disentangled attention (relative positions). The score of query
   // i and key j in head h is
@@ -553,11 +567,11 @@ class Backend {
                                                  const Tensor& dqkv) = 0;
   virtual void do_attention_window_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                            int64_t heads, double scale, int64_t window, const DropoutSpec& dropout,
-                                           const Tensor& probs, const Tensor& ctx) = 0;
+                                           const Tensor& saved, const Tensor& ctx) = 0;
   virtual void do_attention_window_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                            const Tensor& probs, int64_t heads, double scale,
-                                            const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,
-                                            const Tensor& dv) = 0;
+                                            const Tensor& ctx, const Tensor& saved, const Tensor& key_mask,
+                                            int64_t heads, double scale, int64_t window, const DropoutSpec& dropout,
+                                            const Tensor& dq, const Tensor& dk, const Tensor& dv) = 0;
   virtual void do_attention_relative_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos_q,
                                              const Tensor& pos_k, const Tensor& rel_index, const Tensor& rel_ranges,
                                              const Tensor& key_mask, int64_t heads, double scale,

@@ -131,6 +131,26 @@ constexpr size_t flash_attention_scratch_bytes(int64_t B, int64_t L, int64_t hea
   return flash_attention_scratch_layout(bh, L, D).total;
 }
 
+// Windowed attention (ModernBERT's local layers) is fused for 16-bit data
+// of the flash kernels' head sizes without dropout on the probabilities: the
+// flash kernels with a window visit only the key (forward) and query
+// (backward) tiles within it. Otherwise the materialised path, which keeps
+// the probabilities.
+constexpr bool window_attention_fused(DType dtype, int64_t head_dim, float dropout_p) {
+  return dtype != DType::F32 && flash_attention_supported(head_dim) && dropout_p <= 0.0f;
+}
+// The windowed backward's scratch: the flash backward's, then one byte per
+// (batch entry, head, query tile of kFlashTile) saying whether a row of the
+// tile attends uniformly (no kept key within its window), 256-byte rounded.
+constexpr size_t flash_window_flags_bytes(int64_t bh, int64_t L) {
+  return (static_cast<size_t>(bh * ((L + kFlashTile - 1) / kFlashTile)) + 255) / 256 * 256;
+}
+constexpr size_t flash_window_scratch_bytes(int64_t B, int64_t L, int64_t heads, int64_t D) {
+  const int64_t bh = B * heads;
+  if (bh <= 0 || L <= 0 || D <= 0) return 0;
+  return flash_attention_scratch_layout(bh, L, D).total + flash_window_flags_bytes(bh, L);
+}
+
 // cuDNN's fused attention (cudnn_attention.cpp): its device inputs at the
 // front of the kernel scratch — the dropout seed and offset (two int64), then
 // from kCudnnAttentionLengthsOffset the query and key lengths (int32 [B]

@@ -405,9 +405,11 @@ class CpuBackend final : public Backend {
                                    const Tensor& probs, const Tensor& ctx) override {
     attention_forward_into(q, k, v, key_mask, heads, scale, window, dropout, probs, ctx);
   }
+  // The probabilities hold the window and the mask (their zeros).
   void do_attention_window_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
-                                    const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
+                                    const Tensor&, const Tensor& probs, const Tensor&, int64_t heads, double scale,
+                                    int64_t, const DropoutSpec& dropout, const Tensor& dq, const Tensor& dk,
+                                    const Tensor& dv) override {
     attention_backward_into(dctx, q, k, v, probs, heads, scale, dropout, dq.data<float>(), dk.data<float>(),
                             dv.data<float>(), q.dim(2));
   }

@@ -645,36 +645,54 @@ class CudaBackend final : public Backend {
     }
     fail("attention_forward: no path for {} head size {}", dtype_name(q.dtype()), D);
   }
-  // Windowed attention: the materialised kernels (float32; 16-bit through
+  // Windowed attention: the flash kernels with a window where fused
+  // (cuda::window_attention_fused: 16-bit, the flash head sizes, no dropout on
+  // the probabilities), else the materialised kernels (float32; 16-bit through
   // float32 copies, in the order and under the names the unwindowed path uses).
+  bool attention_window_saves_probabilities(DType dtype, int64_t head_dim, float dropout_p) const override {
+    return !window_attention_fused(dtype, head_dim, dropout_p);
+  }
   void do_attention_window_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                    int64_t heads, double scale, int64_t window, const DropoutSpec& dropout,
-                                   const Tensor& probs, const Tensor& ctx) override {
+                                   const Tensor& saved, const Tensor& ctx) override {
+    const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
+    const int64_t* mask = key_mask.defined() ? key_mask.data<int64_t>() : nullptr;
+    if (!attention_window_saves_probabilities(q.dtype(), D, dropout.p))
+      return flash_attention_forward(stream_, attn_type(q.dtype()), q.raw(), k.raw(), v.raw(), mask, B, L, heads, D,
+                                     static_cast<float>(scale), dropout, ctx.raw(), saved.data<float>(), window);
     if (q.dtype() != DType::F32) {
       const ForwardCopies f = forward_copies(q, k, v, ctx);
-      attention_window_forward(f.q, f.k, f.v, key_mask, heads, scale, window, dropout, probs, f.ctx);
+      attention_window_forward(f.q, f.k, f.v, key_mask, heads, scale, window, dropout, saved, f.ctx);
       return cast(f.ctx, ctx);
     }
-    const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
     void* scratch = scratch_bytes(attention_scratch_bytes(B, heads, L));
-    cuda::attention_forward(stream_, cublas_, q.data<float>(), k.data<float>(), v.data<float>(),
-                            key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D, scale, dropout,
-                            probs.data<float>(), ctx.data<float>(), scratch, window);
+    cuda::attention_forward(stream_, cublas_, q.data<float>(), k.data<float>(), v.data<float>(), mask, B, L, heads, D,
+                            scale, dropout, saved.data<float>(), ctx.data<float>(), scratch, window);
   }
   void do_attention_window_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
-                                    const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
+                                    const Tensor& ctx, const Tensor& saved, const Tensor& key_mask, int64_t heads,
+                                    double scale, int64_t window, const DropoutSpec& dropout, const Tensor& dq,
+                                    const Tensor& dk, const Tensor& dv) override {
+    const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
+    if (!attention_window_saves_probabilities(q.dtype(), D, dropout.p)) {
+      void* scratch = scratch_bytes(flash_window_scratch_bytes(B, L, heads, D));
+      return flash_attention_backward(stream_, attn_type(q.dtype()), dctx.raw(), q.raw(), k.raw(), v.raw(),
+                                      ctx.raw(), saved.data<float>(),
+                                      key_mask.defined() ? key_mask.data<int64_t>() : nullptr, B, L, heads, D,
+                                      static_cast<float>(scale), dropout, dq.raw(), dk.raw(), dv.raw(), scratch,
+                                      window);
+    }
     if (q.dtype() != DType::F32) {
       const BackwardCopies b = backward_copies(dctx, q, k, v, dq, dk, dv);
-      attention_window_backward(b.dctx, b.q, b.k, b.v, probs, heads, scale, dropout, b.dq, b.dk, b.dv);
+      attention_window_backward(b.dctx, b.q, b.k, b.v, ctx, saved, key_mask, heads, scale, window, dropout, b.dq,
+                                b.dk, b.dv);
       cast(b.dq, dq);
       cast(b.dk, dk);
       return cast(b.dv, dv);
     }
-    const int64_t B = q.dim(0), L = q.dim(1), D = q.dim(2) / heads;
     void* scratch = scratch_bytes(attention_scratch_bytes(B, heads, L));
     cuda::attention_backward(stream_, cublas_, dctx.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(),
-                             probs.data<float>(), B, L, heads, D, scale, dropout, dq.data<float>(), dk.data<float>(),
+                             saved.data<float>(), B, L, heads, D, scale, dropout, dq.data<float>(), dk.data<float>(),
                              dv.data<float>(), scratch);
   }
   // DeBERTa's attention: the materialised kernels (float32; 16-bit through

@@ -42,6 +42,17 @@
 // alone; they run in the same warps as the products, and the backward
 // arranges its warps so that the two overlap (see the main kernel).
 //
+// With a window (ModernBERT's local layers, kWindow; no dropout), query i
+// attends to the kept keys j with |i − j| <= window: a forward block visits
+// only the key tiles within the window of its rows, a backward block only
+// the query tiles within the window of its keys, and tiles that straddle the
+// window's edge take the masked path with the distance test per element. A
+// query with no kept key in its window attends uniformly to all L keys, as
+// the reference does: the forward finds it by its max (still -inf after its
+// window), writes the mean of V and lse +inf; the backward reads +inf as
+// probability 1/L for every key and also visits the query tiles that hold
+// such a row (a flag per tile, from the lse). dQ sums start from zero then.
+//
 // The reference (CPU backend) semantics: masked keys get probability exactly
 // 0; a batch entry whose keys are all masked attends uniformly to all L keys,
 // which here is "every score of that entry is 0" (a per-block flag), so that
@@ -227,9 +238,16 @@ struct FwdParams {
   float abs_scale_log2;  // |scale| · log2(e): scores in base 2, exp2 on the hardware unit
   uint32_t q_sign;       // 0x80008000 when scale < 0 (q's signs flipped instead), else 0
   int slow_tiles;        // 1: every key tile takes the masked path (scale == 0)
+  int window;            // >= 0: keys within `window` of the query only (no dropout); < 0: every key
   float keep_scale;      // 1/(1-p), or 1 without dropout
   DropoutKeys dropout;
 };
+
+// Whether some (query, key) pair of rows [r0, r1] and keys [k0, k1] lies
+// farther apart than the window, so that the tile needs the masked path.
+__device__ __forceinline__ bool window_cuts(int r0, int r1, int k0, int k1, int window) {
+  return window >= 0 && (r1 - k0 > window || k1 - r0 > window);
+}
 
 // Forward, 128 query rows per block (D <= 64; 64 for D = 128, where the
 // accumulators of 32 rows would not fit in registers): each warp owns 32 rows
@@ -254,8 +272,9 @@ __host__ __device__ constexpr int fwd_smem_bytes() {
   return (fwd_rows<D>() + 4 * kTile) * (D + 8) * 2 + 2 * kTile * static_cast<int>(sizeof(int64_t));
 }
 
-template <typename T, int D, int kDrop>
+template <typename T, int D, int kDrop, bool kWindow>
 __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_fwd_kernel(const FwdParams p) {
+  static_assert(!kWindow || kDrop == kNoDrop, "no dropout with a window");
   constexpr int MT = fwd_mtiles<D>();
   constexpr int BM = fwd_rows<D>();
   constexpr int ld = D + 8;
@@ -279,7 +298,10 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_fwd_kernel(co
   const T* gk = static_cast<const T*>(p.k) + off;
   const T* gv = static_cast<const T*>(p.v) + off;
   const int64_t* mrow = p.mask ? p.mask + static_cast<int64_t>(b) * L : nullptr;
-  const bool all_masked = !any_key_kept(mrow, L);
+  // With a window a row without a kept key in it attends uniformly to all L
+  // keys (found at the end, by its max); the entry-wide rule is not needed.
+  constexpr bool windowed = kWindow;  // p.window >= 0
+  const bool all_masked = !windowed && !any_key_kept(mrow, L);
   const bool always_slow = all_masked || p.slow_tiles != 0;
 
   auto load_kv = [&](int tile, int buf) {
@@ -289,12 +311,16 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_fwd_kernel(co
     if (mrow != nullptr && tid < kTile) cp_async_small<8>(sMask + buf * kTile + tid, mrow + k0 + tid, k0 + tid < L);
   };
 
+  const int nk = (L + kTile - 1) / kTile;
+  // The key tiles this block visits: all, or those within the window of its rows.
+  const int jt_begin = windowed ? max(0, q0 - p.window) / kTile : 0;
+  const int jt_end = windowed ? min(nk, (min(L - 1, q0 + BM - 1) + p.window) / kTile + 1) : nk;
+
 #pragma unroll
   for (int i = 0; i < BM / kTile; ++i) load_tile<T, D>(sQ + i * kTile * ld, gq, rs, q0 + i * kTile, L, tid);
-  load_kv(0, 0);
+  load_kv(jt_begin, 0);
   cp_async_commit();
 
-  const int nk = (L + kTile - 1) / kTile;
   // This thread's query rows: row(mt, r) = wrow + 16·mt + g + 8·r.
   const int wrow = q0 + warp * 16 * MT;
   // Dropout index of (row, key 0): (b*heads + h)*L*L + row*L.
@@ -314,8 +340,8 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_fwd_kernel(co
     l[mt][0] = l[mt][1] = 0.0f;
   }
 
-  for (int jt = 0; jt < nk; ++jt) {
-    const int buf = jt & 1;
+  for (int jt = jt_begin; jt < jt_end; ++jt) {
+    const int buf = (jt - jt_begin) & 1;
     // Tile jt has landed for every thread, and every warp is done with tile
     // jt - 1, whose buffer the next tile then fills while this one is used:
     // one barrier per tile, which also tells whether any of the tile's keys
@@ -326,12 +352,14 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_fwd_kernel(co
       const int key = jt * kTile + tid;
       need = key >= L || (mrow != nullptr && sMask[buf * kTile + tid] == 0);
     }
-    const bool masked_tile = __syncthreads_or(need) != 0 || always_slow;
-    if (jt + 1 < nk) {
+    const bool masked_tile =
+        __syncthreads_or(need) != 0 || always_slow ||
+        (windowed && window_cuts(q0, q0 + BM - 1, jt * kTile, jt * kTile + kTile - 1, p.window));
+    if (jt + 1 < jt_end) {
       load_kv(jt + 1, buf ^ 1);
       cp_async_commit();
     }
-    if (jt == 0) {
+    if (jt == jt_begin) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -410,10 +438,13 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_fwd_kernel(co
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int col = n * 8 + 2 * t4 + (e & 1);
-          const bool key_ok = jt * kTile + col < L && (all_masked || mrow == nullptr || kmask[col] != 0);
+          const int key = jt * kTile + col;
+          const bool key_ok = key < L && (all_masked || mrow == nullptr || kmask[col] != 0);
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-            s[mt][n][e] = key_ok ? (all_masked ? 0.0f : s[mt][n][e] * p.abs_scale_log2) : -INFINITY;
+          for (int mt = 0; mt < MT; ++mt) {
+            const bool ok = key_ok && (!windowed || abs(wrow + 16 * mt + g + 8 * (e >> 1) - key) <= p.window);
+            s[mt][n][e] = ok ? (all_masked ? 0.0f : s[mt][n][e] * p.abs_scale_log2) : -INFINITY;
+          }
         }
       }
     }
@@ -492,6 +523,35 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_fwd_kernel(co
     }
   }
 
+  // With a window, rows that met no kept key (max still -inf) attend
+  // uniformly to all L keys: their context is the mean of V over the entry,
+  // summed here in a fixed order (column c by the threads c, c + D, ...,
+  // each over every (kThreads / D)-th key, then those partial sums in order).
+  float* s_mean = reinterpret_cast<float*>(smem);  // [kThreads] partial sums, then [D] means
+  bool uniform_rows = false;
+  if constexpr (windowed) {
+    bool mine = false;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) mine |= m[mt][r] == -INFINITY && wrow + 16 * mt + g + 8 * r < L;
+    uniform_rows = __syncthreads_or(mine) != 0;  // also: every warp is done with sQ, sK, sV
+    if (uniform_rows) {
+      constexpr int kPhases = kThreads / D;
+      const int c = tid % D, phase = tid / D;
+      float sum = 0.0f;
+      for (int j = phase; j < L; j += kPhases) sum += static_cast<float>(gv[static_cast<int64_t>(j) * rs + c]);
+      s_mean[tid] = sum;
+      __syncthreads();
+      if (tid < D) {
+        float total = 0.0f;
+        for (int i = 0; i < kPhases; ++i) total += s_mean[i * D + tid];
+        s_mean[kThreads + tid] = total / static_cast<float>(L);
+      }
+      __syncthreads();
+    }
+  }
+
   // Row sums across the quad, normalise, write ctx and the log-sum-exp.
   T* gctx = static_cast<T*>(p.ctx) + off;
   float* lse = p.lse ? p.lse + static_cast<int64_t>(bh) * L : nullptr;
@@ -503,19 +563,24 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 2 : 1) flash_fwd_kernel(co
       l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 2);
     }
     const int row_a = wrow + 16 * mt + g, row_b = row_a + 8;
-    // Every row has at least one unmasked key (or attends uniformly), so l >= 1.
-    const float inv_a = p.keep_scale / l[mt][0], inv_b = p.keep_scale / l[mt][1];
+    // Every row has at least one unmasked key (or attends uniformly), so l >= 1;
+    // with a window, a row with none (max -inf) takes the mean of V.
+    const bool uni_a = uniform_rows && m[mt][0] == -INFINITY, uni_b = uniform_rows && m[mt][1] == -INFINITY;
+    const float inv_a = uni_a ? 0.0f : p.keep_scale / l[mt][0], inv_b = uni_b ? 0.0f : p.keep_scale / l[mt][1];
+    const float* mean = s_mean + kThreads;
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) {
       const int d = i * 8 + 2 * t4;
       if (row_a < L)
-        *reinterpret_cast<uint32_t*>(gctx + row_a * rs + d) = pack2<T>(o[mt][i][0] * inv_a, o[mt][i][1] * inv_a);
+        *reinterpret_cast<uint32_t*>(gctx + row_a * rs + d) =
+            uni_a ? pack2<T>(mean[d], mean[d + 1]) : pack2<T>(o[mt][i][0] * inv_a, o[mt][i][1] * inv_a);
       if (row_b < L)
-        *reinterpret_cast<uint32_t*>(gctx + row_b * rs + d) = pack2<T>(o[mt][i][2] * inv_b, o[mt][i][3] * inv_b);
+        *reinterpret_cast<uint32_t*>(gctx + row_b * rs + d) =
+            uni_b ? pack2<T>(mean[d], mean[d + 1]) : pack2<T>(o[mt][i][2] * inv_b, o[mt][i][3] * inv_b);
     }
     if (t4 == 0) {
-      if (lse != nullptr && row_a < L) lse[row_a] = (m[mt][0] + log2f(l[mt][0])) * kLn2;
-      if (lse != nullptr && row_b < L) lse[row_b] = (m[mt][1] + log2f(l[mt][1])) * kLn2;
+      if (lse != nullptr && row_a < L) lse[row_a] = uni_a ? INFINITY : (m[mt][0] + log2f(l[mt][0])) * kLn2;
+      if (lse != nullptr && row_b < L) lse[row_b] = uni_b ? INFINITY : (m[mt][1] + log2f(l[mt][1])) * kLn2;
     }
   }
 }
@@ -571,6 +636,13 @@ struct BwdParams {
   float keep_scale;   // 1/(1-p), or 1 without dropout
   DropoutKeys dropout;
   void* dq;  // written by the kernel itself when it keeps dq in shared memory
+  // >= 0: the forward's window (no dropout). Query tiles within it are
+  // visited, and those that uniform_tiles ([bh, query tiles]) marks: they
+  // hold a row with no kept key in its window (lse +inf), whose
+  // probabilities are 1/L for every key, 2^-uniform_lse2 (log2 L).
+  int window;
+  float uniform_lse2;
+  const uint8_t* uniform_tiles;
 };
 
 // bwd_keep_bits: attention_dropout.cuh.
@@ -599,8 +671,9 @@ __host__ __device__ constexpr int bwd_base_bytes() {
   return (2 * kN + 4 * kTile) * (D + 8) * 2 + kN * (kTile + 8) * 2 + 4 * kTile * static_cast<int>(sizeof(float));
 }
 
-template <typename T, int D, int kDrop, bool kResident>
+template <typename T, int D, int kDrop, bool kResident, bool kWindow>
 __global__ void __launch_bounds__(32 * bwd_warps<D>(), 1) flash_bwd_kernel(const BwdParams p) {
+  static_assert(!kWindow || kDrop == kNoDrop, "no dropout with a window");
   constexpr int kW = bwd_warps<D>();
   constexpr int kNT = 32 * kW;            // threads
   constexpr int kN = 16 * kW;             // keys per tile
@@ -640,7 +713,8 @@ __global__ void __launch_bounds__(32 * bwd_warps<D>(), 1) flash_bwd_kernel(const
   float* acc = kResident ? nullptr
                          : p.dq_accum + (static_cast<int64_t>(split) * p.bh_count + bh) * static_cast<int64_t>(L) * D;
   const int64_t* mrow = p.mask ? p.mask + static_cast<int64_t>(b) * L : nullptr;
-  const bool all_masked = !any_key_kept(mrow, L);
+  constexpr bool windowed = kWindow;  // p.window >= 0
+  const bool all_masked = !windowed && !any_key_kept(mrow, L);
   const uint64_t head_base = static_cast<uint64_t>(bh) * static_cast<uint64_t>(L) * static_cast<uint64_t>(L);
   const float c2 = p.scale_log2;
 
@@ -678,6 +752,13 @@ __global__ void __launch_bounds__(32 * bwd_warps<D>(), 1) flash_bwd_kernel(const
   const int nkt = (L + kN - 1) / kN;
   const int qr = 16 * (warp & 3);             // dQ: this warp's query rows within the tile
   const int dc = (warp >> 2) * kDqCols;       // and first column
+  const uint8_t* uniform_tiles = windowed ? p.uniform_tiles + static_cast<int64_t>(bh) * nq : nullptr;
+  if constexpr (kResident) {
+    // With a window, not every key tile meets every query tile: the sums start at 0.
+    if constexpr (windowed) {
+      for (int i = tid; i < nq * kTile * D; i += kNT) sAcc[i] = 0.0f;
+    }
+  }
   for (int jt = split; jt < nkt; jt += splits) {
     const int k0 = jt * kN;
     const int key_a = k0 + warp * 16 + g, key_b = key_a + 8;  // this thread's two keys
@@ -685,12 +766,28 @@ __global__ void __launch_bounds__(32 * bwd_warps<D>(), 1) flash_bwd_kernel(const
     const bool valid_b = key_b < L && (all_masked || mrow == nullptr || mrow[key_b] != 0);
     // Whether this warp's keys need the masked path (some key past L or masked, or all masked).
     const bool slow = all_masked || __any_sync(0xffffffffu, !(valid_a && valid_b));
-    const bool first = jt == split;  // first key tile of this block: write the dQ sums, later ones add
+    // First key tile of this block: write the dQ sums, later ones add. With a
+    // window the sums start at 0 (zeroed scratch or shared memory) and every tile adds.
+    const bool first = jt == split && !windowed;
+    // The query tiles this key tile visits: all, or those within the window
+    // of its keys and those holding a uniform row.
+    const int it_lo = windowed ? max(0, k0 - p.window) / kTile : 0;
+    const int it_hi = windowed ? min(nq - 1, (min(L - 1, k0 + kN - 1) + p.window) / kTile) : nq - 1;
+    auto next_tile = [&](int it) {
+      if constexpr (windowed) {
+        for (++it; it < nq; ++it)
+          if ((it >= it_lo && it <= it_hi) || uniform_tiles[it] != 0) break;
+        return it;
+      } else {
+        return it + 1;
+      }
+    };
     __syncthreads();  // every warp is done with the previous key tile's K, V and buffers
 
+    const int it_first = next_tile(-1);
     load_tile<T, D, kN, kNT>(sK, gk, rs, k0, L, tid);
     load_tile<T, D, kN, kNT>(sV, gv, rs, k0, L, tid);
-    load_q(0, 0, !first);
+    load_q(it_first, 0, !first);
     cp_async_commit();
 
     float dk[D / 8][4], dv[D / 8][4];
@@ -705,16 +802,23 @@ __global__ void __launch_bounds__(32 * bwd_warps<D>(), 1) flash_bwd_kernel(const
       if (warp >= 4) keep_next = bwd_keep_bits<kDrop>(p.dropout, head_base, L, k0 + warp * 16, 0, g, t4);
     }
 
-    for (int it = 0; it < nq; ++it) {
-      const int buf = it & 1;
-      // Query tile it has landed, and every warp is done with tile it - 1 (its
-      // buffers and dSᵀ), so the next tile can fill them while this one is used.
+    for (int it = it_first, it_next = 0, step = 0; it < nq; it = it_next, ++step) {
+      const int buf = step & 1;
+      it_next = next_tile(it);
+      // Query tile it has landed, and every warp is done with the tile before
+      // (its buffers and dSᵀ), so the next tile can fill them while this one is used.
       cp_async_wait<0>();
       __syncthreads();
-      if (it + 1 < nq) {
-        load_q(it + 1, buf ^ 1, !first);
+      if (it_next < nq) {
+        load_q(it_next, buf ^ 1, !first);
         cp_async_commit();
       }
+      // Whether this warp's 16 keys x the tile's 64 queries need the masked
+      // path: its keys' own reasons, a pair beyond the window, a uniform row.
+      const bool tile_slow =
+          slow || (windowed && (window_cuts(it * kTile, it * kTile + kTile - 1, k0 + warp * 16, k0 + warp * 16 + 15,
+                                            p.window) ||
+                                uniform_tiles[it] != 0));
       const T* qs = sQ + buf * kTile * ld;
       const T* dos = sdO + buf * kTile * ld;
       const float* lse_s = sLse + buf * kTile;
@@ -754,14 +858,14 @@ __global__ void __launch_bounds__(32 * bwd_warps<D>(), 1) flash_bwd_kernel(const
       }
       // Pᵀ = 2^(scale·log2e·S − lse·log2e) in place; on the masked path 0 for
       // masked keys (and keys past L), and scores 0 for an all-masked entry.
-      if (!slow) {
+      if (!tile_slow) {
 #pragma unroll
         for (int n = 0; n < 8; ++n) {
           const float2 lv = *reinterpret_cast<const float2*>(lse_s + n * 8 + 2 * t4);
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[n][e] = fast_exp2(fmaf(s[n][e], c2, -((e & 1) ? lv.y : lv.x)));
         }
-      } else {
+      } else if constexpr (!windowed) {
 #pragma unroll
         for (int n = 0; n < 8; ++n) {
           const float2 lv = *reinterpret_cast<const float2*>(lse_s + n * 8 + 2 * t4);
@@ -770,6 +874,26 @@ __global__ void __launch_bounds__(32 * bwd_warps<D>(), 1) flash_bwd_kernel(const
             const float lse2 = (e & 1) ? lv.y : lv.x;
             const float x = all_masked ? -lse2 : fmaf(s[n][e], c2, -lse2);
             s[n][e] = fast_exp2(((e >> 1) ? valid_b : valid_a) ? x : -INFINITY);
+          }
+        }
+      } else {
+        // Windowed: keys within the window that the mask keeps; a uniform row
+        // (lse +inf) gives every key below L probability 1/L.
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          const float2 lv = *reinterpret_cast<const float2*>(lse_s + n * 8 + 2 * t4);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float lse2 = (e & 1) ? lv.y : lv.x;
+            const int query = it * kTile + n * 8 + 2 * t4 + (e & 1);
+            const int key = (e >> 1) ? key_b : key_a;
+            const bool kept = (e >> 1) ? valid_b : valid_a;
+            float x = -INFINITY;
+            if (lse2 == INFINITY)
+              x = key < L ? -p.uniform_lse2 : -INFINITY;
+            else if (kept && abs(query - key) <= p.window)
+              x = fmaf(s[n][e], c2, -lse2);
+            s[n][e] = fast_exp2(x);
           }
         }
       }
@@ -853,8 +977,8 @@ __global__ void __launch_bounds__(32 * bwd_warps<D>(), 1) flash_bwd_kernel(const
       }
       __syncthreads();
       if constexpr (kDrop == kDropGroups && kW == 8) {
-        if (warp >= 4 && it + 1 < nq)
-          keep_next = bwd_keep_bits<kDrop>(p.dropout, head_base, L, k0 + warp * 16, (it + 1) * kTile, g, t4);
+        if (warp >= 4 && it_next < nq)
+          keep_next = bwd_keep_bits<kDrop>(p.dropout, head_base, L, k0 + warp * 16, it_next * kTile, g, t4);
       }
 
       // dQ (this tile's part) = dS·K over the tile's kN keys: this warp's 16
@@ -981,6 +1105,16 @@ __global__ void __launch_bounds__(256) dq_sum_kernel(const float* accum, T* dq, 
       make_uint2(pack2<T>(sum.x * scale, sum.y * scale), pack2<T>(sum.z * scale, sum.w * scale));
 }
 
+// The windowed backward's flags: uniform_tiles[bh, t] = 1 where a row of
+// query tile t has lse +inf (no kept key within its window).
+__global__ void __launch_bounds__(kTile) uniform_tiles_kernel(const float* lse, uint8_t* flags, int L, int nq) {
+  const int t = static_cast<int>(blockIdx.x), bh = static_cast<int>(blockIdx.y);
+  const int row = t * kTile + static_cast<int>(threadIdx.x);
+  const bool uniform = row < L && lse[static_cast<int64_t>(bh) * L + row] == INFINITY;
+  const int any = __syncthreads_or(uniform);
+  if (threadIdx.x == 0) flags[static_cast<int64_t>(bh) * nq + t] = any != 0 ? 1 : 0;
+}
+
 // ---------------------------------------------------------------------------
 // Host side.
 // ---------------------------------------------------------------------------
@@ -1007,18 +1141,21 @@ bool backward_resident(int64_t bh, int64_t L, int64_t D) { return flash_backward
 FlashScratchLayout scratch_layout(int64_t bh, int64_t L, int64_t D) { return flash_attention_scratch_layout(bh, L, D); }
 
 void check_args(const char* what, int64_t B, int64_t L, int64_t heads, int64_t D, const DropoutSpec& dropout,
-                std::initializer_list<const void*> ptrs) {
+                std::initializer_list<const void*> ptrs, int64_t window = -1) {
   if (!flash_attention_supported(D)) fail("{}: head size {} is not supported (32, 64 or 128)", what, D);
+  if (window >= 0 && dropout.p > 0.0f)
+    fail("{}: a window with dropout on the probabilities ({}) is not supported", what, dropout.p);
+  if (window > (int64_t{1} << 24)) fail("{}: window {} too large", what, window);
   if (L > (int64_t{1} << 24) || B * heads > 65535 || B * L * heads >= (int64_t{1} << 31))
     fail("{}: shape B={} L={} heads={} too large", what, B, L, heads);
   check_attention_dropout(what, dropout.p);
   check_aligned16(what, ptrs);
 }
 
-template <typename T, int D, int kDrop>
+template <typename T, int D, int kDrop, bool kWindow = false>
 void launch_forward(cudaStream_t s, const FwdParams& p, int64_t B) {
   constexpr int bytes = fwd_smem_bytes<D>();
-  auto kernel = flash_fwd_kernel<T, D, kDrop>;
+  auto kernel = flash_fwd_kernel<T, D, kDrop, kWindow>;
   static std::atomic<uint64_t> configured{0};  // per <T, D, kDrop>, i.e. per kernel
   configure_shared_memory(kernel, bytes, configured);
   const dim3 grid(static_cast<unsigned>((p.L + fwd_rows<D>() - 1) / fwd_rows<D>()), static_cast<unsigned>(B * p.heads));
@@ -1026,7 +1163,7 @@ void launch_forward(cudaStream_t s, const FwdParams& p, int64_t B) {
   ANATOMY_CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename T, int D, int kDrop>
+template <typename T, int D, int kDrop, bool kWindow = false>
 void launch_backward(cudaStream_t s, const BwdParams& p, const void* dctx, const void* ctx, float* delta, void* dq,
                      int64_t B) {
   const int64_t rows = B * p.L * p.heads;
@@ -1041,7 +1178,7 @@ void launch_backward(cudaStream_t s, const BwdParams& p, const void* dctx, const
   constexpr int threads = 32 * bwd_warps<D>();
   if (backward_resident(p.bh_count, p.L, D)) {
     // One block per (batch entry, head); dq written by the kernel.
-    auto kernel = flash_bwd_kernel<T, D, kDrop, true>;
+    auto kernel = flash_bwd_kernel<T, D, kDrop, true, kWindow>;
     static std::atomic<uint64_t> configured{0};
     configure_shared_memory(kernel, static_cast<int>(kMaxSmem), configured);
     const int bytes = static_cast<int>(resident_bytes(p.L, D));
@@ -1051,7 +1188,7 @@ void launch_backward(cudaStream_t s, const BwdParams& p, const void* dctx, const
   }
   {
     constexpr int bytes = bwd_base_bytes<D>() + 2 * kTile * (D + 8) * static_cast<int>(sizeof(float));
-    auto kernel = flash_bwd_kernel<T, D, kDrop, false>;
+    auto kernel = flash_bwd_kernel<T, D, kDrop, false, kWindow>;
     static std::atomic<uint64_t> configured{0};
     configure_shared_memory(kernel, bytes, configured);
     const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.bh_count));
@@ -1115,9 +1252,9 @@ void flash_attention_row_terms(cudaStream_t s, AttnType t, const void* dctx, con
 
 void flash_attention_forward(cudaStream_t s, AttnType t, const void* q, const void* k, const void* v,
                              const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, float scale,
-                             const DropoutSpec& dropout, void* ctx, float* lse) {
+                             const DropoutSpec& dropout, void* ctx, float* lse, int64_t window) {
   if (B == 0 || L == 0 || heads == 0) return;
-  check_args("flash_attention_forward", B, L, heads, D, dropout, {q, k, v, ctx});
+  check_args("flash_attention_forward", B, L, heads, D, dropout, {q, k, v, ctx}, window);
   const bool use_dropout = dropout.p > 0.0f;  // the reference's test
   FwdParams p{};
   p.q = q;
@@ -1133,7 +1270,13 @@ void flash_attention_forward(cudaStream_t s, AttnType t, const void* q, const vo
   p.abs_scale_log2 = std::fabs(scale) * kLog2e;
   p.q_sign = scale < 0.0f ? 0x80008000u : 0u;
   p.slow_tiles = scale == 0.0f ? 1 : 0;
-  dispatch(t, D, use_dropout, L, [&]<typename T, int kD, int kDrop>() { launch_forward<T, kD, kDrop>(s, p, B); });
+  p.window = window < 0 ? -1 : static_cast<int>(window);
+  dispatch(t, D, use_dropout, L, [&]<typename T, int kD, int kDrop>() {
+    if constexpr (kDrop == kNoDrop) {
+      if (window >= 0) return launch_forward<T, kD, kDrop, true>(s, p, B);
+    }
+    launch_forward<T, kD, kDrop>(s, p, B);
+  });
 }
 
 void flash_attention_forward_packed(cudaStream_t s, AttnType t, const void* q, const void* k, const void* v,
@@ -1154,15 +1297,16 @@ void flash_attention_forward_packed(cudaStream_t s, AttnType t, const void* q, c
   p.abs_scale_log2 = std::fabs(scale) * kLog2e;
   p.q_sign = scale < 0.0f ? 0x80008000u : 0u;
   p.slow_tiles = scale == 0.0f ? 1 : 0;
+  p.window = -1;
   dispatch(t, D, false, longest, [&]<typename T, int kD, int kDrop>() { launch_forward<T, kD, kDrop>(s, p, B); });
 }
 
 void flash_attention_backward(cudaStream_t s, AttnType t, const void* dctx, const void* q, const void* k, const void* v,
                               const void* ctx, const float* lse, const int64_t* key_mask, int64_t B, int64_t L,
                               int64_t heads, int64_t D, float scale, const DropoutSpec& dropout, void* dq, void* dk,
-                              void* dv, void* scratch) {
+                              void* dv, void* scratch, int64_t window) {
   if (B == 0 || L == 0 || heads == 0) return;
-  check_args("flash_attention_backward", B, L, heads, D, dropout, {dctx, q, k, v, ctx, dq, dk, dv, scratch});
+  check_args("flash_attention_backward", B, L, heads, D, dropout, {dctx, q, k, v, ctx, dq, dk, dv, scratch}, window);
   const bool use_dropout = dropout.p > 0.0f;
   const int64_t bh = B * heads;
   const FlashScratchLayout layout = scratch_layout(bh, L, D);
@@ -1191,7 +1335,25 @@ void flash_attention_backward(cudaStream_t s, AttnType t, const void* dctx, cons
   p.scale = scale;
   p.keep_scale = keep_scale_of(dropout);
   p.dropout = make_dropout_keys(dropout);
+  p.window = -1;
+  if (window >= 0) {
+    // The flags after the flash backward's scratch (flash_window_scratch_bytes);
+    // the split accumulators start at 0, since a key tile adds only to the
+    // query tiles it visits.
+    const int64_t nq = (L + kTile - 1) / kTile;
+    auto* flags = reinterpret_cast<uint8_t*>(base + layout.total);
+    uniform_tiles_kernel<<<dim3(static_cast<unsigned>(nq), static_cast<unsigned>(bh)), kTile, 0, s>>>(
+        lse, flags, static_cast<int>(L), static_cast<int>(nq));
+    ANATOMY_CUDA_CHECK(cudaGetLastError());
+    if (layout.accum > 0) ANATOMY_CUDA_CHECK(cudaMemsetAsync(accum, 0, layout.accum, s));
+    p.window = static_cast<int>(window);
+    p.uniform_lse2 = std::log2(static_cast<float>(L));
+    p.uniform_tiles = flags;
+  }
   dispatch(t, D, use_dropout, L, [&]<typename T, int kD, int kDrop>() {
+    if constexpr (kDrop == kNoDrop) {
+      if (window >= 0) return launch_backward<T, kD, kDrop, true>(s, p, dctx, ctx, delta, dq, B);
+    }
     launch_backward<T, kD, kDrop>(s, p, dctx, ctx, delta, dq, B);
   });
 }

@@ -43,8 +43,16 @@ enum class AttnType { BF16, F16 };
 
 void flash_attention_forward(cudaStream_t s, AttnType t, const void* q, const void* k, const void* v,
                              const int64_t* key_mask, int64_t B, int64_t L, int64_t heads, int64_t D, float scale,
-                             const DropoutSpec& dropout, void* ctx, float* lse /*[B, heads, L]*/);
+                             const DropoutSpec& dropout, void* ctx, float* lse /*[B, heads, L]*/,
+                             int64_t window = -1);
 
+// `window` >= 0: query i attends only to the keys j with |i − j| <= window
+// that the mask keeps (Backend::attention_window_forward), and the kernels
+// visit only the tiles within it; a query with no such key attends uniformly
+// to all L keys, and its lse is +inf, which the backward reads as that. No
+// dropout with a window. The backward's scratch is then
+// flash_window_scratch_bytes(B, L, heads, D) of cuda_memory.h.
+//
 // Inference over packed sequences (no mask, no dropout, no log-sum-exp): q, k,
 // v, ctx [rows, heads*D]; entry b is rows offsets[b] .. offsets[b+1] (int64 on
 // the device, B + 1 of them), none longer than `longest`. Each entry computes
@@ -62,6 +70,6 @@ void flash_attention_row_terms(cudaStream_t s, AttnType t, const void* dctx, con
 void flash_attention_backward(cudaStream_t s, AttnType t, const void* dctx, const void* q, const void* k, const void* v,
                               const void* ctx, const float* lse, const int64_t* key_mask, int64_t B, int64_t L,
                               int64_t heads, int64_t D, float scale, const DropoutSpec& dropout, void* dq, void* dk,
-                              void* dv, void* scratch);
+                              void* dv, void* scratch, int64_t window = -1);
 
 }  // namespace anatomy::cuda

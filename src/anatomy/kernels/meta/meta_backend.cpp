@@ -230,24 +230,34 @@ class MetaBackend final : public Backend {
     }
     scratch_bytes(cuda::attention_forward_scratch_bytes(path, c));
   }
-  // The CUDA backend's windowed attention: the materialised kernels, through float32 copies for 16 bits.
+  // The CUDA backend's windowed attention: the flash kernels with a window
+  // where fused (cuda::window_attention_fused), else the materialised
+  // kernels, through float32 copies for 16 bits.
+  bool attention_window_saves_probabilities(DType dtype, int64_t head_dim, float dropout_p) const override {
+    return !cuda() || !cuda::window_attention_fused(dtype, head_dim, dropout_p);
+  }
   void do_attention_window_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_mask,
                                    int64_t heads, double scale, int64_t window, const DropoutSpec& dropout,
-                                   const Tensor& probs, const Tensor& ctx) override {
+                                   const Tensor& saved, const Tensor& ctx) override {
     if (!cuda()) return;
+    if (!attention_window_saves_probabilities(q.dtype(), q.dim(2) / heads, dropout.p)) return;  // no scratch
     if (q.dtype() != DType::F32) {
       const ForwardCopies f = forward_copies(q, k, v, ctx);
-      return attention_window_forward(f.q, f.k, f.v, key_mask, heads, scale, window, dropout, probs, f.ctx);
+      return attention_window_forward(f.q, f.k, f.v, key_mask, heads, scale, window, dropout, saved, f.ctx);
     }
     scratch_bytes(cuda::attention_scratch_bytes(q.dim(0), heads, q.dim(1)));
   }
   void do_attention_window_backward(const Tensor& dctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& probs, int64_t heads, double scale, const DropoutSpec& dropout,
-                                    const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
+                                    const Tensor& ctx, const Tensor& saved, const Tensor& key_mask, int64_t heads,
+                                    double scale, int64_t window, const DropoutSpec& dropout, const Tensor& dq,
+                                    const Tensor& dk, const Tensor& dv) override {
     if (!cuda()) return;
+    if (!attention_window_saves_probabilities(q.dtype(), q.dim(2) / heads, dropout.p))
+      return scratch_bytes(cuda::flash_window_scratch_bytes(q.dim(0), q.dim(1), heads, q.dim(2) / heads));
     if (q.dtype() != DType::F32) {
       const BackwardCopies b = backward_copies(dctx, q, k, v, dq, dk, dv);
-      return attention_window_backward(b.dctx, b.q, b.k, b.v, probs, heads, scale, dropout, b.dq, b.dk, b.dv);
+      return attention_window_backward(b.dctx, b.q, b.k, b.v, ctx, saved, key_mask, heads, scale, window, dropout,
+                                       b.dq, b.dk, b.dv);
     }
     scratch_bytes(cuda::attention_scratch_bytes(q.dim(0), heads, q.dim(1)));
   }

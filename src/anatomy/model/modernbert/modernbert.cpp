@@ -168,9 +168,12 @@ ModernBertForSequenceClassification::~ModernBertForSequenceClassification() = de
 std::string ModernBertForSequenceClassification::attention_note() const {
   int64_t local = 0;
   for (bool s : options_.sliding) local += s;
-  return local == 0 ? ""
-                    : fmt::format("; {} of {} layers local (±{} tokens, probabilities kept)", local,
-                                  config_.num_hidden_layers, options_.window());
+  if (local == 0) return "";
+  // Whether the local layers run fused, in training as the plan has it.
+  const float p = static_cast<float>(config_.attention_probs_dropout_prob);
+  const bool kept = backend_.attention_window_saves_probabilities(compute_, config_.head_dim(), p);
+  return fmt::format("; {} of {} layers local (±{} tokens, {})", local, config_.num_hidden_layers, options_.window(),
+                     kept ? "probabilities kept" : "our flash kernels with the window");
 }
 
 ModernBertTensors& ModernBertForSequenceClassification::views_of(Views views) {
@@ -250,15 +253,19 @@ std::vector<SavedSpec> ModernBertForSequenceClassification::saved_for_backward(P
       };
     case Part::Layer: {
       std::vector<SavedSpec> specs;
+      // The normed inputs h and h2 are not kept: backward makes them again
+      // from x (the previous layer's output) and x1 (attention_input, mlp_input).
       if (l > 0)
         specs = {
             {"attn_ln_mean", {T}, f32, "attention LayerNorm backward"},
             {"attn_ln_rstd", {T}, f32, "attention LayerNorm backward"},
-            {"h", {B, L, H}, x, "Wqkv backward (the normed input)"},
         };
       const bool local = options_.sliding[static_cast<size_t>(l)];
-      const bool probabilities = local || backend_.attention_saves_probabilities(x, config_.head_dim());
-      const bool bits = !probabilities && dropout_at(config_.attention_probs_dropout_prob, 0).p > 0.0f &&
+      const float p_drop = dropout_at(config_.attention_probs_dropout_prob, 0).p;
+      const bool probabilities =
+          local ? backend_.attention_window_saves_probabilities(x, config_.head_dim(), p_drop)
+                : backend_.attention_saves_probabilities(x, config_.head_dim());
+      const bool bits = !local && !probabilities && p_drop > 0.0f &&
                         backend_.attention_keeps_dropout_bits(x, config_.head_dim(), L);
       const std::vector<SavedSpec> rest = {
           {"qkv", {3, B, L, H}, x, "attention backward (query and key after the rotary embedding, value)"},
@@ -270,7 +277,6 @@ std::vector<SavedSpec> ModernBertForSequenceClassification::saved_for_backward(P
           {"x1", {B, L, H}, x, "MLP LayerNorm backward (the residual after attention)"},
           {"mlp_ln_mean", {T}, f32, "MLP LayerNorm backward"},
           {"mlp_ln_rstd", {T}, f32, "MLP LayerNorm backward"},
-          {"h2", {B, L, H}, x, "Wi backward"},
           {"u", {B, L, 2 * I}, x, "GeGLU backward; recomputing the MLP's Wo input"},
           {"out", {B, L, H}, x, "input of the next layer"},
       };
@@ -339,23 +345,51 @@ void ModernBertForSequenceClassification::attention_part(int64_t l, const Tensor
     backend_.attention_forward(q, k, v, mask_, heads, scale, probs_dropout, s["attn_saved"], s["ctx"]);
 }
 
+// The forward's op on the same kept input and weights: the same h bit for
+// bit (its statistics, already kept, are written to temporaries).
+Tensor ModernBertForSequenceClassification::attention_input(int64_t l, const Tensor& x) {
+  if (l == 0) return x;
+  const ModernBertTensors::Layer& masters = w_.layers[static_cast<size_t>(l)];
+  const Tensor h = temporary(x.shape(), "h_again", compute_);
+  const Tensor mean = temporary({B_ * L_}, "h_again_mean"), rstd = temporary({B_ * L_}, "h_again_rstd");
+  backend_.layernorm_forward(x, masters.attn_norm_w, bias_or_zero(masters.attn_norm_b), config_.layer_norm_eps, h,
+                             mean, rstd);
+  return h;
+}
+Tensor ModernBertForSequenceClassification::mlp_input(int64_t l, const SavedTensors& s) {
+  const ModernBertTensors::Layer& masters = w_.layers[static_cast<size_t>(l)];
+  const Tensor h2 = temporary(s["x1"].shape(), "h2_again", compute_);
+  const Tensor mean = temporary({B_ * L_}, "h2_again_mean"), rstd = temporary({B_ * L_}, "h2_again_rstd");
+  backend_.layernorm_forward(s["x1"], masters.mlp_norm_w, bias_or_zero(masters.mlp_norm_b), config_.layer_norm_eps,
+                             h2, mean, rstd);
+  return h2;
+}
+
 void ModernBertForSequenceClassification::layer_forward(int64_t l, const Tensor& x, const SavedTensors& s) {
   const ModernBertTensors::Layer& w = wh_.layers[static_cast<size_t>(l)];
   const ModernBertTensors::Layer& masters = w_.layers[static_cast<size_t>(l)];  // LayerNorms read float32
   const int64_t H = config_.hidden_size, I = config_.intermediate_size;
   const auto bias = [](const Tensor& b) { return b.defined() ? &b : nullptr; };
-  if (l > 0)
-    backend_.layernorm_forward(x, masters.attn_norm_w, bias_or_zero(masters.attn_norm_b), config_.layer_norm_eps,
-                               s["h"], s["attn_ln_mean"], s["attn_ln_rstd"]);
-  attention_part(l, l > 0 ? s["h"] : x, s);
+  if (l > 0) {
+    const Tensor h = temporary({B_, L_, H}, "h", compute_);
+    backend_.layernorm_forward(x, masters.attn_norm_w, bias_or_zero(masters.attn_norm_b), config_.layer_norm_eps, h,
+                               s["attn_ln_mean"], s["attn_ln_rstd"]);
+    attention_part(l, h, s);
+  } else {
+    attention_part(l, x, s);
+  }
   Tensor projected = temporary({B_, L_, H}, "projected", compute_);
   backend_.linear_forward(s["ctx"], w.attn_out_w, bias(w.attn_out_b), projected);
-  // x1 = x + dropout(Wo·ctx); h2 = LayerNorm_mlp(x1)
-  backend_.residual_layernorm_forward(projected, x,
-                                      dropout_at(config_.attention_probs_dropout_prob, site_attention_out(l)),
-                                      masters.mlp_norm_w, bias_or_zero(masters.mlp_norm_b), config_.layer_norm_eps,
-                                      s["x1"], s["h2"], s["mlp_ln_mean"], s["mlp_ln_rstd"]);
-  backend_.linear_forward(s["h2"], w.wi_w, bias(w.wi_b), s["u"]);
+  // x1 = x + dropout(Wo·ctx); h2 = LayerNorm_mlp(x1), by the op that backward
+  // repeats (mlp_input), so that Wi's gradient reads the h2 the forward used.
+  backend_.dropout(projected, projected, dropout_at(config_.attention_probs_dropout_prob, site_attention_out(l)));
+  backend_.add(projected, x, s["x1"]);
+  {
+    const Tensor h2 = temporary({B_, L_, H}, "h2", compute_);
+    backend_.layernorm_forward(s["x1"], masters.mlp_norm_w, bias_or_zero(masters.mlp_norm_b), config_.layer_norm_eps,
+                               h2, s["mlp_ln_mean"], s["mlp_ln_rstd"]);
+    backend_.linear_forward(h2, w.wi_w, bias(w.wi_b), s["u"]);
+  }
   Tensor gated = temporary({B_, L_, I}, "gated", compute_);
   backend_.gated_activation_forward(kind_of(config_.hidden_act), s["u"], gated);
   backend_.dropout(gated, gated, dropout_at(config_.hidden_dropout_prob, site_mlp(l)));
@@ -385,7 +419,8 @@ Tensor ModernBertForSequenceClassification::layer_backward(int64_t l, const Tens
     Tensor du = temporary({B_, L_, 2 * I}, "d_u", t);
     backend_.gated_activation_backward(kind_of(config_.hidden_act), s["u"], d_gated, du);
     d_gated = Tensor();
-    backend_.linear_backward(du, s["h2"], w.wi_w, &d_h2, g.wi_w, bias(g.wi_b));
+    const Tensor h2 = mlp_input(l, s);
+    backend_.linear_backward(du, h2, w.wi_w, &d_h2, g.wi_w, bias(g.wi_b));
   }
   // h2 = LayerNorm_mlp(x1): dout (the residual's share of d x1) gains the LayerNorm's.
   {
@@ -411,7 +446,8 @@ Tensor ModernBertForSequenceClassification::layer_backward(int64_t l, const Tens
   const DropoutSpec probs_dropout = dropout_at(config_.attention_probs_dropout_prob, site_probs(l));
   const bool local = options_.sliding[static_cast<size_t>(l)];
   if (local)
-    backend_.attention_window_backward(d_ctx, q, k, v, s["attn_saved"], heads, scale, probs_dropout, dq, dk, dv);
+    backend_.attention_window_backward(d_ctx, q, k, v, s["ctx"], s["attn_saved"], mask_, heads, scale,
+                                       options_.window(), probs_dropout, dq, dk, dv);
   else
     backend_.attention_backward(d_ctx, q, k, v, s["ctx"], s["attn_saved"], mask_, heads, scale, probs_dropout, dq, dk,
                                 dv);
@@ -419,7 +455,7 @@ Tensor ModernBertForSequenceClassification::layer_backward(int64_t l, const Tens
   const double theta = local ? options_.local_rope_theta : options_.global_rope_theta;
   backend_.rotary(dq, heads, theta, true);
   backend_.rotary(dk, heads, theta, true);
-  const Tensor& h = l > 0 ? s["h"] : x;
+  const Tensor h = attention_input(l, x);
   Tensor d_h = temporary({B_, L_, H}, "d_h", t);
   backend_.linear_backward(dq, h, w.q_w, &d_h, g.q_w, bias(g.q_b));
   backend_.linear_backward(dk, h, w.k_w, &d_h, g.k_w, bias(g.k_b), /*accumulate_dx=*/true);
@@ -576,8 +612,8 @@ void ModernBertForSequenceClassification::backward(double loss_scale) {
       for (const SavedSpec& spec : saved_for_backward(Part::Layer, l, B_, L_))
         if (selective_recomputed().count(spec.name) != 0) specs.push_back(spec);
       SavedTensors again(backend_, specs, Category::Activations, fmt::format("layer.{}.", l));
-      attention_part(l, l > 0 ? saved["h"] : x, again);
-      backend_.linear_forward(saved["h2"], wh_.layers[static_cast<size_t>(l)].wi_w,
+      attention_part(l, attention_input(l, x), again);
+      backend_.linear_forward(mlp_input(l, saved), wh_.layers[static_cast<size_t>(l)].wi_w,
                               wh_.layers[static_cast<size_t>(l)].wi_b.defined()
                                   ? &wh_.layers[static_cast<size_t>(l)].wi_b
                                   : nullptr,
