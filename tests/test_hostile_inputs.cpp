@@ -10,8 +10,10 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -107,6 +109,25 @@ TEST(JsonDepth, NestingBeyondTheLimitIsOneErrorNamingTheSource) {
   }
   // Brackets inside strings are text, not nesting.
   EXPECT_NO_THROW(io::parse_json("[\"" + std::string(1000, '[') + "\\\"" + std::string(1000, '{') + "\"]", "s.json"));
+}
+
+// Every error is one line: a line break that a name or value brings into a
+// message is written as an escape, whichever reader made the message.
+TEST(ErrorMessages, LineBreaksAreEscaped) {
+  const Error e("t.safetensors: tensor 'a\nb\r' of dtype \x01Q8\x7f\tunknown");
+  EXPECT_EQ(std::string(e.what()), "t.safetensors: tensor 'a\\nb\\r' of dtype \\x01Q8\\x7f\tunknown");
+  try {
+    fail("{}: {}", "f.json", std::string("x\ny"));
+  } catch (const Error& thrown) {
+    EXPECT_EQ(std::string(thrown.what()), "f.json: x\\ny");
+  }
+}
+
+TEST_F(HostileInputs, ATensorNameWithALineBreakIsOneErrorLine) {
+  write_raw_safetensors(weights_, R"({"bad\nname": {"dtype": "Q8", "shape": [1], "data_offsets": [0, 0]}})");
+  const auto r = train();
+  EXPECT_TRUE(failed_cleanly(r, {weights_, "bad\\nname"})) << r.output;
+  EXPECT_TRUE(nothing_at(out_));
 }
 
 TEST_F(HostileInputs, DeeplyNestedConfigJson) {
@@ -269,6 +290,32 @@ TEST_F(HostileInputs, LabelsAllIgnoredStopTheRun) {
   const auto r = train();
   EXPECT_TRUE(failed_cleanly(r, {"step 1: the training loss is nan", "-100"}));
   EXPECT_FALSE(fs::exists(out_ + "/model.safetensors"));
+}
+
+// Asked to, the run goes on past such a step: its update is skipped, stderr
+// says so once, log.jsonl counts it, and the logged loss leaves it out.
+TEST_F(HostileInputs, SkipNonfiniteStepsGoesOnAndSaysSo) {
+  auto tensors = test::valid_train_tensors();
+  auto& labels = test::tensor_named(tensors, "labels").values;
+  labels[0] = labels[1] = -100;  // the first batch of two has no loss
+  test::write_i64_tensors(train_file_, tensors);
+  const auto r = run(train_file_, out_,
+                     "--max-steps 2 --per-device-train-batch-size 2 --no-shuffle --logging-steps 1 "
+                     "--skip-nonfinite-steps");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: step 1: the training loss is nan, not finite; its update is skipped"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("warning: step 2"), std::string::npos) << r.output;
+  std::ifstream log(out_ + "/log.jsonl");
+  std::vector<nlohmann::json> records;
+  for (std::string line; std::getline(log, line);) records.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_TRUE(records[0]["loss"].is_null());
+  EXPECT_EQ(records[0]["skipped_steps"], 1);
+  EXPECT_TRUE(records[1]["loss"].is_number()) << records[1].dump();
+  EXPECT_EQ(records[1]["skipped_steps"], 1);
+  EXPECT_TRUE(fs::exists(out_ + "/model.safetensors"));
 }
 
 // A label the trained classifier does not have is the data file's error, at

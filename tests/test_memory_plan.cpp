@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <regex>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "anatomy/model/bert/bert.h"
 #include "anatomy/model/bert/bert_parameters.h"
@@ -14,6 +17,7 @@
 #include "anatomy/model/checkpoint.h"
 #include "anatomy/model/parameters.h"
 #include "anatomy/train/trainer.h"
+#include "cli_error_util.h"
 #include "test_util.h"
 
 namespace anatomy {
@@ -166,6 +170,64 @@ TEST(MemoryPlan, TheLargestFittingBatchFitsAndTheNextDoesNot) {
   };
   EXPECT_TRUE(fits(best));
   EXPECT_FALSE(fits(best + 1));
+}
+
+// --auto-find-batch-size on the plan alone: the largest batch up to the one
+// asked that fits the capacity less the headroom, and the next one does not.
+TEST(MemoryPlan, TheAutoBatchFitsUnderTheHeadroomAndTheNextDoesNot) {
+  const ModelConfig config = *model_preset("bert-base-uncased");
+  TrainingArguments args;
+  args.per_device_train_batch_size = 4096;
+  DataShape shape;
+  shape.size = 64;
+  shape.seq_len = 128;
+  PlanTarget gpu;
+  gpu.capacity = int64_t{6} << 30;
+  const int64_t batch = auto_batch_size(config, args, shape, gpu);
+  ASSERT_GT(batch, 1);
+  PlanTarget roomy = gpu;
+  roomy.capacity = capacity_with_headroom(gpu.capacity);
+  ASSERT_LT(roomy.capacity, gpu.capacity);
+  auto fits = [&](int64_t b, const PlanTarget& t) {
+    TrainingArguments a = args;
+    a.per_device_train_batch_size = b;
+    a.max_steps = -1;
+    DataShape s = shape;
+    s.size = 2 * b;
+    return plan_training(config, a, s, t).fits;
+  };
+  EXPECT_TRUE(fits(batch, roomy));
+  EXPECT_FALSE(fits(batch + 1, roomy));
+  EXPECT_LE(batch, largest_fitting_batch(config, args, shape, gpu));
+  // A batch that fits is kept as asked.
+  TrainingArguments small = args;
+  small.per_device_train_batch_size = 2;
+  EXPECT_EQ(auto_batch_size(config, small, shape, gpu), 2);
+}
+
+// `anatomy estimate --auto-find-batch-size` reports the batch `train` would
+// take on that GPU and plans it; without a device size it says what it needs.
+TEST(Estimate, AutoFindBatchSizeReportsTheBatchTrainWouldTake) {
+  const auto r = test::run_anatomy(
+      "estimate --gpu h100-80gb --bf16 --dummy-seq-len 512 --per-device-train-batch-size 4096 --auto-find-batch-size");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch used, largest;
+  ASSERT_TRUE(std::regex_search(r.output, used, std::regex(R"(--auto-find-batch-size: batch 4096 does not fit; using (\d+))")))
+      << r.output;
+  ASSERT_TRUE(std::regex_search(r.output, largest, std::regex(R"(Largest batch that fits: (\d+) plain)"))) << r.output;
+  const int64_t b = std::stoll(used[1].str()), most = std::stoll(largest[1].str());
+  EXPECT_LE(b, most);
+  EXPECT_GE(b, most * 95 / 100) << "more than the headroom's worth below the largest batch";
+  EXPECT_NE(r.output.find(fmt::format("batch {} x 512 tokens", b)), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Fits:"), std::string::npos) << r.output;
+
+  const auto kept = test::run_anatomy("estimate --gpu h100-80gb --bf16 --per-device-train-batch-size 8 "
+                                      "--auto-find-batch-size");
+  ASSERT_EQ(kept.exit_code, 0) << kept.output;
+  EXPECT_EQ(kept.output.find("--auto-find-batch-size:"), std::string::npos) << kept.output;
+
+  const auto cpu = test::run_anatomy("estimate --device cpu --auto-find-batch-size");
+  EXPECT_TRUE(test::failed_cleanly(cpu, {"--auto-find-batch-size", "--gpu-memory"})) << cpu.output;
 }
 
 TEST(Estimate, TheSeedSettingOnAV100ShowsTextbookBytesPerParameter) {

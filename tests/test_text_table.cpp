@@ -114,7 +114,7 @@ TEST(TextTable, ErrorsShowingTheDataStayOneLine) {
   EXPECT_EQ(error_of([&] { v.id_of(vt.rows[0], val); }),
             val + ":1: label 'n\\reg\\x01' is not one of the 1 known labels (p\\nos)");
   EXPECT_EQ(error_of([&] { v.value_of(vt.rows[0], val); }), val + ":1: label 'n\\reg\\x01' is not a number");
-  EXPECT_EQ(one_line("tab\there\x7f"), "tab\\there\\x7F");
+  EXPECT_EQ(escaped_text("tab\there\x7f"), "tab\\there\\x7F");
 }
 
 }  // namespace

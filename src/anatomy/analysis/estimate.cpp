@@ -63,8 +63,9 @@ double zero_paper_bytes(int stage, double psi, int ranks) {
   }
 }
 
-Estimate estimate_training(const EstimateRequest& request) {
-  Estimate e;
+namespace {
+
+PlanTarget target_of(const EstimateRequest& request) {
   PlanTarget target;
   target.world = request.nproc;
   target.gpu = request.gpu;
@@ -73,9 +74,28 @@ Estimate estimate_training(const EstimateRequest& request) {
   target.options = request.options;
   // Outside the ledger, NCCL's buffers are counted with the context, as a run's plan counts what it measures.
   target.context_bytes = request.gpu ? request.context_bytes + request.nccl_bytes : 0;
+  return target;
+}
+// What the pool may take: the device less the context and what others use.
+int64_t capacity_of(const EstimateRequest& request, const PlanTarget& target) {
+  return std::max<int64_t>(0, request.device_total - target.context_bytes - request.other_processes);
+}
+
+}  // namespace
+
+int64_t estimate_auto_batch(const EstimateRequest& request) {
+  if (request.device_total <= 0) return -1;
+  PlanTarget target = target_of(request);
+  target.capacity = capacity_of(request, target);
+  return auto_batch_size(request.config, request.args, request.shape, target);
+}
+
+Estimate estimate_training(const EstimateRequest& request) {
+  Estimate e;
+  PlanTarget target = target_of(request);
   e.plan = plan_training(request.config, request.args, request.shape, target);
   if (request.device_total > 0) {
-    e.capacity = std::max<int64_t>(0, request.device_total - target.context_bytes - request.other_processes);
+    e.capacity = capacity_of(request, target);
     e.fits = e.plan.ledger.reserved_peak <= e.capacity;
     target.capacity = e.capacity;
     e.largest_batch = largest_fitting_batch(request.config, request.args, request.shape, target, request.batch_limit);

@@ -43,6 +43,10 @@ struct Estimate {
 };
 
 Estimate estimate_training(const EstimateRequest& request);
+// --auto-find-batch-size on the plan alone: the batch `anatomy train` would
+// take on the request's device (memory_plan.h's auto_batch_size with the
+// capacity estimate_training gives the pool); -1 without a device size.
+int64_t estimate_auto_batch(const EstimateRequest& request);
 std::string format_estimate(const EstimateRequest& request, const Estimate& estimate);
 // The whole estimate as JSON, every figure in bytes: what format_estimate
 // prints (the run, the device, each category at the peak in bytes and per

@@ -164,6 +164,13 @@ int64_t capacity_with_headroom(int64_t capacity) {
   return std::max<int64_t>(0, capacity - std::max<int64_t>(capacity / 50, int64_t{256} << 20));
 }
 
+int64_t auto_batch_size(const ModelConfig& config, const TrainingArguments& args, const DataShape& shape,
+                        const PlanTarget& target) {
+  PlanTarget roomy = target;
+  roomy.capacity = capacity_with_headroom(target.capacity);
+  return largest_fitting_batch(config, args, shape, roomy, args.per_device_train_batch_size);
+}
+
 int64_t largest_fitting_batch(const ModelConfig& config, const TrainingArguments& args, const DataShape& shape,
                               const PlanTarget& target, int64_t limit) {
   auto fits = [&](int64_t batch) {

@@ -81,4 +81,11 @@ int64_t largest_divisor_at_most(int64_t n, int64_t cap);
 int64_t largest_fitting_batch(const ModelConfig& config, const TrainingArguments& args, const DataShape& shape,
                               const PlanTarget& target, int64_t limit = 4096);
 
+// --auto-find-batch-size's choice: the largest batch, up to the one asked
+// (args), whose plan fits the target's capacity less the headroom
+// (capacity_with_headroom); 0 when not even 1 does. `anatomy train` takes it
+// before allocating anything, `anatomy estimate` reports it.
+int64_t auto_batch_size(const ModelConfig& config, const TrainingArguments& args, const DataShape& shape,
+                        const PlanTarget& target);
+
 }  // namespace anatomy

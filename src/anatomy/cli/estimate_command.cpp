@@ -2,6 +2,7 @@
 // with the same flags, on this machine's GPU or on a named one, without
 // allocating anything on a device.
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 
 #include <fmt/format.h>
@@ -154,6 +155,18 @@ int run_estimate(const EstimateFlags& flags, const CLI::App& app) {
     if (r.device_name.empty()) r.device_name = "a GPU (give --gpu or --gpu-memory to ask whether it fits)";
   } else {
     r.device_name = "the CPU";
+  }
+  if (flags.train.auto_find_batch_size) {
+    // The batch `anatomy train --auto-find-batch-size` would take on this device, and the plan at it.
+    const int64_t batch = estimate_auto_batch(r);
+    if (batch < 0)
+      fail("--auto-find-batch-size: the estimate needs the GPU's memory (--gpu NAME or --gpu-memory SIZE, or a GPU "
+           "on this machine)");
+    if (batch == 0) fail("--auto-find-batch-size: not even a batch of 1 fits {}", r.device_name);
+    if (batch < r.args.per_device_train_batch_size)
+      fmt::print(flags.json ? stderr : stdout, "--auto-find-batch-size: batch {} does not fit; using {}\n",
+                 r.args.per_device_train_batch_size, batch);
+    r.args.per_device_train_batch_size = batch;
   }
   const Estimate e = estimate_training(r);
   if (flags.json)

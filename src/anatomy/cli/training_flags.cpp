@@ -107,6 +107,9 @@ void add_training_flags(CLI::App& app, TrainFlags& flags) {
                              "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau"}));
   app.add_option("--max-grad-norm", a.max_grad_norm, "Clip the global gradient norm to this (0: no clipping)")
       ->capture_default_str()->check(non_negative_number());
+  app.add_flag("--skip-nonfinite-steps", a.skip_nonfinite_steps,
+               "Skip the update of a step whose loss or gradient norm is not finite and go on (said on stderr and "
+               "in log.jsonl), instead of stopping the run there; fp16's loss scaler skips such steps anyway");
   app.add_option("--seed", a.seed, "Seed of initialisation, data, shuffling and dropout")
       ->capture_default_str()->check(seed_integer());
   app.add_flag("--no-shuffle", flags.no_shuffle, "Keep the data in file order");

@@ -133,7 +133,7 @@ TextTable read_delimited(const std::string& path, const std::string& bytes, char
     const auto it = std::find(header.begin(), header.end(), name);
     // A quoted name may hold a newline: the error stays one line.
     if (it == header.end()) fail("{}:{}: no column '{}' in the header ({})", path, records[0].line, name,
-                                 one_line(fmt::format("{}", fmt::join(header, ", "))));
+                                 escaped_text(fmt::format("{}", fmt::join(header, ", "))));
     return static_cast<size_t>(it - header.begin());
   };
   const size_t text = column(columns.text);
@@ -189,7 +189,7 @@ bool blank_line(std::string_view line) {
                      [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; });
 }
 
-std::string one_line(std::string_view text) {
+std::string escaped_text(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (const char c : text) {
@@ -289,15 +289,15 @@ int64_t LabelVocabulary::id_of(const TextExample& row, const std::string& source
     const size_t shown = std::min<size_t>(names.size(), 10);
     const std::string known =
         fmt::format("{}", fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), ", "));
-    fail("{}:{}: label '{}' is not one of the {} known labels ({}{})", source, row.line, one_line(row.label),
-         names.size(), one_line(known), shown < names.size() ? ", ..." : "");
+    fail("{}:{}: label '{}' is not one of the {} known labels ({}{})", source, row.line, escaped_text(row.label),
+         names.size(), escaped_text(known), shown < names.size() ? ", ..." : "");
   }
   return it->second;
 }
 
 double LabelVocabulary::value_of(const TextExample& row, const std::string& source) const {
   double d = 0;
-  if (!parse_number(row.label, &d)) fail("{}:{}: label '{}' is not a number", source, row.line, one_line(row.label));
+  if (!parse_number(row.label, &d)) fail("{}:{}: label '{}' is not a number", source, row.line, escaped_text(row.label));
   return d;
 }
 

@@ -47,7 +47,7 @@ void for_each_line(std::string_view bytes, const std::function<void(int64_t, std
 bool blank_line(std::string_view line);
 // `text` for an error message, on one line: control characters (a newline a
 // quoted CSV field or a JSON string holds) written as \n, \r, \t or \xNN.
-std::string one_line(std::string_view text);
+std::string escaped_text(std::string_view text);
 // The file's extension, lowercased (".jsonl").
 std::string lower_extension(const std::string& path);
 // A whole string as a decimal integer (strtoll's, no trailing characters); false if it is not one.

@@ -211,8 +211,8 @@ Dataset tokenize_tagged_corpus(const TaggedCorpus& corpus, const data::TextToken
           std::vector<std::string> known(tags->names.begin(),
                                          tags->names.begin() + std::min<size_t>(tags->names.size(), 12));
           fail("{}:{}: tag '{}' of word {} ('{}') is not one of the model's {} labels ({}{})", corpus.source,
-               sentence.line, one_line(tag), w, one_line(sentence.words[w]), tags->names.size(),
-               one_line(fmt::format("{}", fmt::join(known, ", "))),
+               sentence.line, escaped_text(tag), w, escaped_text(sentence.words[w]), tags->names.size(),
+               escaped_text(fmt::format("{}", fmt::join(known, ", "))),
                tags->names.size() > known.size() ? ", ..." : "");
         }
         ids.push_back(it->second);

@@ -418,10 +418,7 @@ int run_training(const TrainingRequest& flags) {
     return 3;
   };
   if (flags.auto_find_batch_size) {
-    PlanTarget roomy = target;
-    roomy.capacity = capacity_with_headroom(target.capacity);
-    const int64_t batch =
-        largest_fitting_batch(source.config, args, shape, roomy, args.per_device_train_batch_size);
+    const int64_t batch = auto_batch_size(source.config, args, shape, target);
     if (batch == 0) fail("--auto-find-batch-size: not even a batch of 1 fits this device");
     if (batch < args.per_device_train_batch_size)
       fmt::print(flags.out, "--auto-find-batch-size: batch {} does not fit; using {}\n", args.per_device_train_batch_size,

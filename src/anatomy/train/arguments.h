@@ -47,6 +47,7 @@ struct TrainingArguments {
   double warmup_ratio = 0;                   // > 0: warmup_steps = ceil(total steps * ratio) (TrainingArguments' rule)
   ScheduleKind lr_scheduler_type = ScheduleKind::Linear;
   double max_grad_norm = 1.0;
+  bool skip_nonfinite_steps = false;         // outside fp16's scaler: skip a step whose loss or gradient norm is not finite, instead of stopping
   uint64_t seed = 42;
   bool shuffle = true;
   int64_t dataloader_num_workers = 0;        // threads building batches ahead (0: when needed, as Hugging Face's default)

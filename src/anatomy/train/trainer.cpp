@@ -361,7 +361,8 @@ struct Trainer::Run {
   nlohmann::json log_history = nlohmann::json::array();  // Trainer's (trainer_state.json)
   std::optional<io::EventFileWriter> tensorboard;  // --report-to tensorboard (rank 0)
   std::optional<PlateauSchedule> plateau;           // --lr-scheduler-type reduce_lr_on_plateau
-  double total_loss = 0.0;  // the sum of this run's step losses: Trainer's train_loss over the steps
+  double total_loss = 0.0;  // the sum of this run's finite step losses: Trainer's train_loss over the steps
+  int64_t nonfinite_steps = 0;  // this run's steps whose loss was not finite (--skip-nonfinite-steps)
   std::optional<BatchLoader> loader;
   std::optional<InputSlots> slots;
   // Data parallelism: each update's last backward all-reduces the gradients in buckets as they become final.
@@ -375,7 +376,7 @@ struct Trainer::Run {
   ModelInputs next_inputs;
   // Since the last log record.
   double window_loss = 0.0;
-  int64_t window_steps = 0, window_samples = 0;
+  int64_t window_steps = 0, window_samples = 0, window_nonfinite = 0;
   Clock::time_point window_start, start, steady_start;
   int64_t steady_from = -1;  // samples done when the steady state's clock started (-1: not started)
   // Dynamic loss scaling as torch.cuda.amp.GradScaler: start at 2^16, halve and
@@ -646,11 +647,24 @@ Trainer::Update Trainer::update_once(Run& run, int64_t step) {
                                  total_steps_);
   // Outside fp16's scaler a non-finite loss or gradient would end in NaN
   // weights saved as a trained model: the run stops before the update takes it.
-  if (!args_.fp16 && !(std::isfinite(u.loss) && std::isfinite(u.grad_norm)))
-    fail("step {}: the training {} is {}, not finite; stopping before the update (a batch whose labels are all "
-         "ignored, -100, has no loss; a learning rate too high diverges)",
-         step + 1, std::isfinite(u.loss) ? "gradient norm" : "loss", std::isfinite(u.loss) ? u.grad_norm : u.loss);
+  // With --skip-nonfinite-steps the update is skipped instead (counted as
+  // fp16's skipped steps are), and stderr and log.jsonl say so.
   bool skip = false;
+  if (!args_.fp16 && !(std::isfinite(u.loss) && std::isfinite(u.grad_norm))) {
+    const char* what = std::isfinite(u.loss) ? "gradient norm" : "loss";
+    const double value = std::isfinite(u.loss) ? u.grad_norm : u.loss;
+    if (!args_.skip_nonfinite_steps)
+      fail("step {}: the training {} is {}, not finite; stopping before the update (a batch whose labels are all "
+           "ignored, -100, has no loss; a learning rate too high diverges; --skip-nonfinite-steps skips such "
+           "steps instead)",
+           step + 1, what, value);
+    if (writer_)
+      std::fprintf(stderr, "warning: step %lld: the training %s is %s, not finite; its update is skipped "
+                           "(--skip-nonfinite-steps)\n",
+                   static_cast<long long>(step + 1), what, fmt::format("{}", value).c_str());
+    skip = true;
+    ++run.result.skipped_steps;
+  }
   if (args_.fp16) {
     if (!std::isfinite(u.grad_norm)) {
       skip = true;
@@ -687,10 +701,15 @@ void Trainer::record(Run& run, int64_t step, const Update& u, const std::functio
     run.steady_start = Clock::now();
     run.steady_from = result.samples;
   }
-  run.window_loss += u.loss;
+  // Trainer's logging_nan_inf_filter: a step whose loss is not finite (one
+  // --skip-nonfinite-steps skipped) stays out of the logged means.
+  const bool finite = std::isfinite(u.loss);
+  run.window_loss += finite ? u.loss : 0.0;
+  run.window_nonfinite += finite ? 0 : 1;
+  run.nonfinite_steps += finite ? 0 : 1;
   run.window_steps += 1;
   run.window_samples += u.samples;
-  run.total_loss += u.loss;
+  run.total_loss += finite ? u.loss : 0.0;
   run.bar->step(step + 1, u.loss, seconds_since(run.start));
   if ((step + 1) % args_.logging_steps != 0 && step + 1 != total_steps_) return;
   backend_.synchronize();
@@ -698,7 +717,9 @@ void Trainer::record(Run& run, int64_t step, const Update& u, const std::functio
   // record (each step's the mean of its batches, and of the ranks).
   const StepLog record{step + 1,
                        static_cast<double>(step + 1) / steps_per_epoch_,
-                       run.window_loss / run.window_steps,
+                       run.window_steps > run.window_nonfinite
+                           ? run.window_loss / static_cast<double>(run.window_steps - run.window_nonfinite)
+                           : std::nan(""),
                        u.loss,
                        u.learning_rate,
                        u.grad_norm,
@@ -717,10 +738,8 @@ void Trainer::record(Run& run, int64_t step, const Update& u, const std::functio
                         {"device_live_bytes", memory.live_total},
                         {"device_reserved_bytes", memory.reserved},
                         {"host_rss_bytes", gpu::process_rss_bytes()}};
-    if (args_.fp16) {
-      j["loss_scale"] = record.loss_scale;
-      j["skipped_steps"] = record.skipped_steps;
-    }
+    if (args_.fp16) j["loss_scale"] = record.loss_scale;
+    if (args_.fp16 || args_.skip_nonfinite_steps) j["skipped_steps"] = record.skipped_steps;
     run.log << j.dump() << "\n" << std::flush;
   }
   if (writer_)
@@ -742,7 +761,7 @@ void Trainer::record(Run& run, int64_t step, const Update& u, const std::functio
   run.bar->record(line);
   if (on_log) on_log(record);
   run.window_loss = 0.0;
-  run.window_steps = run.window_samples = 0;
+  run.window_steps = run.window_samples = run.window_nonfinite = 0;
   run.window_start = Clock::now();
 }
 
@@ -919,7 +938,7 @@ TrainResult Trainer::finish(Run& run) {
     m["train_samples_per_second"] = round_to(static_cast<double>(result.samples) / result.seconds, 3);
     m["train_steps_per_second"] = round_to(static_cast<double>(result.steps) / result.seconds, 3);
   }
-  m["train_loss"] = run.total_loss / std::max(static_cast<double>(result.steps), 0.001);
+  m["train_loss"] = run.total_loss / std::max(static_cast<double>(result.steps - run.nonfinite_steps), 0.001);
   m["epoch"] = epoch;
   if (writer_) {
     nlohmann::json last = metrics_json(m);
