@@ -16,7 +16,7 @@ pool reserved bytes are not above the first half's (with per-batch padding the s
 of varying length, so these vary within a bound; a leak raises the bound). Exit status 1 when a check
 fails. It prints each process's figures. --analyse DIR reports on an earlier run's log.
 
-    python3 bench/soak.py --anatomy build/anatomy [--steps 5000] [--every 500]
+    python3 bench/soak.py --anatomy build/anatomy [--steps 5000] [--every 500] [--max-seq-length 128] [--batch 8]
     python3 bench/soak.py --anatomy build/anatomy --device cuda --model bert-base-uncased --bf16 --steps 2000
 """
 import argparse
@@ -97,6 +97,8 @@ def main():
     ap.add_argument("--every", type=int, default=500)
     ap.add_argument("--kill-at", type=int, default=None)
     ap.add_argument("--warm-up", type=int, default=500)
+    ap.add_argument("--max-seq-length", type=int, default=None, help="CPU: the task's (default 128)")
+    ap.add_argument("--batch", type=int, default=8, help="per-device train batch size")
     ap.add_argument("--rss-slack", type=float, default=4.0, help="MiB")
     ap.add_argument("--keep", help="a directory for the run (default: a temporary one)")
     ap.add_argument("--analyse", metavar="DIR", help="only report on DIR/out/log.jsonl of an earlier run")
@@ -113,11 +115,13 @@ def main():
     if cpu:
         common += ["--train-file", os.path.join(task, "train.jsonl"), "--validation-file",
                    os.path.join(task, "validation.jsonl"), "--vocab", os.path.join(task, "vocab.txt"),
-                   "--max-seq-length", "128", "--per-device-train-batch-size", "8", "--learning-rate", "1e-3",
+                   "--max-seq-length", str(args.max_seq_length or 128), "--per-device-train-batch-size",
+                   str(args.batch), "--learning-rate", "1e-3",
                    "--eval-strategy", "steps", "--eval-steps", str(args.every), "--save-strategy", "steps",
                    "--save-steps", str(args.every), "--save-total-limit", "2"]
     else:
-        common += ["--dummy-size", str(steps * 8), "--dummy-seq-len", "512", "--per-device-train-batch-size", "8"]
+        common += ["--dummy-size", str(steps * args.batch), "--dummy-seq-len", str(args.max_seq_length or 512),
+                   "--per-device-train-batch-size", str(args.batch)]
     if args.bf16:
         common.append("--bf16")
 
