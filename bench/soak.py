@@ -10,7 +10,8 @@ per logging step, the resident set (host_rss_bytes), the ledger's live bytes and
 GPU (--device cuda --bf16 ...): the same without the task, on dummy data, and without the kill:
 --steps 2000 of the model given.
 
-Checks, after the first --warm-up steps of each process, split in two halves: the largest resident set of
+Checks, after the first --warm-up steps of each process (the killed one's records up to the checkpoint
+the resume starts from, the resumed one's after it), split in two halves: the largest resident set of
 the second half is at most --rss-slack MiB above the first half's, and the largest ledger live bytes and
 pool reserved bytes are not above the first half's (with per-batch padding the step boundary holds a batch
 of varying length, so these vary within a bound; a leak raises the bound). Exit status 1 when a check
@@ -46,13 +47,15 @@ def records(log):
     return out
 
 
-def processes(log):
+def processes(log, resumed_at=None):
     """The logging records of log.jsonl, split where the steps go back (a process that appended after
-    another without rewriting the log)."""
+    another without rewriting the log) and after step `resumed_at` (a resume rewrites the log from its
+    checkpoint's step on: the records up to it are the first process's, those after it the second's)."""
     rows = [r for r in records(log) if "loss" in r]
     out, start = [], 0
     for i in range(1, len(rows) + 1):
-        if i == len(rows) or rows[i]["step"] <= rows[i - 1]["step"]:
+        if (i == len(rows) or rows[i]["step"] <= rows[i - 1]["step"]
+                or (resumed_at is not None and rows[i - 1]["step"] <= resumed_at < rows[i]["step"])):
             out.append((f"records {len(out) + 1}", rows[start:i]))
             start = i
     return out
@@ -132,6 +135,7 @@ def main():
     start = time.time()
     first = subprocess.Popen(common, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     killed = False
+    resumed_at = None
     if kill_at > 0:
         while first.poll() is None:
             rs = [r for r in records(log) if "loss" in r]
@@ -155,10 +159,11 @@ def main():
             print(resumed.stdout)
             sys.exit(f"error: the resumed run failed with exit status {resumed.returncode}")
         print(f"killed at step {kill_at} or just after; resumed from {checkpoints[-1]}")
+        resumed_at = int(checkpoints[-1].split("-")[1])
     seconds = time.time() - start
 
-    # A resume rewrites log.jsonl from its checkpoint's step on: one run of records in the end.
-    failed = not report(processes(log), args.warm_up, args.rss_slack)
+    # Each process against itself after its own warm-up: the killed one up to its checkpoint, the resumed one after.
+    failed = not report(processes(log, resumed_at), args.warm_up, args.rss_slack)
     evals = [r for r in records(log) if any(k.startswith("eval_") for k in r)]
     if evals:
         print(f"  evaluations: {len(evals)}, last {json.dumps({k: v for k, v in evals[-1].items() if k.startswith('eval_')})}")
