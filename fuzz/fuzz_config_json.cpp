@@ -26,6 +26,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)max_sequence_length_text(*config);
   (void)training_flops_per_sequence(*config, 128);
   // What the engine writes (a checkpoint's config.json), it reads back: an Error here is a crash.
+  // The written config names every label (id2label and label2id, as Hugging Face's), so its size
+  // and the round trip's time grow with num_labels, up to the 2^24 the reader allows: a 58-byte
+  // input declaring 321,530 labels took 14 s here under the sanitizers. Past 4096 labels the
+  // round trip is left out; the parse above still runs.
+  if (config->num_labels > 4096) return 0;
   const std::string saved = model_config_to_json(*config).dump();
   const ModelConfig again = parse_model_config(saved, "saved config.json");
   if (model_config_to_json(again).dump() != saved) {

@@ -151,6 +151,17 @@ TEST(MemoryPlan, HopperAttentionKeepsTheDropoutMaskAsBits) {
             plan_training(no_dropout, args, shape, plain).ledger.peak[activations]);
 }
 
+// Whether batch b fits the target, as the batch search asks it (two full steps).
+bool batch_fits(const ModelConfig& config, const TrainingArguments& args, const DataShape& shape,
+                const PlanTarget& target, int64_t b) {
+  TrainingArguments a = args;
+  a.per_device_train_batch_size = b;
+  a.max_steps = -1;
+  DataShape s = shape;
+  s.size = 2 * b;
+  return plan_training(config, a, s, target).fits;
+}
+
 TEST(MemoryPlan, TheLargestFittingBatchFitsAndTheNextDoesNot) {
   const ModelConfig config = *model_preset("bert-base-uncased");
   TrainingArguments args;
@@ -161,15 +172,8 @@ TEST(MemoryPlan, TheLargestFittingBatchFitsAndTheNextDoesNot) {
   gpu.capacity = int64_t{6} << 30;
   const int64_t best = largest_fitting_batch(config, args, shape, gpu);
   ASSERT_GT(best, 1);
-  auto fits = [&](int64_t b) {
-    TrainingArguments a = args;
-    a.per_device_train_batch_size = b;
-    DataShape s = shape;
-    s.size = 2 * b;
-    return plan_training(config, a, s, gpu).fits;
-  };
-  EXPECT_TRUE(fits(best));
-  EXPECT_FALSE(fits(best + 1));
+  EXPECT_TRUE(batch_fits(config, args, shape, gpu, best));
+  EXPECT_FALSE(batch_fits(config, args, shape, gpu, best + 1));
 }
 
 // --auto-find-batch-size on the plan alone: the largest batch up to the one
@@ -188,16 +192,8 @@ TEST(MemoryPlan, TheAutoBatchFitsUnderTheHeadroomAndTheNextDoesNot) {
   PlanTarget roomy = gpu;
   roomy.capacity = capacity_with_headroom(gpu.capacity);
   ASSERT_LT(roomy.capacity, gpu.capacity);
-  auto fits = [&](int64_t b, const PlanTarget& t) {
-    TrainingArguments a = args;
-    a.per_device_train_batch_size = b;
-    a.max_steps = -1;
-    DataShape s = shape;
-    s.size = 2 * b;
-    return plan_training(config, a, s, t).fits;
-  };
-  EXPECT_TRUE(fits(batch, roomy));
-  EXPECT_FALSE(fits(batch + 1, roomy));
+  EXPECT_TRUE(batch_fits(config, args, shape, roomy, batch));
+  EXPECT_FALSE(batch_fits(config, args, shape, roomy, batch + 1));
   EXPECT_LE(batch, largest_fitting_batch(config, args, shape, gpu));
   // A batch that fits is kept as asked.
   TrainingArguments small = args;
