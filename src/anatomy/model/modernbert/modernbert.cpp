@@ -345,51 +345,42 @@ void ModernBertForSequenceClassification::attention_part(int64_t l, const Tensor
     backend_.attention_forward(q, k, v, mask_, heads, scale, probs_dropout, s["attn_saved"], s["ctx"]);
 }
 
-// The forward's op on the same kept input and weights: the same h bit for
-// bit (its statistics, already kept, are written to temporaries).
-Tensor ModernBertForSequenceClassification::attention_input(int64_t l, const Tensor& x) {
+// One op makes each normed input, in forward and again in backward: the
+// same h and h2 bit for bit from the same kept input and weights. Without
+// `mean` and `rstd` (backward: the forward kept them) temporaries take the
+// statistics.
+Tensor ModernBertForSequenceClassification::attention_input(int64_t l, const Tensor& x, const Tensor& mean,
+                                                            const Tensor& rstd) {
   if (l == 0) return x;
   const ModernBertTensors::Layer& masters = w_.layers[static_cast<size_t>(l)];
-  const Tensor h = temporary(x.shape(), "h_again", compute_);
-  const Tensor mean = temporary({B_ * L_}, "h_again_mean"), rstd = temporary({B_ * L_}, "h_again_rstd");
+  const Tensor h = temporary(x.shape(), "h", compute_);
   backend_.layernorm_forward(x, masters.attn_norm_w, bias_or_zero(masters.attn_norm_b), config_.layer_norm_eps, h,
-                             mean, rstd);
+                             mean.defined() ? mean : temporary({B_ * L_}, "h_mean"),
+                             rstd.defined() ? rstd : temporary({B_ * L_}, "h_rstd"));
   return h;
 }
-Tensor ModernBertForSequenceClassification::mlp_input(int64_t l, const SavedTensors& s) {
+Tensor ModernBertForSequenceClassification::mlp_input(int64_t l, const Tensor& x1, const Tensor& mean,
+                                                      const Tensor& rstd) {
   const ModernBertTensors::Layer& masters = w_.layers[static_cast<size_t>(l)];
-  const Tensor h2 = temporary(s["x1"].shape(), "h2_again", compute_);
-  const Tensor mean = temporary({B_ * L_}, "h2_again_mean"), rstd = temporary({B_ * L_}, "h2_again_rstd");
-  backend_.layernorm_forward(s["x1"], masters.mlp_norm_w, bias_or_zero(masters.mlp_norm_b), config_.layer_norm_eps,
-                             h2, mean, rstd);
+  const Tensor h2 = temporary(x1.shape(), "h2", compute_);
+  backend_.layernorm_forward(x1, masters.mlp_norm_w, bias_or_zero(masters.mlp_norm_b), config_.layer_norm_eps, h2,
+                             mean.defined() ? mean : temporary({B_ * L_}, "h2_mean"),
+                             rstd.defined() ? rstd : temporary({B_ * L_}, "h2_rstd"));
   return h2;
 }
 
 void ModernBertForSequenceClassification::layer_forward(int64_t l, const Tensor& x, const SavedTensors& s) {
   const ModernBertTensors::Layer& w = wh_.layers[static_cast<size_t>(l)];
-  const ModernBertTensors::Layer& masters = w_.layers[static_cast<size_t>(l)];  // LayerNorms read float32
   const int64_t H = config_.hidden_size, I = config_.intermediate_size;
   const auto bias = [](const Tensor& b) { return b.defined() ? &b : nullptr; };
-  if (l > 0) {
-    const Tensor h = temporary({B_, L_, H}, "h", compute_);
-    backend_.layernorm_forward(x, masters.attn_norm_w, bias_or_zero(masters.attn_norm_b), config_.layer_norm_eps, h,
-                               s["attn_ln_mean"], s["attn_ln_rstd"]);
-    attention_part(l, h, s);
-  } else {
-    attention_part(l, x, s);
-  }
+  attention_part(l, l > 0 ? attention_input(l, x, s["attn_ln_mean"], s["attn_ln_rstd"]) : x, s);
   Tensor projected = temporary({B_, L_, H}, "projected", compute_);
   backend_.linear_forward(s["ctx"], w.attn_out_w, bias(w.attn_out_b), projected);
   // x1 = x + dropout(Wo·ctx); h2 = LayerNorm_mlp(x1), by the op that backward
   // repeats (mlp_input), so that Wi's gradient reads the h2 the forward used.
   backend_.dropout(projected, projected, dropout_at(config_.attention_probs_dropout_prob, site_attention_out(l)));
   backend_.add(projected, x, s["x1"]);
-  {
-    const Tensor h2 = temporary({B_, L_, H}, "h2", compute_);
-    backend_.layernorm_forward(s["x1"], masters.mlp_norm_w, bias_or_zero(masters.mlp_norm_b), config_.layer_norm_eps,
-                               h2, s["mlp_ln_mean"], s["mlp_ln_rstd"]);
-    backend_.linear_forward(h2, w.wi_w, bias(w.wi_b), s["u"]);
-  }
+  backend_.linear_forward(mlp_input(l, s["x1"], s["mlp_ln_mean"], s["mlp_ln_rstd"]), w.wi_w, bias(w.wi_b), s["u"]);
   Tensor gated = temporary({B_, L_, I}, "gated", compute_);
   backend_.gated_activation_forward(kind_of(config_.hidden_act), s["u"], gated);
   backend_.dropout(gated, gated, dropout_at(config_.hidden_dropout_prob, site_mlp(l)));
@@ -419,7 +410,7 @@ Tensor ModernBertForSequenceClassification::layer_backward(int64_t l, const Tens
     Tensor du = temporary({B_, L_, 2 * I}, "d_u", t);
     backend_.gated_activation_backward(kind_of(config_.hidden_act), s["u"], d_gated, du);
     d_gated = Tensor();
-    const Tensor h2 = mlp_input(l, s);
+    const Tensor h2 = mlp_input(l, s["x1"]);
     backend_.linear_backward(du, h2, w.wi_w, &d_h2, g.wi_w, bias(g.wi_b));
   }
   // h2 = LayerNorm_mlp(x1): dout (the residual's share of d x1) gains the LayerNorm's.
@@ -613,7 +604,7 @@ void ModernBertForSequenceClassification::backward(double loss_scale) {
         if (selective_recomputed().count(spec.name) != 0) specs.push_back(spec);
       SavedTensors again(backend_, specs, Category::Activations, fmt::format("layer.{}.", l));
       attention_part(l, attention_input(l, x), again);
-      backend_.linear_forward(mlp_input(l, saved), wh_.layers[static_cast<size_t>(l)].wi_w,
+      backend_.linear_forward(mlp_input(l, saved["x1"]), wh_.layers[static_cast<size_t>(l)].wi_w,
                               wh_.layers[static_cast<size_t>(l)].wi_b.defined()
                                   ? &wh_.layers[static_cast<size_t>(l)].wi_b
                                   : nullptr,

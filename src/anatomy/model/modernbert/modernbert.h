@@ -78,9 +78,11 @@ class ModernBertForSequenceClassification : public Model {
   void embeddings_backward(const SavedTensors& s, const Tensor& dout);
   void attention_part(int64_t l, const Tensor& h, const SavedTensors& s);
   // The layer's normed inputs, which it does not keep: h = attn_norm(x) (x
-  // itself for layer 0) and h2 = mlp_norm(x1), made again from the kept x and x1.
-  Tensor attention_input(int64_t l, const Tensor& x);
-  Tensor mlp_input(int64_t l, const SavedTensors& s);
+  // itself for layer 0) and h2 = mlp_norm(x1), the forward's and backward's
+  // alike (backward makes them again from the kept x and x1). The forward
+  // passes its saved statistics; backward passes none (temporaries take them).
+  Tensor attention_input(int64_t l, const Tensor& x, const Tensor& mean = Tensor(), const Tensor& rstd = Tensor());
+  Tensor mlp_input(int64_t l, const Tensor& x1, const Tensor& mean = Tensor(), const Tensor& rstd = Tensor());
   void layer_forward(int64_t l, const Tensor& x, const SavedTensors& s);
   Tensor layer_backward(int64_t l, const Tensor& x, const SavedTensors& s, const Tensor& dout);
   void head_forward(const Tensor& hidden, const SavedTensors& s);
